@@ -1,0 +1,75 @@
+"""kvcore: lay out, size and manage the KV cache of LLM serving engines.
+
+The flow: a model config -> per-layer :class:`KVCacheSpec` (through plugin adapters) ->
+:func:`group_layers` -> :func:`plan` with a memory budget -> :class:`KVCacheConfig`
+-> the runtime (:class:`KVCacheManager`) and kernels.  Planning never imports torch.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from kvcore.dtypes import dtype_size, normalize_dtype
+from kvcore.errors import (
+    ConfigError,
+    KVCoreError,
+    MissingPluginError,
+    NotEnoughMemoryError,
+    PluginConflictError,
+    PluginError,
+    SpecError,
+    SpecMergeError,
+    UnknownDtypeError,
+    UnknownKVCacheDtypeError,
+    UnknownModelTypeError,
+)
+from kvcore.hookspecs import hookimpl, hookspec
+from kvcore.quant import KVQuantMode, QuantScheme
+from kvcore.registry import SpecType, get_registry
+from kvcore.specs import (
+    AttentionSpec,
+    ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
+    EncoderOnlyAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    PlanContext,
+    SinkFullAttentionSpec,
+    SlidingWindowSpec,
+)
+
+__all__ = [
+    "__version__",
+    # specs
+    "KVCacheSpec",
+    "AttentionSpec",
+    "FullAttentionSpec",
+    "SlidingWindowSpec",
+    "ChunkedLocalAttentionSpec",
+    "CrossAttentionSpec",
+    "EncoderOnlyAttentionSpec",
+    "SinkFullAttentionSpec",
+    "PlanContext",
+    # dtypes and schemes
+    "dtype_size",
+    "normalize_dtype",
+    "KVQuantMode",
+    "QuantScheme",
+    # plugins
+    "hookimpl",
+    "hookspec",
+    "SpecType",
+    "get_registry",
+    # errors
+    "KVCoreError",
+    "ConfigError",
+    "MissingPluginError",
+    "NotEnoughMemoryError",
+    "PluginConflictError",
+    "PluginError",
+    "SpecError",
+    "SpecMergeError",
+    "UnknownDtypeError",
+    "UnknownKVCacheDtypeError",
+    "UnknownModelTypeError",
+]

@@ -1,0 +1,80 @@
+"""kvcore's error classes.
+
+Every error kvcore raises on bad input is a :class:`KVCoreError` (a ``ValueError``), so a
+caller can catch one class; each subclass names what was wrong.  ``to_dict()`` gives the
+JSON form the CLI prints under ``--json`` (``{"type", "message", ...extra fields}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "KVCoreError",
+    "UnknownDtypeError",
+    "UnknownKVCacheDtypeError",
+    "SpecError",
+    "SpecMergeError",
+    "PluginError",
+    "PluginConflictError",
+    "MissingPluginError",
+    "ConfigError",
+    "UnknownModelTypeError",
+    "NotEnoughMemoryError",
+]
+
+
+class KVCoreError(ValueError):
+    """Base class of kvcore's input errors.  ``extra`` holds machine-readable fields."""
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "message": self.message, **self.extra}
+
+
+class UnknownDtypeError(KVCoreError):
+    """An element dtype name that kvcore does not know."""
+
+
+class UnknownKVCacheDtypeError(KVCoreError):
+    """A ``kv_cache_dtype`` string no installed scheme provides."""
+
+
+class SpecError(KVCoreError):
+    """A KV-cache spec with an invalid field value."""
+
+
+class SpecMergeError(SpecError):
+    """Layers put in one group whose specs differ; ``fields`` names the differences."""
+
+
+class PluginError(KVCoreError):
+    """A plugin that is invalid."""
+
+
+class PluginConflictError(PluginError):
+    """Two plugins claim the same kind, spec class or kv_cache_dtype."""
+
+
+class MissingPluginError(KVCoreError):
+    """Something a known but uninstalled plugin provides; ``distribution`` names it."""
+
+
+class ConfigError(KVCoreError):
+    """A malformed model config or plan option; the message names the field."""
+
+
+class UnknownModelTypeError(ConfigError):
+    """A ``model_type`` no installed adapter serves."""
+
+
+class NotEnoughMemoryError(KVCoreError):
+    """The KV-cache budget cannot hold one request of ``max_model_len``.
+
+    ``extra`` carries ``min_kv_cache_memory_bytes`` (the smallest budget that plans) and
+    ``estimated_max_model_len`` (the longest length the given budget allows).
+    """

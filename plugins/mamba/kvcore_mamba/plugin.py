@@ -1,0 +1,10 @@
+"""kvcore hook implementations of kvcore-mamba (entry point `mamba` in group kvcore.plugins)."""
+
+from __future__ import annotations
+
+from kvcore import hookimpl
+
+
+@hookimpl
+def kvcore_spec_types() -> list:
+    return []

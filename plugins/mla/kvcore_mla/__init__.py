@@ -1,0 +1,3 @@
+"""kvcore plugin: mla."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+"""kvcore plugin: rswa."""
+
+__version__ = "0.1.0"
