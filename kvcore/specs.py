@@ -202,6 +202,19 @@ class KVCacheSpec:
             page_size = None
         return dataclasses.replace(self, page_size_padded=page_size)
 
+    def as_full_attention(self) -> KVCacheSpec | None:
+        """This layer planned as full attention (blocks for every token), for
+        ``disable_hybrid_kv_cache_manager``; None when it cannot be (a state).  Full
+        attention kinds return themselves; windowed kinds a full-attention spec that
+        records the window."""
+        return self if self.scales_with_block_size else None
+
+    def with_attention_block_size(self: S, block_size: int) -> S:
+        """Called by grouping after page-size unification with the attention block size
+        of the model; a state spec whose block table is indexed by token position (e.g.
+        Mamba in ``align`` mode) returns a copy using it.  Default: unchanged."""
+        return self
+
     @classmethod
     def merge(cls: type[S], specs: list[S]) -> S:
         """One spec for layers that share a group; raises SpecMergeError if they differ."""
@@ -423,6 +436,12 @@ class SlidingWindowSpec(AttentionSpec):
         tokens = min(self.sliding_window - 1 + ctx.max_num_batched_tokens, n)
         return cdiv(tokens, self.block_size) + 1
 
+    def as_full_attention(self) -> KVCacheSpec:
+        return FullAttentionSpec(
+            block_size=self.block_size, num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype,
+            head_size_v=self.head_size_v, sliding_window=self.sliding_window)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ChunkedLocalAttentionSpec(AttentionSpec):
@@ -444,6 +463,12 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
         n = ctx.max_model_len if max_len is None else max_len
         tokens = min(self.attention_chunk_size + ctx.max_num_batched_tokens, n)
         return cdiv(tokens, self.block_size)
+
+    def as_full_attention(self) -> KVCacheSpec:
+        return FullAttentionSpec(
+            block_size=self.block_size, num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype,
+            head_size_v=self.head_size_v, attention_chunk_size=self.attention_chunk_size)
 
 
 @dataclass(frozen=True, kw_only=True)
