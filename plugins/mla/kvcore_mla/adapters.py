@@ -1,0 +1,337 @@
+"""Model adapters of kvcore-mla: HF config -> ``{layer name: spec}`` for MLA families.
+
+=================  ===========================================================  =========
+model_type         layers (per decoder layer ``i``)                              source
+=================  ===========================================================  =========
+``deepseek_v2``,   ``model.layers.{i}.self_attn.attn``: mla_attention,           vLLM
+``deepseek_v3``    head 576 = kv_lora_rank + qk_rope_head_dim                    deepseek_v2.py
+``deepseek_v32``   as V3, plus ``model.layers.{i}.self_attn.indexer.k_cache``:   vLLM
+                   mla_indexer (index_head_dim 128 -> 132 B/token)               deepseek_v2.py
+``glm_moe_dsa``    as V3.2; with ``indexer_types``, only "full" layers own an     GLM-5.2
+                   indexer cache ("shared" layers reuse another layer's)         config
+``deepseek_v4``    see :func:`deepseek_v4_layer_specs`                           vLLM
+                                                                                 deepseek_v4
+``kimi_k3``,       ``full_attn_layers`` (1-based): mla_attention; ``kda_layers``   vLLM
+``kimi_linear``    (1-based): the ``mamba`` kind of kvcore-mamba (KDA state)     kimi_linear.py
+=================  ===========================================================  =========
+
+Common rules: the block size defaults to 64 (``cache_config.block_size`` None); the
+model dtype is ``model_config.dtype``; the kv_cache_dtype is ``cache_config.kv_cache_dtype``
+unless ``auto``, else the one the HF config declares (``model_config.kv_cache_dtype``),
+else ``auto``.  The MLA latent is not sharded by tensor parallelism (one latent per
+token on every rank), so ``tensor_parallel_size`` does not change MLA pages.
+Multi-token-prediction layers (``num_nextn_predict_layers``, numbered after the decoder
+layers, as in the checkpoints) are added when ``cache_config.include_mtp_layers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcore.errors import ConfigError, KVCoreError
+from kvcore.specs import KVCacheSpec
+
+from kvcore_mla.specs import (
+    DEEPSEEK_V4,
+    FP8_DS_MLA,
+    MLAAttentionSpec,
+    MLAIndexerSpec,
+    SlidingWindowMLASpec,
+)
+
+__all__ = [
+    "MLA_MODEL_TYPES",
+    "DEFAULT_MLA_BLOCK_SIZE",
+    "mla_layer_specs",
+    "deepseek_layer_specs",
+    "glm_moe_dsa_layer_specs",
+    "deepseek_v4_layer_specs",
+    "kimi_layer_specs",
+    "kda_state_shapes",
+]
+
+DEFAULT_MLA_BLOCK_SIZE = 64
+#: DeepSeek-V4 compressed layers use a logical block ``V4_COMPRESSED_BLOCK_FACTOR`` times
+#: the sliding-window block (256 for 64), so that a ratio-4 page holds as many states
+#: (64) as a sliding-window page holds tokens (vLLM hard-codes 64 and 256).
+V4_COMPRESSED_BLOCK_FACTOR = 4
+
+
+def _kv_cache_dtype(mc: Any, cc: Any) -> str:
+    explicit = getattr(cc, "kv_cache_dtype", "auto") or "auto"
+    if explicit != "auto":
+        return explicit
+    return getattr(mc, "kv_cache_dtype", None) or "auto"
+
+
+def _block_size(cc: Any) -> int:
+    bs = getattr(cc, "block_size", None)
+    return DEFAULT_MLA_BLOCK_SIZE if bs is None else bs
+
+
+def _num_layers(mc: Any) -> int:
+    n = mc.num_hidden_layers
+    if not isinstance(n, int) or n <= 0:
+        raise ConfigError(f"{mc._where()}: missing or invalid field 'num_hidden_layers' "
+                          f"({n!r}; needed for model_type {mc.model_type!r})",
+                          field="num_hidden_layers")
+    return n
+
+
+def _num_mtp(mc: Any, cc: Any) -> int:
+    if not getattr(cc, "include_mtp_layers", False):
+        return 0
+    n = mc.get("num_nextn_predict_layers", 0) or 0
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ConfigError(f"{mc._where()}: field 'num_nextn_predict_layers' = {n!r} must "
+                          f"be an int >= 0", field="num_nextn_predict_layers")
+    return n
+
+
+def _latent_head_size(mc: Any) -> int:
+    """``kv_lora_rank + qk_rope_head_dim`` (576 for DeepSeek-V2/V3, GLM-5, Kimi)."""
+    return mc.require("kv_lora_rank") + mc.require("qk_rope_head_dim")
+
+
+def _mla(mc: Any, cc: Any, **extra: Any) -> MLAAttentionSpec:
+    return MLAAttentionSpec(
+        block_size=_block_size(cc), num_kv_heads=1, head_size=_latent_head_size(mc),
+        dtype=mc.dtype, kv_cache_dtype=_kv_cache_dtype(mc, cc), **extra)
+
+
+def _indexer(mc: Any, cc: Any) -> MLAIndexerSpec:
+    return MLAIndexerSpec(block_size=_block_size(cc), num_kv_heads=1,
+                          head_size=mc.require("index_head_dim"), dtype=mc.dtype)
+
+
+def deepseek_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
+    """DeepSeek-V2/V2.5/V3/R1/V3.1 (``deepseek_v2``, ``deepseek_v3``) and V3.2
+    (``deepseek_v32``: plus one indexer cache per layer).
+
+    DeepSeek-V3, bf16: 61 layers x 576 x 2 B = 70,272 B per token.
+    """
+    n = _num_layers(mc) + _num_mtp(mc, cc)
+    with_indexer = mc.model_type == "deepseek_v32"
+    out: dict[str, KVCacheSpec] = {}
+    mla = _mla(mc, cc)
+    indexer = _indexer(mc, cc) if with_indexer else None
+    for i in range(n):
+        out[f"model.layers.{i}.self_attn.attn"] = mla
+        if indexer is not None:
+            out[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    return out
+
+
+def glm_moe_dsa_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
+    """GLM-5 / 5.1 / 5.2 (``glm_moe_dsa``): MLA plus the DSA indexer.
+
+    ``indexer_types`` (GLM-5.2) lists per layer "full" (the layer computes its own
+    indexer keys, so it owns an indexer cache) or "shared" (it reuses the top-k of an
+    earlier layer: no indexer cache).  Without the field every layer is "full" (GLM-5).
+    MTP layers beyond the list own an indexer cache (an assumption: GLM-5.2 sets
+    ``index_share_for_mtp_iteration``, which shares within one MTP step only).
+    """
+    num_layers = _num_layers(mc)
+    n = num_layers + _num_mtp(mc, cc)
+    types = mc.get("indexer_types")
+    if types is not None:
+        if (not isinstance(types, list) or len(types) < num_layers
+                or any(t not in ("full", "shared") for t in types)):
+            raise ConfigError(
+                f"{mc._where()}: field 'indexer_types' must list 'full' or 'shared' for "
+                f"each of the {num_layers} layers, got {types!r}", field="indexer_types")
+    mla, indexer = _mla(mc, cc), _indexer(mc, cc)
+    out: dict[str, KVCacheSpec] = {}
+    for i in range(n):
+        out[f"model.layers.{i}.self_attn.attn"] = mla
+        if types is None or i >= len(types) or types[i] == "full":
+            out[f"model.layers.{i}.self_attn.indexer.k_cache"] = indexer
+    return out
+
+
+def deepseek_v4_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
+    """DeepSeek-V4 (``deepseek_v4``), after vLLM ``vllm/models/deepseek_v4``.
+
+    Every layer ``i`` keeps a sliding window of latents:
+    ``model.layers.{i}.self_attn.attn``: sliding_window_mla, block B (64), window
+    ``sliding_window`` (128), head ``head_dim`` (512).  ``compress_ratios[i]`` (the list
+    may hold one more entry than layers, for the MTP layer) adds, for ratio r in {4, 128}:
+
+    * ``model.layers.{i}.self_attn.mla_attn``: mla_attention, block 4B (256),
+      ``compress_ratio`` r (one state per r tokens: 64 states a page for r=4, 2 for 128);
+    * ``model.layers.{i}.self_attn.compressor.state_cache``: sliding_window_mla in
+      float32 holding the not-yet-compressed token states: head ``2 x coff x head_dim``
+      (kv and score; ``coff`` = 2 for the overlapping r=4 compressor, else 1), window
+      ``coff x r``, block 4 (r=4) or 8 (r=128), as vLLM ``CompressorStateCache``;
+    * r = 4 only (compressed sparse attention): the indexer,
+      ``model.layers.{i}.self_attn.indexer.k_cache`` (mla_indexer, index_head_dim 128,
+      block 4B, ratio 4) and its compressor state
+      ``model.layers.{i}.self_attn.indexer.compressor.state_cache`` (float32, head
+      ``2 x 2 x index_head_dim``, block 4, window 8).
+
+    Ratios 0 and 1 mean sliding window only.  The kv_cache_dtype defaults (``auto``) to
+    ``fp8_ds_mla`` with ``model_version="deepseek_v4"`` (584 B per state, pages aligned
+    to 576 B), the layout FlashMLA uses for V4; every V4 spec carries alignment 576 in
+    that mode, as vLLM does.
+    """
+    num_layers = _num_layers(mc)
+    ratios = mc.get("compress_ratios")
+    if ratios is None:
+        ratios = [0] * num_layers
+    if (not isinstance(ratios, list) or len(ratios) not in (num_layers, num_layers + 1)
+            or any(r not in (0, 1, 4, 128) for r in ratios)):
+        raise ConfigError(
+            f"{mc._where()}: field 'compress_ratios' must list 0, 1, 4 or 128 for each of "
+            f"the {num_layers} layers (plus one for the MTP layer), got {ratios!r}",
+            field="compress_ratios")
+    n_mtp = _num_mtp(mc, cc)
+    head = mc.require("head_dim")
+    window = mc.require("sliding_window")
+    kv_dtype = _kv_cache_dtype(mc, cc)
+    if kv_dtype == "auto":
+        kv_dtype = FP8_DS_MLA
+    flashmla = kv_dtype in (FP8_DS_MLA, "fp8_ds_mla_v4")
+    align = 576 if flashmla else None
+    bs = _block_size(cc)
+    cbs = V4_COMPRESSED_BLOCK_FACTOR * bs
+    common = dict(num_kv_heads=1, dtype=mc.dtype, model_version=DEEPSEEK_V4)
+    swa = SlidingWindowMLASpec(block_size=bs, head_size=head, sliding_window=window,
+                               kv_cache_dtype=kv_dtype, alignment=align, **common)
+
+    def state(block: int, width: int, win: int) -> SlidingWindowMLASpec:
+        return SlidingWindowMLASpec(block_size=block, head_size=width, sliding_window=win,
+                                    num_kv_heads=1, dtype="float32", alignment=align)
+
+    out: dict[str, KVCacheSpec] = {}
+    for i in range(num_layers + n_mtp):
+        r = ratios[i] if i < len(ratios) else 0
+        p = f"model.layers.{i}.self_attn"
+        out[f"{p}.attn"] = swa
+        if r <= 1:
+            continue
+        if cbs % r:
+            raise ConfigError(
+                f"{mc._where()}: block size {bs} gives compressed blocks of {cbs} tokens, "
+                f"not a multiple of compress ratio {r}; use a block size that is a "
+                f"multiple of {r // V4_COMPRESSED_BLOCK_FACTOR}", field="block_size")
+        coff = 2 if r == 4 else 1
+        out[f"{p}.mla_attn"] = MLAAttentionSpec(
+            block_size=cbs, head_size=head, kv_cache_dtype=kv_dtype, compress_ratio=r,
+            alignment=align, **common)
+        out[f"{p}.compressor.state_cache"] = state(4 if r == 4 else 8, 2 * coff * head,
+                                                   coff * r)
+        if r == 4:
+            ih = mc.require("index_head_dim")
+            out[f"{p}.indexer.k_cache"] = MLAIndexerSpec(
+                block_size=cbs, head_size=ih, dtype=mc.dtype, compress_ratio=4,
+                alignment=align)
+            out[f"{p}.indexer.compressor.state_cache"] = state(4, 2 * 2 * ih, 2 * 4)
+    return out
+
+
+def kda_state_shapes(mc: Any, tp: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per-request state shapes of one Kimi Delta Attention (KDA) layer on one TP rank.
+
+    From ``linear_attn_config`` (``num_heads`` H, ``head_dim`` D,
+    ``short_conv_kernel_size`` K): the short convolutions over q, k and v keep the last
+    K - 1 inputs, ``(K - 1, 3 x H x D / tp)`` in the model dtype, and the recurrent state
+    is one D x D matrix per head, ``(H / tp, D, D)`` in float32 (vLLM
+    ``MambaStateShapeCalculator.kda_state_shape`` / ``kda_state_dtype``; the older
+    form splits the convolution state into three ``(K - 1, H x D / tp)`` tensors, same
+    bytes).  Kimi-K3 (H 96, D 128, K 4), TP 1: 3 x 36,864 x 2 + 96 x 128 x 128 x 4 =
+    6,512,640 B per layer per request.
+    """
+    lac = mc.get("linear_attn_config")
+    if not isinstance(lac, dict):
+        raise ConfigError(f"{mc._where()}: missing field 'linear_attn_config' (needed for "
+                          f"the KDA layers of {mc.model_type!r})", field="linear_attn_config")
+    h, d = lac.get("num_heads"), lac.get("head_dim")
+    k = lac.get("short_conv_kernel_size", 4)
+    for key, v in (("num_heads", h), ("head_dim", d), ("short_conv_kernel_size", k)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ConfigError(f"{mc._where()}: field 'linear_attn_config.{key}' = {v!r} "
+                              f"must be a positive int", field=f"linear_attn_config.{key}")
+    if h % tp:
+        raise ConfigError(
+            f"{mc._where()}: linear_attn_config.num_heads {h} is not divisible by "
+            f"tensor_parallel_size {tp}", field="tensor_parallel_size")
+    return ((k - 1, 3 * h * d // tp), (h // tp, d, d))
+
+
+def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
+    """Kimi-K3 / Kimi-Linear: MLA full-attention layers and KDA linear-attention layers.
+
+    ``linear_attn_config.full_attn_layers`` and ``kda_layers`` are 1-based layer
+    numbers.  MLA layer ``i`` (0-based): ``model.layers.{i}.self_attn.attn``
+    (mla_attention, head kv_lora_rank + qk_rope_head_dim = 576); KDA layer ``i``:
+    ``model.layers.{i}.self_attn`` with the ``mamba`` kind taken from the registry
+    (kvcore-mamba), shapes from :func:`kda_state_shapes`, dtypes (model dtype, float32).
+
+    Raises MissingPluginError naming kvcore-mamba when it is not installed.
+    """
+    from kvcore.registry import get_registry
+
+    lac = mc.get("linear_attn_config")
+    if not isinstance(lac, dict):
+        raise ConfigError(f"{mc._where()}: missing field 'linear_attn_config'",
+                          field="linear_attn_config")
+    num_layers = _num_layers(mc)
+    full = lac.get("full_attn_layers") or []
+    kda = lac.get("kda_layers") or []
+    kinds: dict[int, str] = {}
+    for key, idx, kind in (("full_attn_layers", full, "mla"), ("kda_layers", kda, "kda")):
+        if not isinstance(idx, list) or any(
+                not isinstance(x, int) or not 1 <= x <= num_layers for x in idx):
+            raise ConfigError(f"{mc._where()}: field 'linear_attn_config.{key}' must list "
+                              f"1-based layer numbers in 1..{num_layers}",
+                              field=f"linear_attn_config.{key}")
+        for x in idx:
+            if x - 1 in kinds:
+                raise ConfigError(f"{mc._where()}: layer {x} is listed twice in "
+                                  f"linear_attn_config", field=f"linear_attn_config.{key}")
+            kinds[x - 1] = kind
+    out: dict[str, KVCacheSpec] = {}
+    mla = _mla(mc, cc)
+    mamba_spec = None
+    if kda:
+        mamba_cls = get_registry().spec_class("mamba")  # MissingPluginError -> kvcore-mamba
+        shapes = kda_state_shapes(mc, getattr(cc, "tensor_parallel_size", 1))
+        try:
+            mamba_spec = mamba_cls(
+                block_size=_block_size(cc), shapes=shapes, dtypes=(mc.dtype, "float32"),
+                mamba_cache_mode=getattr(cc, "mamba_cache_mode", "none"))
+        except TypeError as exc:
+            raise KVCoreError(
+                f"the 'mamba' spec class {mamba_cls.__name__} does not accept the fields "
+                f"kvcore-mla passes for the KDA layers (block_size, shapes, dtypes, "
+                f"mamba_cache_mode): {exc}") from exc
+    for i in sorted(kinds):
+        if kinds[i] == "mla":
+            out[f"model.layers.{i}.self_attn.attn"] = mla
+        else:
+            out[f"model.layers.{i}.self_attn"] = mamba_spec  # type: ignore[assignment]
+    return out
+
+
+_ADAPTERS = {
+    "deepseek_v2": deepseek_layer_specs,
+    "deepseek_v3": deepseek_layer_specs,
+    "deepseek_v32": deepseek_layer_specs,
+    "kimi_k2": deepseek_layer_specs,
+    "glm_moe_dsa": glm_moe_dsa_layer_specs,
+    "deepseek_v4": deepseek_v4_layer_specs,
+    "kimi_k3": kimi_layer_specs,
+    "kimi_linear": kimi_layer_specs,
+}
+
+#: the HF model_type values kvcore-mla serves
+MLA_MODEL_TYPES: tuple[str, ...] = tuple(_ADAPTERS)
+
+
+def mla_layer_specs(model_config: Any, cache_config: Any) -> dict[str, KVCacheSpec] | None:
+    """The ``kvcore_layer_specs`` adapter: specs for the model types in
+    :data:`MLA_MODEL_TYPES`, None for any other."""
+    fn = _ADAPTERS.get(model_config.model_type)
+    if fn is None:
+        return None
+    return fn(model_config, cache_config)

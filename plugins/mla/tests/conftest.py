@@ -1,0 +1,17 @@
+"""kvcore-mla tests.  The Triton kernels run under the interpreter on CPU: the variable
+must be set before triton is imported."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
