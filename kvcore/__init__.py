@@ -26,6 +26,11 @@ from kvcore.errors import (
 from kvcore.hookspecs import hookimpl, hookspec
 from kvcore.quant import KVQuantMode, QuantScheme
 from kvcore.registry import SpecType, get_registry
+from kvcore.grouping import GroupingResult, group_layers
+from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
+from kvcore.models.planner import plan_model
+from kvcore.planning import plan, plan_from_specs_file, plan_to_dict
 from kvcore.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -50,6 +55,20 @@ __all__ = [
     "EncoderOnlyAttentionSpec",
     "SinkFullAttentionSpec",
     "PlanContext",
+    # grouping and planning
+    "group_layers",
+    "GroupingResult",
+    "plan",
+    "plan_model",
+    "plan_from_specs_file",
+    "plan_to_dict",
+    "KVCacheConfig",
+    "KVCacheGroupSpec",
+    "KVCacheTensor",
+    # models
+    "ModelConfig",
+    "CacheConfig",
+    "load_model_config",
     # dtypes and schemes
     "dtype_size",
     "normalize_dtype",

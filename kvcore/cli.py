@@ -1,0 +1,390 @@
+"""The ``kvcore`` command.
+
+``kvcore plan MODEL|--specs FILE [...]``
+    lay out and size the KV cache of a model (an embedded name, a config.json, or a
+    folder holding one), or of an explicit specs file.
+``kvcore simulate MODEL --trace FILE [...]``
+    replay a request trace through the block manager with prefix caching.
+``kvcore plugins [--json]``
+    the loaded plugins with their kinds, kv_cache_dtypes and model types.
+``kvcore models [--json]``
+    the embedded real configs.
+
+Errors on bad input print one line (``{"error": {...}}`` under ``--json``) and exit 2.
+Tables use rich when it is installed (``kvcore[cli]``), plain text otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvcore.errors import ConfigError, KVCoreError
+
+__all__ = ["main", "parse_size", "build_parser"]
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}
+
+
+def parse_size(text: str | int, field: str = "kv_cache_memory") -> int:
+    """Bytes from ``"20GiB"``, ``"20GB"``, ``"1.5 GiB"``, ``"4e9"`` or ``"8000000000"``.
+
+    Decimal units (KB, MB, GB, TB) are powers of 1000, binary ones (KiB ... TiB) of 1024.
+    Raises ConfigError naming the field for a malformed or negative size.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value: float = text
+    else:
+        m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*",
+                         str(text))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ConfigError(
+                f"{field}: cannot read {text!r} as a size; use bytes or a number with a "
+                f"unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB "
+                f"(powers of 1024), e.g. 20GiB", field=field, value=str(text))
+        value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value < 0:
+        raise ConfigError(f"{field}: the size must not be negative, got {text!r}",
+                          field=field, value=str(text))
+    return int(value)
+
+
+def _console() -> Any:
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console(highlight=False)
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    console = _console()
+    if console is not None:
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for i, col in enumerate(columns):
+            table.add_column(col, justify="left" if i == 1 or not i else "right")
+        for row in rows:
+            table.add_row(*[str(c) for c in row])
+        console.print(table)
+        return
+    widths = [max(len(str(c)) for c in [col] + [r[i] for r in rows])
+              for i, col in enumerate(columns)]
+    print(title)
+    print("  ".join(str(c).ljust(w) for c, w in zip(columns, widths)))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def _fmt(n: float | None) -> str:
+    from kvcore.planning import format_bytes
+
+    if n is None:
+        return "-"
+    return f"{int(n):,} B ({format_bytes(n)})" if n >= 1024 else f"{int(n):,} B"
+
+
+# ---- plan ------------------------------------------------------------------------------
+
+def _add_plan(sub: Any) -> None:
+    p = sub.add_parser("plan", help="lay out and size the KV cache of a model",
+                       description="Lay out and size the KV cache of a model, per rank.")
+    p.add_argument("model", nargs="?", help="embedded name (kvcore models), config.json "
+                   "path, or a folder holding one")
+    p.add_argument("--specs", metavar="FILE", help="plan an explicit specs file instead")
+    p.add_argument("--kv-cache-memory", metavar="SIZE",
+                   help="KV-cache budget per rank (20GiB, 20GB, bytes); a comma list gives "
+                        "one budget per pipeline stage")
+    p.add_argument("--max-model-len", metavar="N|auto",
+                   help="tokens per request (default: the config's max_position_embeddings;"
+                        " auto or -1: the longest that fits)")
+    p.add_argument("--kv-cache-dtype", default="auto", metavar="D",
+                   help="auto, bfloat16, fp8, int8_per_token_head, nvfp4, ... "
+                        "(default auto: the config's declared KV quantization or the model "
+                        "dtype)")
+    p.add_argument("--block-size", type=int, metavar="N", help="tokens per block")
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel size")
+    p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline-parallel size")
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192, metavar="N")
+    p.add_argument("--max-num-encoder-input-tokens", type=int, metavar="N")
+    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"])
+    p.add_argument("--num-speculative-tokens", type=int, default=0, metavar="N")
+    p.add_argument("--include-mtp", action="store_true",
+                   help="plan the multi-token-prediction layers too")
+    p.add_argument("--kernel-block-size", type=int, metavar="N")
+    p.add_argument("--kv-cache-layout", metavar="LAYOUT",
+                   help="physical axis order, e.g. LBNHC (default) or BLHNC")
+    p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--num-gpu-blocks-override", type=int, metavar="N")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--show-tensors", action="store_true", help="list the KV-cache tensors")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _plan_from_args(args: argparse.Namespace) -> Any:
+    from kvcore.models.planner import plan_model
+    from kvcore.planning import plan_from_specs_file
+
+    budget: int | list[int] | None = None
+    if args.kv_cache_memory is not None:
+        parts = [parse_size(x) for x in str(args.kv_cache_memory).split(",")]
+        budget = parts[0] if len(parts) == 1 else parts
+    max_len: int | None = None
+    if args.max_model_len is not None:
+        text = str(args.max_model_len).strip().lower()
+        if text in ("auto", "-1"):
+            max_len = -1
+        else:
+            try:
+                max_len = int(text)
+            except ValueError:
+                raise ConfigError(f"--max-model-len: {args.max_model_len!r} is not an int "
+                                  f"or 'auto'", field="max_model_len") from None
+            if max_len <= 0:
+                raise ConfigError(f"--max-model-len must be positive or auto, got {max_len}",
+                                  field="max_model_len", value=max_len)
+    if args.specs:
+        if args.model:
+            raise ConfigError("give either MODEL or --specs FILE, not both", field="specs")
+        path = Path(args.specs)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}", field="specs") from exc
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})",
+                              field="specs") from exc
+        if isinstance(data, dict) and isinstance(data.get("options"), dict):
+            opts = data["options"]
+            if budget is not None:
+                opts["kv_cache_memory_bytes"] = budget
+            if max_len is not None:
+                opts["max_model_len"] = max_len
+        return plan_from_specs_file(data), None
+    if not args.model:
+        raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
+                          field="model")
+    extra: dict[str, Any] = {}
+    for opt in ("kernel_block_size", "kv_cache_layout", "num_gpu_blocks_override"):
+        if getattr(args, opt) is not None:
+            extra[opt] = getattr(args, opt)
+    if args.disable_hybrid_kv_cache_manager:
+        extra["disable_hybrid_kv_cache_manager"] = True
+    config = plan_model(
+        args.model, kv_cache_memory_bytes=budget, max_model_len=max_len,
+        block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tp, pipeline_parallel_size=args.pp,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_encoder_input_tokens=args.max_num_encoder_input_tokens,
+        mamba_cache_mode=args.mamba_cache_mode,
+        num_speculative_tokens=args.num_speculative_tokens,
+        include_mtp_layers=args.include_mtp,
+        enable_prefix_caching=not args.no_prefix_caching, **extra)
+    return config, args.model
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from kvcore.planning import plan_to_dict
+
+    config, model = _plan_from_args(args)
+    out = plan_to_dict(config)
+    s = config.stats
+    if args.json:
+        for key in ("model", "model_type", "kv_cache_dtype", "model_dtype", "layers_per_kind"):
+            if key in s:
+                out[key] = s[key]
+        out["per_rank"] = {"tensor_parallel_size": s.get("tensor_parallel_size", 1),
+                           "pipeline_parallel_size": s.get("pipeline_parallel_size", 1)}
+        print(json.dumps(out, indent=2))
+        return 0
+    _print_plan(config, out, model)
+    if args.show_tensors:
+        _print_tensors(out)
+    return 0
+
+
+def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
+    s = config.stats
+    tp, pp = s.get("tensor_parallel_size", 1), s.get("pipeline_parallel_size", 1)
+    head = f"kvcore plan: {s.get('model') or model or 'specs file'}"
+    if s.get("model_type"):
+        head += f" (model_type {s['model_type']}, dtype {s.get('model_dtype')}, " \
+                f"kv_cache_dtype {s.get('kv_cache_dtype')})"
+    print(head)
+    print(f"per rank: tensor parallel {tp}, pipeline parallel {pp}"
+          + (" (each stage plans its own layers; num_blocks is the minimum over stages)"
+             if pp > 1 else ""))
+    rows = []
+    for i, g in enumerate(out["groups"]):
+        rows.append([i, g["type"], g["num_layers"], g["block_size"],
+                     f"{g['page_size_bytes']:,}", f"{g['padding_bytes']:,}"])
+    _table("KV-cache groups (layers sharing one block table)",
+           ["#", "kind", "layers", "block size", "page size (B)", "padding (B)"],
+           rows)
+    print(f"layout: {out['kv_cache_layout']}, strategy: {out['strategy']}")
+    for note in out.get("notes") or []:
+        print(f"  note: {note}")
+    print(f"bytes per token (K/V, all growing layers): {_fmt(out['bytes_per_token'])}")
+    if out["cross_attention_bytes_per_request"]:
+        print(f"cross-attention per request: {_fmt(out['cross_attention_bytes_per_request'])}")
+    if out["state_bytes_per_request"]:
+        print(f"recurrent state per request: {_fmt(out['state_bytes_per_request'])}")
+    print(f"bytes per block id (all groups): {_fmt(out['bytes_per_block'])}; padding waste "
+          f"per block id: {_fmt(out['padding_bytes_per_block'])}")
+    print(f"one request of max_model_len {out['max_model_len']:,}: "
+          f"{out['blocks_per_request']:,} blocks; needs "
+          f"{_fmt(out['kv_cache_memory_bytes_for_one_request'])} with the null block")
+    if out["num_blocks"] is None:
+        print("no memory budget given (--kv-cache-memory): capacity not computed")
+        return
+    if out["kv_cache_memory_bytes"] is not None:
+        budget = out["kv_cache_memory_bytes"]
+        text = ", ".join(_fmt(b) for b in budget) if isinstance(budget, list) else _fmt(budget)
+        print(f"budget: {text}")
+    print(f"num_blocks: {out['num_blocks']:,} (block 0 is the null block)")
+    print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
+          f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens")
+    if out.get("longest_max_model_len") is not None:
+        print(f"longest max_model_len that fits: {out['longest_max_model_len']:,} tokens")
+
+
+def _print_tensors(out: dict[str, Any]) -> None:
+    rows = []
+    for i, t in enumerate(out["kv_cache_tensors"]):
+        names = t["shared_by"]
+        shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+        rows.append([i, f"{t['size']:,}", t["offset"], f"{t['block_stride']:,}", shown])
+    _table("KV-cache tensors", ["#", "size (B)", "offset (B)", "block stride (B)",
+                                "shared by"], rows)
+
+
+# ---- plugins / models ---------------------------------------------------------------------
+
+def _add_plugins(sub: Any) -> None:
+    p = sub.add_parser("plugins", help="list the loaded plugins")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_plugins)
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from kvcore.plugins import list_plugins
+
+    plugins = [p.to_dict() for p in list_plugins()]
+    if args.json:
+        print(json.dumps({"plugins": plugins}, indent=2))
+        return 0
+
+    def short(items: list[str], limit: int = 12) -> str:
+        if not items:
+            return "-"
+        more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+        return ", ".join(items[:limit]) + more
+
+    console = _console()
+    for p in plugins:
+        title = f"{p['name']}  ({p['distribution']} {p['version']})"
+        if console is not None:
+            console.print(f"[bold]{title}[/bold]")
+        else:
+            print(title)
+        print(f"  kinds:           {short(p['kinds'])}")
+        print(f"  kv_cache_dtypes: {short(p['kv_cache_dtypes'])}")
+        print(f"  model types:     {short(p['model_types'], 24)}")
+        print(f"  hooks:           {short(p['hooks'])}")
+    return 0
+
+
+def _add_models(sub: Any) -> None:
+    p = sub.add_parser("models", help="list the embedded real model configs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_models)
+
+
+def _model_kinds(name: str) -> tuple[str, str]:
+    from kvcore.models import load_model_config
+    from kvcore.models.config import CacheConfig
+    from kvcore.models.planner import layer_specs_for
+
+    cfg = load_model_config(name)
+    try:
+        specs = layer_specs_for(cfg, CacheConfig())
+    except KVCoreError as exc:
+        return cfg.model_type, f"({exc.message})"
+    kinds: dict[str, int] = {}
+    for s in specs.values():
+        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    return cfg.model_type, ", ".join(f"{k} x{n}" for k, n in kinds.items())
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from kvcore.models import embedded_names
+
+    rows = []
+    for name in embedded_names():
+        model_type, kinds = _model_kinds(name)
+        rows.append([name, model_type, kinds])
+    if args.json:
+        print(json.dumps({"models": [{"name": n, "model_type": t, "attention": k}
+                                     for n, t, k in rows]}, indent=2))
+        return 0
+    _table("embedded model configs (kvcore plan NAME)", ["name", "model_type",
+                                                         "layers per kind"], rows)
+    return 0
+
+
+# ---- entry point -----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from kvcore import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kvcore", description="Lay out, size and manage the KV cache of LLM serving "
+        "engines.")
+    parser.add_argument("--version", action="version", version=f"kvcore {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_plan(sub)
+    try:
+        from kvcore.sim import command as sim_command
+    except ImportError:
+        sim_command = None  # type: ignore[assignment]
+    if sim_command is not None and hasattr(sim_command, "add_subparser"):
+        sim_command.add_subparser(sub)
+    _add_plugins(sub)
+    _add_models(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    as_json = bool(getattr(args, "json", False))
+    try:
+        return int(args.func(args) or 0)
+    except KVCoreError as exc:
+        if as_json:
+            print(json.dumps({"error": exc.to_dict()}))
+        else:
+            print(f"kvcore {args.command}: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Model -> per-layer specs (through the installed adapters) -> plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kvcore.errors import ConfigError, MissingPluginError, UnknownModelTypeError
+from kvcore.kv_cache_config import KVCacheConfig
+from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
+from kvcore.specs import KVCacheSpec
+
+__all__ = ["layer_specs_for", "plan_model", "supported_model_types", "default_max_model_len"]
+
+
+def supported_model_types() -> list[str]:
+    """Every model_type an installed adapter serves (core and plugins)."""
+    from kvcore.plugins import get_plugin_manager
+    from kvcore.registry import get_registry
+
+    get_registry()
+    types: list[str] = []
+    for result in get_plugin_manager().hook.kvcore_model_types():
+        types.extend(result or [])
+    return sorted(set(types))
+
+
+def layer_specs_for(model: ModelConfig, cache: CacheConfig) -> dict[str, KVCacheSpec]:
+    """``{layer name: spec}`` for a model, from the first adapter that serves it.
+
+    Raises
+    ------
+    MissingPluginError
+        The model type is served by a known plugin that is not installed (names it).
+    UnknownModelTypeError
+        No adapter serves the model type (lists the supported ones).
+    ConfigError
+        The adapter found a malformed or missing field.
+    """
+    from kvcore.plugins import get_plugin_manager
+    from kvcore.registry import KNOWN_PLUGIN_MODEL_TYPES, get_registry
+
+    get_registry()  # loads plugins, validates them
+    specs = get_plugin_manager().hook.kvcore_layer_specs(model_config=model,
+                                                          cache_config=cache)
+    if specs is not None:
+        if not specs:
+            raise ConfigError(f"{model.source or model.name}: the adapter for model_type "
+                              f"{model.model_type!r} found no KV-cache layers")
+        return dict(specs)
+    for mt in (model.model_type, model.text_model_type):
+        dists = KNOWN_PLUGIN_MODEL_TYPES.get(mt or "")
+        if dists:
+            missing = [d for d in dists if d not in _installed_distributions()]
+            need = missing or list(dists)
+            raise MissingPluginError(
+                f"model_type {mt!r} is served by the plugin{'s' if len(need) > 1 else ''} "
+                f"{' and '.join(need)}, which {'are' if len(need) > 1 else 'is'} not "
+                f"installed (pip install {' '.join(need)})", model_type=mt,
+                distribution=need[0], distributions=need)
+    raise UnknownModelTypeError(
+        f"{model.source or model.name}: model_type {model.model_type!r} is not supported by "
+        f"the installed adapters; supported: {', '.join(supported_model_types())}",
+        model_type=model.model_type)
+
+
+def _installed_distributions() -> set[str]:
+    from kvcore.plugins import list_plugins
+
+    return {p.distribution for p in list_plugins()}
+
+
+def default_max_model_len(model: ModelConfig) -> int | None:
+    """The config's longest sequence: max_position_embeddings (Whisper:
+    max_target_positions)."""
+    for key in ("max_target_positions", "max_position_embeddings", "max_seq_len",
+                "seq_length", "n_positions"):
+        v = model.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            if key == "max_target_positions" or model.model_type != "whisper":
+                return v
+    return None
+
+
+def plan_model(
+    model: str | Path | ModelConfig,
+    *,
+    kv_cache_memory_bytes: int | list[int] | None = None,
+    max_model_len: int | None = None,
+    block_size: int | None = None,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    max_num_batched_tokens: int = 8192,
+    max_num_encoder_input_tokens: int | None = None,
+    mamba_cache_mode: str = "none",
+    num_speculative_tokens: int = 0,
+    include_mtp_layers: bool = False,
+    enable_prefix_caching: bool = True,
+    **plan_options: Any,
+) -> KVCacheConfig:
+    """Plan the KV cache of a model (a config.json path, a folder, an embedded name, or a
+    :class:`ModelConfig`), per rank.
+
+    ``max_model_len`` None = the config's ``max_position_embeddings``; -1 = the longest
+    that fits.  ``max_num_encoder_input_tokens`` None = the config's
+    ``max_source_positions`` (encoder-decoder models).  Other options are passed to
+    :func:`kvcore.planning.plan`.  The returned config's ``stats`` also carry
+    ``model``, ``model_type`` and ``layers_per_kind``.
+
+    Raises ConfigError, MissingPluginError, UnknownModelTypeError,
+    NotEnoughMemoryError (see :func:`layer_specs_for` and :func:`kvcore.planning.plan`).
+    """
+    from kvcore.planning import plan
+
+    cfg = model if isinstance(model, ModelConfig) else load_model_config(model)
+    for name, value in (("tensor_parallel_size", tensor_parallel_size),
+                        ("pipeline_parallel_size", pipeline_parallel_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}", field=name)
+    if block_size is not None and (isinstance(block_size, bool) or
+                                   not isinstance(block_size, int) or block_size < 1):
+        raise ConfigError(f"block_size must be a positive int, got {block_size!r}",
+                          field="block_size")
+    cache = CacheConfig(block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+                        tensor_parallel_size=tensor_parallel_size,
+                        pipeline_parallel_size=pipeline_parallel_size,
+                        mamba_cache_mode=mamba_cache_mode,
+                        num_speculative_tokens=num_speculative_tokens,
+                        include_mtp_layers=include_mtp_layers)
+    specs = layer_specs_for(cfg, cache)
+    if max_model_len is None:
+        max_model_len = default_max_model_len(cfg)
+        if max_model_len is None:
+            raise ConfigError(f"{cfg.source or cfg.name}: the config has no "
+                              f"max_position_embeddings; pass max_model_len",
+                              field="max_position_embeddings")
+    if max_num_encoder_input_tokens is None:
+        enc = cfg.get("max_source_positions")
+        max_num_encoder_input_tokens = enc if isinstance(enc, int) else 0
+    is_enc_dec = any(s.kind == "cross_attention" for s in specs.values())
+    config = plan(
+        specs,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_encoder_input_tokens=max_num_encoder_input_tokens,
+        mamba_cache_mode=mamba_cache_mode,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        num_speculative_tokens=num_speculative_tokens,
+        enable_prefix_caching=enable_prefix_caching and not is_enc_dec,
+        max_model_len_limit=plan_options.pop("max_model_len_limit", None)
+        or default_max_model_len(cfg),
+        **plan_options,
+    )
+    config.stats.update({
+        "model": cfg.name,
+        "model_type": cfg.model_type,
+        "model_source": cfg.source,
+        "kv_cache_dtype": kv_cache_dtype if kv_cache_dtype != "auto"
+        else (cfg.kv_cache_dtype or "auto"),
+        "model_dtype": cfg.dtype,
+        "layers_per_kind": dict(Counter(s.kind for s in specs.values())),
+        "num_layers": len(specs),
+    })
+    return config

@@ -1,0 +1,439 @@
+"""Groups + a memory budget -> a :class:`~kvcore.kv_cache_config.KVCacheConfig`.
+
+Conventions (those of vLLM v1's ``get_kv_cache_configs``, and of the planner vectors):
+
+* bytes per block id = the largest sum of page sizes over the layers of one group;
+  ``num_blocks = budget // bytes per block id`` (with pipeline stages, the smallest
+  result over the stages, each stage counting only its own layers).  ``num_blocks``
+  includes the null block (block 0, never handed to a request).
+* blocks one request of ``max_model_len`` needs = the sum over groups of each group's
+  own admission cap (:meth:`KVCacheSpec.max_num_blocks_per_req`).
+* ``max_concurrency = num_blocks / blocks per request`` (null block not subtracted);
+  ``kv_cache_capacity_tokens = int(max_concurrency x max_model_len)``.
+* planning fails when one request of max_model_len does not fit in ``num_blocks - 1``
+  blocks; the error states the smallest budget that plans,
+  ``(blocks per request + 1) x bytes per block id``, and the longest max_model_len the
+  budget allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvcore.errors import ConfigError, NotEnoughMemoryError
+from kvcore.grouping import (
+    GroupingResult,
+    blocks_per_request,
+    group_layers,
+    is_block_outermost,
+)
+from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+from kvcore.specs import KVCacheSpec, PlanContext
+
+__all__ = ["plan", "plan_from_specs_file", "plan_to_dict", "format_bytes",
+           "SPECS_FILE_OPTIONS"]
+
+GiB = 1 << 30
+
+SPECS_FILE_OPTIONS = (
+    "kv_cache_memory_bytes", "max_model_len", "max_num_batched_tokens",
+    "max_num_encoder_input_tokens", "enable_prefix_caching",
+    "disable_hybrid_kv_cache_manager", "mamba_cache_mode", "num_gpu_blocks_override",
+    "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
+    "kernel_block_size", "kv_cache_layout", "stages", "num_speculative_tokens",
+    "max_model_len_limit",
+)
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes as a short human string (binary units)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ConfigError(f"{name} must be {what}, got {value!r}", field=name, value=value)
+    return value
+
+
+def _stage_bytes_per_block(groups: Sequence[KVCacheGroupSpec], layers: set[str]) -> int:
+    best = 0
+    for g in groups:
+        specs = g.layer_specs if g.layer_specs is not None else (g.spec,) * len(g.layer_names)
+        best = max(best, sum(s.page_size_bytes for n, s in zip(g.layer_names, specs)
+                             if n in layers))
+    return best
+
+
+def _tensors(groups: Sequence[KVCacheGroupSpec], num_blocks: int, block_outermost: bool,
+             bytes_per_block: int) -> list[KVCacheTensor]:
+    if block_outermost:
+        out = []
+        for g in groups:
+            offset = 0
+            for name in g.layer_names:
+                page = g.spec_of(name).page_size_bytes
+                out.append(KVCacheTensor(num_blocks * page, (name,), offset, bytes_per_block))
+                offset += page
+        return out
+    if len(groups) == 1 and groups[0].layer_specs is not None:
+        g = groups[0]
+        return [KVCacheTensor(num_blocks * g.spec_of(n).page_size_bytes, (n,), 0,
+                              g.spec_of(n).page_size_bytes) for n in g.layer_names]
+    size = max(len(g.layer_names) for g in groups)
+    out = []
+    for j in range(size):
+        names = tuple(g.layer_names[j] for g in groups if j < len(g.layer_names))
+        page = max(g.spec_of(g.layer_names[j]).page_size_bytes
+                   for g in groups if j < len(g.layer_names))
+        out.append(KVCacheTensor(num_blocks * page, names, 0, page))
+    return out
+
+
+def _longest_len(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext, usable_blocks: int,
+                 limit: int) -> int:
+    """Largest L in [0, limit] with blocks_per_request(L) <= usable_blocks."""
+    if usable_blocks <= 0:
+        return 0
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks_per_request(groups, ctx, mid) <= usable_blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def plan(
+    layer_specs: Mapping[str, KVCacheSpec],
+    *,
+    max_model_len: int,
+    kv_cache_memory_bytes: int | Sequence[int] | None = None,
+    max_num_batched_tokens: int = 8192,
+    max_num_encoder_input_tokens: int = 0,
+    enable_prefix_caching: bool = True,
+    disable_hybrid_kv_cache_manager: bool = False,
+    mamba_cache_mode: str = "none",
+    num_gpu_blocks_override: int | None = None,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    decode_context_parallel_size: int = 1,
+    num_speculative_tokens: int = 0,
+    kernel_block_size: int | None = None,
+    kv_cache_layout: str | None = None,
+    stages: Sequence[Sequence[str]] | None = None,
+    max_model_len_limit: int | None = None,
+) -> KVCacheConfig:
+    """Plan a KV cache for ``layer_specs`` (``{layer name: spec}`` in layer order).
+
+    Parameters
+    ----------
+    max_model_len:
+        Tokens per request; -1 = the longest that fits the budget (up to
+        ``max_model_len_limit``, default 2**24).
+    kv_cache_memory_bytes:
+        The KV-cache budget in bytes per rank; a list gives one budget per pipeline
+        stage (then ``stages`` lists each stage's layers, or layers are split evenly).
+        None: plan without a budget (per-token, per-block and per-request figures only;
+        ``num_blocks`` and the capacity fields are None).
+    num_gpu_blocks_override:
+        Use this many blocks instead of the budget's.
+    Other parameters: see :class:`kvcore.specs.PlanContext` and
+    :func:`kvcore.grouping.group_layers`.
+
+    Returns
+    -------
+    KVCacheConfig
+        ``stats`` holds max_concurrency, kv_cache_capacity_tokens,
+        estimated_max_model_len, bytes_per_token, blocks_per_request, ... (see
+        :func:`plan_to_dict`).
+
+    Raises
+    ------
+    ConfigError
+        A malformed option (names the option and what is valid).
+    NotEnoughMemoryError
+        The budget cannot hold one request of ``max_model_len``; carries
+        ``min_kv_cache_memory_bytes`` and ``estimated_max_model_len``.
+    """
+    if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or \
+            (max_model_len <= 0 and max_model_len != -1):
+        raise ConfigError(f"max_model_len must be a positive int or -1 (the longest that "
+                          f"fits), got {max_model_len!r}", field="max_model_len",
+                          value=max_model_len)
+    limit = _check_int("max_model_len_limit", max_model_len_limit or (1 << 24), 1)
+    budgets: list[int] | None
+    if kv_cache_memory_bytes is None:
+        budgets = None
+    elif isinstance(kv_cache_memory_bytes, (list, tuple)):
+        budgets = [_check_int("kv_cache_memory_bytes", b, 0) for b in kv_cache_memory_bytes]
+        if not budgets:
+            raise ConfigError("kv_cache_memory_bytes is an empty list",
+                              field="kv_cache_memory_bytes")
+    else:
+        budgets = [_check_int("kv_cache_memory_bytes", kv_cache_memory_bytes, 0)]
+    if num_gpu_blocks_override is not None:
+        _check_int("num_gpu_blocks_override", num_gpu_blocks_override, 1)
+    if max_model_len == -1 and budgets is None and num_gpu_blocks_override is None:
+        raise ConfigError("max_model_len -1 (the longest that fits) needs a memory budget "
+                          "(kv_cache_memory_bytes)", field="max_model_len")
+    try:
+        ctx = PlanContext(
+            max_model_len=max_model_len if max_model_len > 0 else limit,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_encoder_input_tokens=max_num_encoder_input_tokens,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            decode_context_parallel_size=decode_context_parallel_size,
+            mamba_cache_mode=mamba_cache_mode,
+            num_speculative_tokens=num_speculative_tokens,
+            enable_prefix_caching=enable_prefix_caching,
+        )
+    except Exception as exc:  # SpecError from validation
+        raise ConfigError(str(exc), **getattr(exc, "extra", {})) from exc
+
+    grouping: GroupingResult = group_layers(
+        layer_specs, ctx=ctx, kernel_block_size=kernel_block_size,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+        kv_cache_layout=kv_cache_layout,
+        kv_cache_memory_bytes=budgets[0] if budgets else None)
+    groups = grouping.groups
+    block_outermost = is_block_outermost(kv_cache_layout)
+    layout = (kv_cache_layout or "LBNHC").upper()
+    bytes_per_block = grouping.bytes_per_block
+    all_layers = [n for g in groups for n in g.layer_names]
+
+    # ---- pipeline stages ----
+    stage_layers: list[list[str]]
+    if stages is not None:
+        stage_layers = [list(s) for s in stages]
+        known = set(layer_specs)
+        for s in stage_layers:
+            for n in s:
+                if n not in known:
+                    raise ConfigError(f"stages lists layer {n!r}, which is not among the "
+                                      f"layers", field="stages", layer=n)
+    elif budgets is not None and len(budgets) > 1:
+        names = list(layer_specs)
+        k = len(budgets)
+        stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
+                        for i in range(k)]
+    elif pipeline_parallel_size > 1:
+        names = list(layer_specs)
+        k = pipeline_parallel_size
+        stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
+                        for i in range(k)]
+    else:
+        stage_layers = [all_layers]
+    if budgets is not None and len(budgets) == 1 and len(stage_layers) > 1:
+        budgets = budgets * len(stage_layers)
+    if budgets is not None and len(budgets) != len(stage_layers):
+        raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} budgets for "
+                          f"{len(stage_layers)} pipeline stages", field="kv_cache_memory_bytes")
+    stage_bpb = [_stage_bytes_per_block(groups, set(s)) for s in stage_layers] \
+        if len(stage_layers) > 1 else [bytes_per_block]
+
+    # ---- per-request figures ----
+    plan_len = max_model_len if max_model_len > 0 else limit
+    blocks_req = blocks_per_request(groups, ctx, plan_len) if groups else 0
+    bytes_per_token = 0.0
+    cross_bytes = 0
+    state_bytes = 0
+    for g in groups:
+        for n in g.layer_names:
+            s = g.spec_of(n)
+            if s.kind == "cross_attention" or (s.scales_with_block_size and s.bytes_per_token == 0):
+                cross_bytes += s.max_memory_usage_bytes(ctx, plan_len)
+            elif s.scales_with_block_size:
+                bytes_per_token += s.bytes_per_token
+            else:
+                state_bytes += s.max_memory_usage_bytes(ctx, plan_len)
+    padding = max((sum(g.spec_of(n).padding_bytes for n in g.layer_names) for g in groups),
+                  default=0)
+
+    # ---- blocks ----
+    num_blocks: int | None = None
+    per_stage_blocks: list[int] | None = None
+    limiting = 0
+    if num_gpu_blocks_override is not None:
+        num_blocks = num_gpu_blocks_override
+    elif budgets is not None and bytes_per_block > 0:
+        per_stage_blocks = [b // max(bpb, 1) if bpb else 1 << 62
+                            for b, bpb in zip(budgets, stage_bpb)]
+        limiting = min(range(len(per_stage_blocks)), key=per_stage_blocks.__getitem__)
+        num_blocks = per_stage_blocks[limiting]
+
+    estimated = None
+    if num_blocks is not None:
+        usable = num_blocks - 1
+        fit_len = _longest_len(groups, ctx, usable, limit if max_model_len == -1
+                               else max(plan_len, 1))
+        if max_model_len == -1:
+            if fit_len <= 0:
+                bpb = stage_bpb[limiting]
+                raise NotEnoughMemoryError(
+                    f"the KV-cache budget holds {num_blocks} blocks of {bpb} B, not enough "
+                    f"for the null block plus one block per group ({len(groups)} groups); "
+                    f"the smallest budget that plans is {(len(groups) + 1) * bpb} B",
+                    min_kv_cache_memory_bytes=(blocks_per_request(groups, ctx, 1) + 1) * bpb,
+                    estimated_max_model_len=0)
+            plan_len = fit_len
+            ctx = PlanContext(**{**ctx.__dict__, "max_model_len": plan_len})
+            blocks_req = blocks_per_request(groups, ctx, plan_len)
+            estimated = plan_len
+        elif blocks_req > usable:
+            bpb = stage_bpb[limiting]
+            needed = blocks_req * bpb
+            min_budget = (blocks_req + 1) * bpb
+            budget = budgets[limiting] if budgets else num_blocks * bpb
+            longest = _longest_len(groups, ctx, usable, plan_len)
+            stage = f" (pipeline stage {limiting})" if len(stage_layers) > 1 else ""
+            raise NotEnoughMemoryError(
+                f"one request of max_model_len {plan_len} needs {needed} B "
+                f"({format_bytes(needed)}) of KV cache{stage} ({blocks_req} blocks of "
+                f"{bpb} B) plus the null block, more than the budget of {budget} B "
+                f"({format_bytes(budget)}) holds; the smallest budget that plans is "
+                f"{min_budget} B ({format_bytes(min_budget)}), and the longest "
+                f"max_model_len this budget allows is {longest}",
+                min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=longest,
+                kv_cache_memory_bytes=budget, max_model_len=plan_len)
+        else:
+            estimated = plan_len
+
+    longest = None
+    if num_blocks is not None and groups:
+        longest = _longest_len(groups, ctx, num_blocks - 1, limit)
+    max_conc = capacity = None
+    if num_blocks is not None and blocks_req:
+        max_conc = num_blocks / blocks_req
+        capacity = int(max_conc * plan_len)
+
+    attn_dtypes = {getattr(g.spec_of(n), "kv_cache_dtype", None) for g in groups
+                   for n in g.layer_names} - {None}
+    elem_dtypes = {getattr(g.spec_of(n), "dtype", None) for g in groups
+                   for n in g.layer_names} - {None}
+    has_mamba = any(g.spec_of(n).kind == "mamba" for g in groups for n in g.layer_names)
+    has_state = any(not g.spec_of(n).scales_with_block_size for g in groups
+                    for n in g.layer_names)
+    mixed = len(attn_dtypes) > 1 or len(elem_dtypes) > 1
+    tensors = _tensors(groups, num_blocks or 0, block_outermost, bytes_per_block)
+    stats: dict[str, Any] = {
+        "max_concurrency": max_conc,
+        "kv_cache_capacity_tokens": capacity,
+        "estimated_max_model_len": estimated,
+        "longest_max_model_len": longest,
+        "bytes_per_token": bytes_per_token,
+        "cross_attention_bytes_per_request": cross_bytes,
+        "state_bytes_per_request": state_bytes,
+        "padding_bytes_per_block": padding,
+        "blocks_per_request": blocks_req,
+        "kv_cache_memory_bytes_for_one_request": (blocks_req + 1) * max(stage_bpb),
+        "kv_cache_memory_bytes": budgets[0] if budgets and len(budgets) == 1 else budgets,
+        "num_blocks_per_stage": per_stage_blocks,
+        "stages": stage_layers if len(stage_layers) > 1 else None,
+        "has_mamba_layers": has_mamba,
+        "has_mixed_precision_kv_cache": mixed,
+        "needs_kv_cache_zeroing": has_state or mixed,
+        "strategy": grouping.strategy,
+        "notes": list(grouping.notes),
+        "skipped_layers": list(grouping.skipped_layers),
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_encoder_input_tokens": max_num_encoder_input_tokens,
+        "enable_prefix_caching": enable_prefix_caching,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": max(pipeline_parallel_size, len(stage_layers)),
+        "plan_context": ctx,
+    }
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
+                         kv_cache_groups=groups, max_model_len=plan_len,
+                         bytes_per_block=bytes_per_block, kv_cache_layout=layout, stats=stats)
+
+
+def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
+    """Plan from a specs file (DESIGN.md section 5): ``{"options": {...}, "layers":
+    {name: spec dict}}``.  Raises ConfigError naming an unknown option or bad layer."""
+    from kvcore.specs import KVCacheSpec
+
+    if not isinstance(data, Mapping):
+        raise ConfigError("a specs file must hold a JSON object with 'options' and 'layers'")
+    options = data.get("options", {})
+    layers = data.get("layers")
+    if not isinstance(options, Mapping):
+        raise ConfigError("'options' must be an object", field="options")
+    if not isinstance(layers, Mapping) or not layers:
+        raise ConfigError("'layers' must be a non-empty object {layer name: spec}",
+                          field="layers")
+    unknown = sorted(set(options) - set(SPECS_FILE_OPTIONS))
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid options: "
+                          f"{', '.join(SPECS_FILE_OPTIONS)}", field=unknown[0])
+    specs: dict[str, KVCacheSpec] = {}
+    for name, d in layers.items():
+        try:
+            specs[name] = KVCacheSpec.from_dict(dict(d))
+        except ConfigError:
+            raise
+        except Exception as exc:
+            if hasattr(exc, "message"):
+                exc.message = f"layer {name!r}: {exc.message}"  # type: ignore[attr-defined]
+                exc.args = (exc.message,)  # type: ignore[attr-defined]
+            raise
+    opts = dict(options)
+    if "max_model_len" not in opts:
+        raise ConfigError("options.max_model_len is required (a positive int, or -1 for "
+                          "the longest that fits)", field="max_model_len")
+    return plan(specs, **opts)
+
+
+def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
+    """The JSON form of a plan (DESIGN.md section 5)."""
+    s = config.stats
+    groups = []
+    for g in config.kv_cache_groups:
+        groups.append({
+            "type": g.kind,
+            "layer_names": list(g.layer_names),
+            "num_layers": len(g.layer_names),
+            "block_size": g.block_size,
+            "page_size_bytes": g.page_size_bytes,
+            "padding_bytes": sum(g.spec_of(n).padding_bytes for n in g.layer_names),
+            "spec": g.spec.to_dict(),
+        })
+    out: dict[str, Any] = {
+        "num_blocks": config.num_blocks,
+        "groups": groups,
+        "bytes_per_block": config.bytes_per_block,
+        "kv_cache_tensors": [t.to_dict() for t in config.kv_cache_tensors],
+        "kv_cache_capacity_tokens": s.get("kv_cache_capacity_tokens"),
+        "max_concurrency": s.get("max_concurrency"),
+        "max_model_len": config.max_model_len,
+        "estimated_max_model_len": s.get("estimated_max_model_len"),
+        "longest_max_model_len": s.get("longest_max_model_len"),
+        "bytes_per_token": s.get("bytes_per_token"),
+        "cross_attention_bytes_per_request": s.get("cross_attention_bytes_per_request"),
+        "state_bytes_per_request": s.get("state_bytes_per_request"),
+        "padding_bytes_per_block": s.get("padding_bytes_per_block"),
+        "blocks_per_request": s.get("blocks_per_request"),
+        "kv_cache_memory_bytes_for_one_request":
+            s.get("kv_cache_memory_bytes_for_one_request"),
+        "kv_cache_memory_bytes": s.get("kv_cache_memory_bytes"),
+        "kv_cache_layout": config.kv_cache_layout,
+        "has_mamba_layers": s.get("has_mamba_layers"),
+        "has_mixed_precision_kv_cache": s.get("has_mixed_precision_kv_cache"),
+        "needs_kv_cache_zeroing": s.get("needs_kv_cache_zeroing"),
+        "strategy": s.get("strategy"),
+        "notes": s.get("notes"),
+    }
+    bpt = out["bytes_per_token"]
+    if isinstance(bpt, float) and bpt.is_integer():
+        out["bytes_per_token"] = int(bpt)
+    for key in ("num_blocks_per_stage", "stages", "skipped_layers"):
+        if s.get(key):
+            out[key] = s[key]
+    return out
