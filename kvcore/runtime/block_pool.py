@@ -1,0 +1,355 @@
+"""The block pool: the one owner of every KV-cache block id.
+
+A block is in exactly one of three states:
+
+* **free**: in the free queue, no hash (reused first);
+* **cached-and-free** (evictable): in the free queue *and* in the prefix cache under
+  its hash; reusing it for new content evicts it;
+* **held**: ``ref_cnt > 0`` (by one or more requests, or reserved by a manager), not in
+  the free queue.  A held block may also be in the prefix cache.
+
+Block 0 is the *null block*: never handed out, used as a placeholder in block tables
+for blocks a request no longer needs (tokens that left a sliding window).
+
+Eviction order (vLLM v1 ``BlockPool`` / ``FreeKVCacheBlockQueue``): new blocks are taken
+from the front of the free queue.  A request's blocks are freed last block first; a
+freed block that holds cached content goes to the back, a block without a hash (a
+partial last block, or caching off) to the front.  Cached blocks are therefore evicted
+least-recently-freed first, and content-free blocks are reused before any cached one
+(vLLM issue: a new request must never take A's cached blocks while empty ones exist).
+
+The free queue is a doubly linked list threaded through the blocks themselves
+(``prev_free`` / ``next_free``), so taking a cache hit out of the middle is O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "KVCacheBlock",
+    "FreeBlockQueue",
+    "BlockPool",
+    "BlockStored",
+    "BlockRemoved",
+    "AllBlocksCleared",
+]
+
+
+class KVCacheBlock:
+    """One block id and its bookkeeping.
+
+    Attributes
+    ----------
+    block_id: index into the KV-cache tensors (0 = the null block).
+    ref_cnt: number of holders (requests, or a manager's reservation).
+    block_hash: the prefix-cache key while the block is cached, else None.
+    group_id: the KV-cache group whose cache holds ``block_hash``.
+    prev_free, next_free: free-queue links (None when not in the queue).
+    """
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "group_id", "prev_free",
+                 "next_free", "is_null")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: bytes | None = None
+        self.group_id = -1
+        self.prev_free: KVCacheBlock | None = None
+        self.next_free: KVCacheBlock | None = None
+        self.is_null = False
+
+    def __repr__(self) -> str:
+        h = self.block_hash.hex()[:8] if self.block_hash else None
+        return f"KVCacheBlock(id={self.block_id}, ref_cnt={self.ref_cnt}, hash={h})"
+
+
+class FreeBlockQueue:
+    """Doubly linked list of free blocks with O(1) ``remove``, ``append``,
+    ``appendleft`` and ``popleft`` (sentinel head and tail)."""
+
+    __slots__ = ("num_free_blocks", "head", "tail")
+
+    def __init__(self, blocks: Sequence[KVCacheBlock]) -> None:
+        self.head = KVCacheBlock(-1)
+        self.tail = KVCacheBlock(-1)
+        prev = self.head
+        for b in blocks:
+            prev.next_free = b
+            b.prev_free = prev
+            prev = b
+        prev.next_free = self.tail
+        self.tail.prev_free = prev
+        self.num_free_blocks = len(blocks)
+
+    def popleft(self) -> KVCacheBlock:
+        b = self.head.next_free
+        if b is self.tail or b is None:
+            raise ValueError("no free blocks")
+        nxt = b.next_free
+        self.head.next_free = nxt
+        nxt.prev_free = self.head  # type: ignore[union-attr]
+        b.prev_free = b.next_free = None
+        self.num_free_blocks -= 1
+        return b
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        """The first ``n`` blocks, removed; raises ValueError if fewer are free."""
+        if n > self.num_free_blocks:
+            raise ValueError(f"asked for {n} blocks, {self.num_free_blocks} free")
+        out = []
+        b = self.head.next_free
+        for _ in range(n):
+            out.append(b)
+            nxt = b.next_free  # type: ignore[union-attr]
+            b.prev_free = b.next_free = None  # type: ignore[union-attr]
+            b = nxt
+        self.head.next_free = b
+        b.prev_free = self.head  # type: ignore[union-attr]
+        self.num_free_blocks -= n
+        return out  # type: ignore[return-value]
+
+    def remove(self, b: KVCacheBlock) -> None:
+        p, n = b.prev_free, b.next_free
+        if p is None or n is None:
+            raise ValueError(f"{b} is not in the free queue")
+        p.next_free = n
+        n.prev_free = p
+        b.prev_free = b.next_free = None
+        self.num_free_blocks -= 1
+
+    def append(self, b: KVCacheBlock) -> None:
+        t = self.tail
+        last = t.prev_free
+        last.next_free = b  # type: ignore[union-attr]
+        b.prev_free = last
+        b.next_free = t
+        t.prev_free = b
+        self.num_free_blocks += 1
+
+    def appendleft(self, b: KVCacheBlock) -> None:
+        h = self.head
+        first = h.next_free
+        first.prev_free = b  # type: ignore[union-attr]
+        b.next_free = first
+        b.prev_free = h
+        h.next_free = b
+        self.num_free_blocks += 1
+
+    def __iter__(self) -> Any:
+        b = self.head.next_free
+        while b is not self.tail:
+            yield b
+            b = b.next_free  # type: ignore[union-attr]
+
+    def block_ids(self) -> list[int]:
+        return [b.block_id for b in self]
+
+
+@dataclass(frozen=True)
+class BlockStored:
+    """Blocks entered the prefix cache: hashes in block order, the parent of the
+    first, their token ids, ``block_size``, the group and the LoRA name."""
+
+    block_hashes: tuple[bytes, ...]
+    parent_block_hash: bytes | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    group_id: int
+    lora_name: str | None = None
+
+
+@dataclass(frozen=True)
+class BlockRemoved:
+    """Blocks left the prefix cache (evicted)."""
+
+    block_hashes: tuple[bytes, ...]
+    group_id: int
+
+
+@dataclass(frozen=True)
+class AllBlocksCleared:
+    """The prefix cache was reset."""
+
+
+class BlockPool:
+    """Blocks, their free queue and the prefix cache (one hash table per group).
+
+    Parameters
+    ----------
+    num_blocks: block ids in the cache, counting the null block 0.
+    enable_caching: keep freed full blocks findable by hash.
+    num_groups: KV-cache groups sharing the pool (each has its own hash table).
+    enable_events: record :class:`BlockStored` / :class:`BlockRemoved` /
+        :class:`AllBlocksCleared` for :meth:`take_events`.
+
+    ``cached[g]`` maps a hash to the *earliest-cached* block holding it; later blocks
+    with the same hash (no de-duplication, as in vLLM) wait in ``_dups[g]`` and take
+    over, in caching order, when the earlier ones are evicted.
+    """
+
+    def __init__(self, num_blocks: int, *, enable_caching: bool = True,
+                 num_groups: int = 1, enable_events: bool = False) -> None:
+        if not isinstance(num_blocks, int) or num_blocks < 2:
+            from kvcore.errors import ConfigError
+
+            raise ConfigError(f"num_blocks must be an int >= 2 (it counts the null "
+                              f"block 0), got {num_blocks!r}", field="num_blocks",
+                              value=num_blocks)
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.enable_events = enable_events
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+        self.free_queue = FreeBlockQueue(self.blocks[1:])
+        self.null_block = self.blocks[0]
+        self.null_block.is_null = True
+        self.null_block.ref_cnt = 1
+        self.num_usable_blocks = num_blocks - 1
+        self.num_reserved_blocks = 0
+        self.cached: list[dict[bytes, KVCacheBlock]] = [{} for _ in range(num_groups)]
+        self._dups: list[dict[bytes, dict[int, KVCacheBlock]]] = [
+            {} for _ in range(num_groups)]
+        self.events: list[Any] = []
+
+    # ---- queries -------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks a new allocation may take (free or cached-and-free)."""
+        return self.free_queue.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        """Fraction of the usable blocks held (0.0 to 1.0)."""
+        return 1.0 - self.free_queue.num_free_blocks / self.num_usable_blocks
+
+    def get_cached_block(self, block_hash: bytes, group_id: int) -> KVCacheBlock | None:
+        """The earliest-cached block with this hash in this group, or None."""
+        return self.cached[group_id].get(block_hash)
+
+    # ---- allocation ----------------------------------------------------------------
+    def get_new_blocks(self, n: int) -> list[KVCacheBlock]:
+        """Take ``n`` blocks from the front of the free queue (evicting cached content),
+        each with ``ref_cnt = 1``.  Raises ValueError when fewer than ``n`` are free."""
+        blocks = self.free_queue.popleft_n(n)
+        for b in blocks:
+            if b.block_hash is not None:
+                self._evict(b)
+            b.ref_cnt = 1
+        return blocks
+
+    def _evict(self, b: KVCacheBlock) -> None:
+        h = b.block_hash
+        g = b.group_id
+        cache = self.cached[g]
+        dups = self._dups[g]
+        if cache.get(h) is b:  # type: ignore[arg-type]
+            more = dups.get(h)  # type: ignore[arg-type]
+            if more:
+                bid = next(iter(more))
+                cache[h] = more.pop(bid)  # type: ignore[index]
+                if not more:
+                    del dups[h]  # type: ignore[arg-type]
+            else:
+                del cache[h]  # type: ignore[arg-type]
+        else:
+            more = dups[h]  # type: ignore[index]
+            del more[b.block_id]
+            if not more:
+                del dups[h]  # type: ignore[arg-type]
+        b.block_hash = None
+        b.group_id = -1
+        if self.enable_events:
+            self.events.append(BlockRemoved((h,), g))  # type: ignore[arg-type]
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Add a holder to each block (cache hits); a block with no holder leaves the
+        free queue.  The null block is skipped."""
+        q = self.free_queue
+        for b in blocks:
+            if b.ref_cnt == 0:
+                q.remove(b)
+            if not b.is_null:
+                b.ref_cnt += 1
+
+    def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
+                          num_cached: int, num_full: int, group_id: int,
+                          stride: int = 1, request: Any = None, block_size: int = 0) -> None:
+        """Enter blocks ``num_cached .. num_full-1`` of a request in the cache of
+        ``group_id``, block ``i`` under ``block_hashes[(i + 1) * stride - 1]``.  Null
+        blocks and blocks already cached are skipped."""
+        cache = self.cached[group_id]
+        stored: list[bytes] = []
+        for i in range(num_cached, num_full):
+            b = blocks[i]
+            if b.block_hash is not None or b.is_null:
+                continue
+            h = block_hashes[(i + 1) * stride - 1]
+            b.block_hash = h
+            b.group_id = group_id
+            if h in cache:
+                self._dups[group_id].setdefault(h, {})[b.block_id] = b
+            else:
+                cache[h] = b
+            if self.enable_events:
+                stored.append(h)
+        if stored:
+            parent = (block_hashes[num_cached * stride - 1] if num_cached > 0 else None)
+            toks: tuple[int, ...] = ()
+            lora = None
+            if request is not None:
+                toks = tuple(request.all_token_ids[num_cached * block_size:
+                                                   num_full * block_size])
+                lora = getattr(request, "lora_name", None)
+            self.events.append(BlockStored(tuple(stored), parent, toks, block_size,
+                                           group_id, lora))
+
+    def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one holder of each block, in the order given (callers pass a request's
+        blocks last block first).  A block reaching ``ref_cnt == 0`` goes to the back
+        of the free queue if cached, to the front otherwise."""
+        q = self.free_queue
+        for b in blocks:
+            if b.is_null:
+                continue
+            b.ref_cnt -= 1
+            if b.ref_cnt == 0:
+                if b.block_hash is None:
+                    q.appendleft(b)
+                else:
+                    q.append(b)
+
+    def reserve_blocks(self, n: int) -> list[KVCacheBlock]:
+        """Take ``n`` blocks for good (e.g. attention sinks shared by all requests)."""
+        blocks = self.get_new_blocks(n)
+        self.num_reserved_blocks += n
+        return blocks
+
+    # ---- cache control -------------------------------------------------------------
+    def num_held_blocks(self) -> int:
+        """Blocks held by requests (reserved blocks excluded)."""
+        return self.num_usable_blocks - self.free_queue.num_free_blocks \
+            - self.num_reserved_blocks
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; only when no request holds a block (else False,
+        nothing changed)."""
+        if self.num_held_blocks() != 0:
+            return False
+        for b in self.blocks:
+            b.block_hash = None
+            b.group_id = -1
+        for c in self.cached:
+            c.clear()
+        for d in self._dups:
+            d.clear()
+        if self.enable_events:
+            self.events.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> list[Any]:
+        """The events recorded since the last call (oldest first)."""
+        ev, self.events = self.events, []
+        return ev

@@ -1,0 +1,187 @@
+"""Coordinators: one manager per KV-cache group, and the prefix-hit search across them.
+
+* :class:`NoPrefixCacheCoordinator`: caching off (by option, or because a group that
+  cannot restore its content from the prefix, e.g. a Mamba state in ``none`` mode,
+  limits hits); every lookup misses.
+* :class:`UnitaryCoordinator`: exactly one group prefix caches (others, such as cross
+  attention, are neutral): its own left-to-right or windowed search.
+* :class:`HybridCoordinator`: several caching groups (full attention + sliding window,
+  ...).  A hit of ``L`` tokens is usable only if *every* group can serve it, so ``L``
+  starts at the request's limit and each group's search shrinks it, round after round,
+  until all groups agree (the settled ``L`` is a multiple of the least common multiple
+  of the groups' block sizes).
+
+With EAGLE the last hit block is recomputed, so the search first asks windowed groups
+to hold one alignment unit more, then drops that unit once at the end (vLLM dropped a
+block inside each group's search every round, so a full + sliding-window model resending
+a 320-token prompt fell from 288 hit tokens to 0).
+
+Each group's manager class comes from the registry: ``get_registry().manager_class(
+group.spec)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
+from kvcore.runtime.managers import SingleTypeManager
+
+__all__ = [
+    "KVCacheCoordinator",
+    "NoPrefixCacheCoordinator",
+    "UnitaryCoordinator",
+    "HybridCoordinator",
+    "make_coordinator",
+]
+
+
+class KVCacheCoordinator:
+    """Builds the managers of every group; subclasses implement the hit search.
+
+    Attributes
+    ----------
+    managers: one :class:`SingleTypeManager` per group, in group order.
+    caching_managers: the managers whose groups prefix cache.
+    hash_block_size: gcd of the caching groups' block sizes (tokens per request hash).
+    alignment: lcm of the caching groups' block sizes (hit lengths are multiples).
+    """
+
+    def __init__(self, kv_cache_config: Any, block_pool: BlockPool, *, max_model_len: int,
+                 enable_caching: bool, use_eagle: bool,
+                 max_num_batched_tokens: int = 8192) -> None:
+        from kvcore.registry import get_registry
+
+        reg = get_registry()
+        groups = kv_cache_config.kv_cache_groups
+        self.block_pool = block_pool
+        self.use_eagle = use_eagle
+        classes = [reg.manager_class(g.spec) for g in groups]
+        caching_sizes = [g.spec.block_size for g in groups
+                         if getattr(g.spec, "participates_in_prefix_caching", True)]
+        self.hash_block_size = math.gcd(*caching_sizes) if caching_sizes else \
+            (groups[0].spec.block_size if groups else 16)
+        self.managers: list[SingleTypeManager] = []
+        for gid, (g, cls) in enumerate(zip(groups, classes)):
+            if cls is None:
+                from kvcore.errors import ConfigError
+
+                raise ConfigError(
+                    f"group {gid} is of kind {g.spec.kind!r}, which has no KV cache "
+                    f"manager (it needs no KV cache); planning should not make a group "
+                    f"of it", field="kv_cache_groups", kind=g.spec.kind)
+            hbs = self.hash_block_size if g.spec.block_size % self.hash_block_size == 0 \
+                else g.spec.block_size
+            self.managers.append(cls(
+                g.spec, block_pool, gid, enable_caching=enable_caching,
+                max_model_len=max_model_len, hash_block_size=hbs, use_eagle=use_eagle,
+                max_num_batched_tokens=max_num_batched_tokens))
+        self.caching_managers = [m for m in self.managers if m.enable_caching]
+        sizes = [m.block_size for m in self.caching_managers]
+        self.alignment = math.lcm(*sizes) if sizes else 1
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        """Per-group hit blocks and the hit length in tokens (at most ``max_length``)."""
+        raise NotImplementedError
+
+    def _empty_hit(self) -> list[list[KVCacheBlock]]:
+        return [[] for _ in self.managers]
+
+
+class NoPrefixCacheCoordinator(KVCacheCoordinator):
+    """Prefix caching off: every lookup misses."""
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        return self._empty_hit(), 0
+
+
+class UnitaryCoordinator(KVCacheCoordinator):
+    """One caching group: its own search (EAGLE drops the last hit block)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._m = self.caching_managers[0]
+        self._gid = self._m.group_id
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        m = self._m
+        bs = m.block_size
+        if self.use_eagle:
+            blocks = m.find_longest_cache_hit(block_hashes, max_length, bs)
+            if blocks:
+                length = (len(blocks) - 1) * bs
+                blocks = m.find_longest_cache_hit(block_hashes, length, 0) \
+                    if m.skips_blocks else blocks[:-1]
+            else:
+                length = 0
+        else:
+            blocks = m.find_longest_cache_hit(block_hashes, max_length, 0)
+        length = len(blocks) * bs
+        out = self._empty_hit()
+        out[self._gid] = blocks
+        return out, length
+
+
+class HybridCoordinator(KVCacheCoordinator):
+    """Several caching groups: the longest hit every group can serve."""
+
+    def _settle(self, block_hashes: Sequence[bytes], length: int, extra: int,
+                ) -> tuple[list[list[KVCacheBlock]], int]:
+        align = self.alignment
+        length = length // align * align
+        while True:
+            new_length = length
+            results = []
+            for m in self.caching_managers:
+                blocks = m.find_longest_cache_hit(block_hashes, new_length, extra)
+                got = len(blocks) * m.block_size
+                if got < new_length:
+                    new_length = got // align * align
+                results.append(blocks)
+            if new_length == length:
+                break
+            length = new_length
+        out = self._empty_hit()
+        for m, blocks in zip(self.caching_managers, results):
+            out[m.group_id] = blocks[:length // m.block_size]
+        return out, length
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        if not self.use_eagle:
+            return self._settle(block_hashes, max_length, 0)
+        out, length = self._settle(block_hashes, max_length, self.alignment)
+        if length == 0:
+            return out, 0
+        return self._settle(block_hashes, length - self.alignment, 0)
+
+
+def make_coordinator(kv_cache_config: Any, block_pool: BlockPool, *, max_model_len: int,
+                     enable_caching: bool, use_eagle: bool,
+                     max_num_batched_tokens: int = 8192) -> KVCacheCoordinator:
+    """The coordinator for a config: no caching, one caching group, or hybrid."""
+    from kvcore.registry import get_registry
+
+    reg = get_registry()
+    groups = kv_cache_config.kv_cache_groups
+    if enable_caching:
+        for g in groups:
+            cls = reg.manager_class(g.spec)
+            if cls is not None and cls.limits_prefix_hits and \
+                    not getattr(g.spec, "participates_in_prefix_caching", True):
+                enable_caching = False
+                break
+    n_caching = sum(1 for g in groups
+                    if getattr(g.spec, "participates_in_prefix_caching", True))
+    kw = dict(max_model_len=max_model_len, enable_caching=enable_caching,
+              use_eagle=use_eagle, max_num_batched_tokens=max_num_batched_tokens)
+    if not enable_caching or n_caching == 0:
+        return NoPrefixCacheCoordinator(kv_cache_config, block_pool, **kw)
+    if n_caching == 1:
+        return UnitaryCoordinator(kv_cache_config, block_pool, **kw)
+    return HybridCoordinator(kv_cache_config, block_pool, **kw)

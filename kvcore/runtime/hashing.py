@@ -1,0 +1,234 @@
+"""Chained block hashes for prefix caching, and the :class:`Request` that carries them.
+
+The hash of block ``i`` of a request covers the hash of block ``i - 1`` (its *parent*;
+block 0's parent is the fixed :data:`ROOT_HASH`), the ``block_size`` token ids of the
+block, and the block's *extra keys*.  Two blocks therefore have equal hashes only when
+their whole prefixes (tokens and extra keys) are equal, which is what makes a hash a
+prefix-cache key.  This is the scheme of vLLM's v1 ``kv_cache_utils.hash_block_tokens``
+(sha256 over ``(parent, tokens, extra_keys)``); kvcore encodes the tuple itself instead
+of pickling it, so the digests do not depend on the Python version or process.
+
+Extra keys are tagged with their source, so two sources can never collide: a LoRA
+adapter named ``"X"`` and a cache salt ``"X"`` give different hashes (vLLM issue: both
+were plain strings in one tuple).  Sources:
+
+* ``lora``: the LoRA adapter name, on every block of the request;
+* ``salt``: the request's ``cache_salt``, on the first block only (it changes every
+  later hash through the chain);
+* ``mm``: the identifier of each multimodal input whose placeholder tokens overlap the
+  block (``mm_features``: ``(offset, length, identifier)`` in prompt positions).
+
+Encoding (all integers little-endian): ``parent (32 B) | u32 n | n x i64 token ids |
+for each extra key: u8 tag | u32 len | utf-8 bytes``.  ``hash="sha256"`` (default)
+digests it with :func:`hashlib.sha256`; ``"sha256_128"`` keeps the first 16 bytes;
+any callable ``bytes -> bytes`` may be given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "ROOT_HASH",
+    "BlockHash",
+    "get_hash_function",
+    "hash_block_tokens",
+    "block_extra_keys",
+    "BlockHasher",
+    "Request",
+]
+
+BlockHash = bytes
+
+#: the parent hash of block 0 (fixed, so hashes agree across processes)
+ROOT_HASH: BlockHash = hashlib.sha256(b"kvcore.runtime.ROOT_HASH").digest()
+
+_TAGS = {"lora": 1, "salt": 2, "mm": 3}
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _sha256_128(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()[:16]
+
+
+_HASH_FUNCTIONS: dict[str, Callable[[bytes], bytes]] = {
+    "sha256": _sha256,
+    "sha256_128": _sha256_128,
+}
+
+
+def get_hash_function(hash: str | Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+    """The digest function for a name (``sha256``, ``sha256_128``) or a callable.
+
+    Raises :class:`~kvcore.errors.ConfigError` for an unknown name (listing the known)."""
+    if callable(hash):
+        return hash
+    fn = _HASH_FUNCTIONS.get(hash)
+    if fn is None:
+        from kvcore.errors import ConfigError
+
+        raise ConfigError(f"unknown block hash {hash!r}; known: "
+                          f"{', '.join(_HASH_FUNCTIONS)} or a callable bytes -> bytes",
+                          field="hash", value=hash)
+    return fn
+
+
+def _encode_extra(extra_keys: Sequence[tuple[str, str]] | None) -> bytes:
+    if not extra_keys:
+        return b""
+    out = bytearray()
+    for tag, value in extra_keys:
+        raw = str(value).encode()
+        out += _TAGS[tag].to_bytes(1, "little") + len(raw).to_bytes(4, "little") + raw
+    return bytes(out)
+
+
+def hash_block_tokens(hash_fn: Callable[[bytes], bytes], parent: BlockHash,
+                      token_ids: Sequence[int],
+                      extra_keys: Sequence[tuple[str, str]] | None = None) -> BlockHash:
+    """Hash one block: ``hash_fn(parent | len | tokens | tagged extra keys)``.
+
+    Parameters
+    ----------
+    parent: the previous block's hash (:data:`ROOT_HASH` for block 0).
+    token_ids: the block's token ids (non-negative ints < 2**63).
+    extra_keys: ``(source, value)`` pairs, source one of ``lora``, ``salt``, ``mm``.
+    """
+    toks = array("q", token_ids)
+    return hash_fn(parent + len(toks).to_bytes(4, "little") + toks.tobytes()
+                   + _encode_extra(extra_keys))
+
+
+def block_extra_keys(start: int, end: int, *, lora_name: str | None = None,
+                     cache_salt: str | None = None,
+                     mm_features: Sequence[tuple[int, int, str]] | None = None,
+                     ) -> list[tuple[str, str]]:
+    """The tagged extra keys of the block covering token positions ``[start, end)``."""
+    keys: list[tuple[str, str]] = []
+    if lora_name is not None:
+        keys.append(("lora", lora_name))
+    if cache_salt is not None and start == 0:
+        keys.append(("salt", cache_salt))
+    if mm_features:
+        for offset, length, ident in mm_features:
+            if offset < end and offset + length > start:
+                keys.append(("mm", ident))
+    return keys
+
+
+class BlockHasher:
+    """Computes a request's block hashes incrementally (only newly full blocks).
+
+    ``block_size`` here is the *hash* block size: the greatest common divisor of the
+    block sizes of the groups that prefix cache (a group with a k-times larger block
+    keys its blocks by every k-th hash; see :mod:`kvcore.runtime.managers`).
+    """
+
+    __slots__ = ("block_size", "hash_fn", "_static_extra")
+
+    def __init__(self, block_size: int, hash: str | Callable[[bytes], bytes] = "sha256"):
+        if not isinstance(block_size, int) or block_size < 1:
+            from kvcore.errors import ConfigError
+
+            raise ConfigError(f"block_size must be a positive int, got {block_size!r}",
+                              field="block_size", value=block_size)
+        self.block_size = block_size
+        self.hash_fn = get_hash_function(hash)
+
+    def extend(self, request: Any) -> None:
+        """Append to ``request.block_hashes`` the hashes of its newly full blocks."""
+        bs = self.block_size
+        tokens = request.all_token_ids
+        hashes = request.block_hashes
+        start_block = len(hashes)
+        end_block = len(tokens) // bs
+        if end_block <= start_block:
+            return
+        hash_fn = self.hash_fn
+        parent = hashes[-1] if hashes else ROOT_HASH
+        lora = getattr(request, "lora_name", None)
+        salt = getattr(request, "cache_salt", None)
+        mm = getattr(request, "mm_features", None)
+        simple_extra = _encode_extra([("lora", lora)]) if lora is not None else b""
+        header = bs.to_bytes(4, "little")
+        for i in range(start_block, end_block):
+            s = i * bs
+            if (salt is not None and i == 0) or mm:
+                extra = _encode_extra(block_extra_keys(
+                    s, s + bs, lora_name=lora, cache_salt=salt, mm_features=mm))
+            else:
+                extra = simple_extra
+            parent = hash_fn(parent + header + array("q", tokens[s:s + bs]).tobytes()
+                             + extra)
+            hashes.append(parent)
+
+
+class Request:
+    """A request as the runtime sees it: token ids, progress, and block hashes.
+
+    Any object with ``request_id``, ``all_token_ids``, ``num_computed_tokens`` and
+    ``block_hashes`` (optional ``lora_name``, ``cache_salt``, ``mm_features``,
+    ``num_encoder_tokens``, ``max_tokens``) works with :class:`KVCacheManager`; this
+    class keeps ``block_hashes`` current as output tokens are appended.
+
+    Parameters
+    ----------
+    request_id: unique id (str).
+    prompt_token_ids: the prompt (list of int token ids).
+    max_tokens: most output tokens (used by ``full_sequence_must_fit``).
+    block_size, hash: the hash block size and function
+        (:attr:`KVCacheManager.hash_block_size` and its ``hash``).
+    lora_name, cache_salt, mm_features: extra keys (see the module docstring).
+    num_encoder_tokens: encoder output length (cross-attention), 0 if none.
+    """
+
+    __slots__ = ("request_id", "all_token_ids", "num_prompt_tokens", "max_tokens",
+                 "num_computed_tokens", "block_hashes", "lora_name", "cache_salt",
+                 "mm_features", "num_encoder_tokens", "_hasher", "__weakref__")
+
+    def __init__(self, request_id: str, prompt_token_ids: Sequence[int], *,
+                 max_tokens: int = 0, block_size: int = 16,
+                 hash: str | Callable[[bytes], bytes] | BlockHasher = "sha256",
+                 lora_name: str | None = None, cache_salt: str | None = None,
+                 mm_features: Sequence[tuple[int, int, str]] | None = None,
+                 num_encoder_tokens: int = 0) -> None:
+        self.request_id = request_id
+        self.all_token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.all_token_ids)
+        self.max_tokens = max_tokens
+        self.num_computed_tokens = 0
+        self.block_hashes: list[BlockHash] = []
+        self.lora_name = lora_name
+        self.cache_salt = cache_salt
+        self.mm_features = list(mm_features) if mm_features else None
+        self.num_encoder_tokens = num_encoder_tokens
+        self._hasher = hash if isinstance(hash, BlockHasher) else BlockHasher(block_size,
+                                                                                 hash)
+        self._hasher.extend(self)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        """Append output token(s); hashes every block this completes."""
+        if isinstance(token_ids, int):
+            self.all_token_ids.append(token_ids)
+        else:
+            self.all_token_ids.extend(token_ids)
+        if len(self.all_token_ids) // self._hasher.block_size > len(self.block_hashes):
+            self._hasher.extend(self)
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
+                f"num_computed_tokens={self.num_computed_tokens})")
