@@ -1,0 +1,78 @@
+"""Shared fixtures of the core tests."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+# Kernel tests compare Triton (interpreted on the CPU) against the torch references;
+# the interpreter must be chosen before triton is imported.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kvcore import hookimpl  # noqa: E402
+from kvcore.registry import SpecType  # noqa: E402
+from kvcore.specs import KVCacheSpec, PlanContext  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateSpec(KVCacheSpec):
+    """A test-only recurrent state: a fixed page per request (like a Mamba state)."""
+
+    kind: ClassVar[str] = "test_state"
+    scales_with_block_size: ClassVar[bool] = False
+
+    state_bytes: int
+    blocks_per_request: int = 1
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        return self.state_bytes
+
+    def max_num_blocks_per_req(self, ctx: PlanContext, max_len: int | None = None) -> int:
+        return self.blocks_per_request
+
+
+class _StatePlugin:
+    @hookimpl
+    def kvcore_spec_types(self) -> list[SpecType]:
+        return [SpecType(StateSpec, "test_state", None)]
+
+
+@pytest.fixture
+def state_spec():
+    """Registers the test-only ``test_state`` kind for one test; yields its class."""
+    from kvcore import plugins
+
+    name = plugins.register(_StatePlugin(), name="test-state-plugin",
+                            distribution="kvcore-tests")
+    try:
+        yield StateSpec
+    finally:
+        plugins.unregister(name)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the kvcore CLI in-process: returns (exit code, stdout, stderr)."""
+    from kvcore.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
