@@ -1,0 +1,133 @@
+"""Model adapter: any config with ``rswa_window`` gets ``rswa`` attention layers.
+
+The R-SWA models in the wild are DeepSeek-V2-based OCR models (DeepSeek-OCR style,
+``model_type`` ``deepseek_vl_v2`` with the decoder in ``language_config``; the window is
+often set at serve time, e.g. ``--override-config '{"rswa_window": 128}'``, because
+their config.json holds ``"rswa_window": null``).  The adapter reads:
+
+* ``rswa_window`` at the top level or in ``language_config`` (null, absent or 0:
+  not an R-SWA model, the adapter returns None and the next adapter tries);
+* the decoder's ``num_hidden_layers``, ``num_attention_heads``,
+  ``num_key_value_heads`` (default: the head count), ``head_dim`` (default
+  ``hidden_size // num_attention_heads``; DeepSeek-OCR: 1280 / 10 = 128), from
+  ``language_config`` merged over the top level (or ``text_config``, which
+  :func:`kvcore.models.load_model_config` has merged already).
+
+Layers are named ``model.layers.{i}.self_attn`` (i = 0 .. num_hidden_layers - 1).
+KV heads are split over ``tensor_parallel_size`` ranks (``max(1, kv_heads // tp)``,
+replicated when there are fewer heads than ranks).
+
+An MLA decoder (``kv_lora_rank`` set and ``use_mla`` not false) is not served: MLA
+stores one latent per token, not K and V per head, so an ``rswa`` page would be
+wrong.  The adapter returns None for it (kvcore-mla plans it as MLA; the plan's sizes
+are those of R-SWA anyway, since R-SWA's per-request blocks equal full attention's)
+and warns that its gap blocks will not be freed at run time.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from kvcore.errors import ConfigError
+from kvcore_rswa.spec import RSWASpec
+
+__all__ = ["rswa_layer_specs", "find_rswa_window", "DEFAULT_BLOCK_SIZE", "RSWAMLAWarning"]
+
+#: block size when the cache config leaves it to the family (full attention's default)
+DEFAULT_BLOCK_SIZE = 16
+
+
+class RSWAMLAWarning(UserWarning):
+    """An MLA config with ``rswa_window``: planned as MLA, gap blocks not freed."""
+
+
+def _decoder_fields(model_config: Any) -> dict[str, Any]:
+    raw = dict(model_config.raw)
+    lang = raw.get("language_config")
+    if isinstance(lang, dict):
+        raw.update(lang)
+    return raw
+
+
+def find_rswa_window(model_config: Any) -> int | None:
+    """The config's ``rswa_window`` (top level, else ``language_config``), or None when
+    absent, null or 0.  Raises ConfigError for a value that is not an int >= 0."""
+    raw = model_config.raw
+    where = getattr(model_config, "source", "") or getattr(model_config, "name", "") \
+        or "config"
+    value = raw.get("rswa_window")
+    field = "rswa_window"
+    lang = raw.get("language_config")
+    if value is None and isinstance(lang, dict):
+        value = lang.get("rswa_window")
+        field = "language_config.rswa_window"
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"{where}: field {field!r} = {value!r} must be a non-negative int (0 or null "
+            f"disables R-SWA)", field=field, value=repr(value))
+    return value or None
+
+
+def _positive(raw: dict[str, Any], key: str, where: str, default: Any = None) -> int:
+    value = raw.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: field {key!r} = {value!r} must be a positive int "
+                          f"(needed for the R-SWA layers)", field=key, value=repr(value))
+    return value
+
+
+def is_mla(raw: dict[str, Any]) -> bool:
+    """DeepSeek-V2 family MLA: ``kv_lora_rank`` set and ``use_mla`` not false."""
+    return raw.get("kv_lora_rank") not in (None, 0) and raw.get("use_mla", True) is not False
+
+
+def rswa_layer_specs(model_config: Any, cache_config: Any) -> dict[str, RSWASpec] | None:
+    """``{"model.layers.{i}.self_attn": RSWASpec}`` for a config with ``rswa_window``,
+    else None.
+
+    Raises ConfigError naming the field for a malformed ``rswa_window`` or attention
+    field.
+    """
+    window = find_rswa_window(model_config)
+    if window is None:
+        return None
+    raw = _decoder_fields(model_config)
+    where = getattr(model_config, "source", "") or getattr(model_config, "name", "") \
+        or "config"
+    if is_mla(raw):
+        warnings.warn(
+            f"{where}: rswa_window={window} on an MLA decoder (kv_lora_rank="
+            f"{raw.get('kv_lora_rank')}): kvcore-rswa serves K/V attention only; the "
+            f"model is left to the MLA adapter, whose plan has the same sizes, but its "
+            f"gap blocks are not freed at run time", RSWAMLAWarning, stacklevel=2)
+        return None
+    layers = _positive(raw, "num_hidden_layers", where)
+    heads = _positive(raw, "num_attention_heads", where)
+    kv_heads = _positive(raw, "num_key_value_heads", where, default=heads)
+    head_dim = raw.get("head_dim")
+    if head_dim is None:
+        hidden = _positive(raw, "hidden_size", where)
+        head_dim = hidden // heads
+    head_dim = _positive({"head_dim": head_dim}, "head_dim", where)
+    tp = getattr(cache_config, "tensor_parallel_size", 1) or 1
+    kv_heads_per_rank = max(1, kv_heads // tp)
+    block_size = cache_config.block_size_or(DEFAULT_BLOCK_SIZE) \
+        if hasattr(cache_config, "block_size_or") else \
+        (getattr(cache_config, "block_size", None) or DEFAULT_BLOCK_SIZE)
+    kv_cache_dtype = getattr(cache_config, "kv_cache_dtype", "auto") or "auto"
+    if kv_cache_dtype == "auto" and getattr(model_config, "kv_cache_dtype", None):
+        kv_cache_dtype = model_config.kv_cache_dtype
+    dtype = getattr(model_config, "dtype", None) or "bfloat16"
+    spec = RSWASpec(block_size=block_size, num_kv_heads=kv_heads_per_rank,
+                    head_size=head_dim, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                    rswa_window=window)
+    return {f"model.layers.{i}.self_attn": spec for i in range(layers)}
