@@ -229,6 +229,23 @@ class Request:
         if len(self.all_token_ids) // self._hasher.block_size > len(self.block_hashes):
             self._hasher.extend(self)
 
+    def copy(self, request_id: str | None = None) -> Request:
+        """A fresh request (0 computed tokens) with the same tokens and hashes, without
+        hashing again."""
+        new = Request.__new__(Request)
+        new.request_id = self.request_id if request_id is None else request_id
+        new.all_token_ids = list(self.all_token_ids)
+        new.num_prompt_tokens = self.num_prompt_tokens
+        new.max_tokens = self.max_tokens
+        new.num_computed_tokens = 0
+        new.block_hashes = list(self.block_hashes)
+        new.lora_name = self.lora_name
+        new.cache_salt = self.cache_salt
+        new.mm_features = list(self.mm_features) if self.mm_features else None
+        new.num_encoder_tokens = self.num_encoder_tokens
+        new._hasher = self._hasher
+        return new
+
     def __repr__(self) -> str:
         return (f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
                 f"num_computed_tokens={self.num_computed_tokens})")
