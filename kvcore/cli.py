@@ -356,9 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_plan(sub)
     try:
-        from kvcore.sim import command as sim_command
+        import importlib
+
+        sim_command: Any = importlib.import_module("kvcore.sim.command")
     except ImportError:
-        sim_command = None  # type: ignore[assignment]
+        sim_command = None
     if sim_command is not None and hasattr(sim_command, "add_subparser"):
         sim_command.add_subparser(sub)
     _add_plugins(sub)

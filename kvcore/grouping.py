@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvcore.errors import ConfigError, SpecMergeError
@@ -99,7 +99,7 @@ class GroupingResult:
         return max((len(g.layer_names) for g in self.groups), default=0)
 
 
-def blocks_per_request(groups: tuple[KVCacheGroupSpec, ...] | list[KVCacheGroupSpec],
+def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
                        ctx: PlanContext, max_len: int | None = None) -> int:
     """Blocks one request of ``max_len`` tokens needs, summed over the groups, each
     group with its own admission cap (a packed group: the largest of its layers)."""

@@ -247,13 +247,14 @@ def plan(
     state_bytes = 0
     for g in groups:
         for n in g.layer_names:
-            s = g.spec_of(n)
-            if s.kind == "cross_attention" or (s.scales_with_block_size and s.bytes_per_token == 0):
-                cross_bytes += s.max_memory_usage_bytes(ctx, plan_len)
-            elif s.scales_with_block_size:
-                bytes_per_token += s.bytes_per_token
+            ls = g.spec_of(n)
+            if ls.kind == "cross_attention" or (ls.scales_with_block_size
+                                                and ls.bytes_per_token == 0):
+                cross_bytes += ls.max_memory_usage_bytes(ctx, plan_len)
+            elif ls.scales_with_block_size:
+                bytes_per_token += ls.bytes_per_token
             else:
-                state_bytes += s.max_memory_usage_bytes(ctx, plan_len)
+                state_bytes += ls.max_memory_usage_bytes(ctx, plan_len)
     padding = max((sum(g.spec_of(n).padding_bytes for n in g.layer_names) for g in groups),
                   default=0)
 
@@ -292,7 +293,7 @@ def plan(
             needed = blocks_req * bpb
             min_budget = (blocks_req + 1) * bpb
             budget = budgets[limiting] if budgets else num_blocks * bpb
-            longest = _longest_len(groups, ctx, usable, plan_len)
+            fits = _longest_len(groups, ctx, usable, plan_len)
             stage = f" (pipeline stage {limiting})" if len(stage_layers) > 1 else ""
             raise NotEnoughMemoryError(
                 f"one request of max_model_len {plan_len} needs {needed} B "
@@ -300,13 +301,13 @@ def plan(
                 f"{bpb} B) plus the null block, more than the budget of {budget} B "
                 f"({format_bytes(budget)}) holds; the smallest budget that plans is "
                 f"{min_budget} B ({format_bytes(min_budget)}), and the longest "
-                f"max_model_len this budget allows is {longest}",
-                min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=longest,
+                f"max_model_len this budget allows is {fits}",
+                min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=fits,
                 kv_cache_memory_bytes=budget, max_model_len=plan_len)
         else:
             estimated = plan_len
 
-    longest = None
+    longest: int | None = None
     if num_blocks is not None and groups:
         longest = _longest_len(groups, ctx, num_blocks - 1, limit)
     max_conc = capacity = None
