@@ -1,0 +1,396 @@
+"""Model-family adapters: HF / mamba_ssm config -> ``{layer name: spec}`` for hybrid and
+pure state-space models.
+
+Every adapter returns the layers in layer order: recurrent layers as
+:class:`~kvcore_mamba.spec.MambaSpec`, attention layers as kvcore
+:class:`~kvcore.specs.FullAttentionSpec` (block size ``cache_config.block_size`` or 16,
+KV heads split over ``tensor_parallel_size``, a head count below it replicated: one head
+per rank).  Layers without a cache (MLP, MoE) are left out.
+
+State block size: in ``none`` mode a bound on the request length (one block per
+request): ``max_position_embeddings`` when the config has it, else
+:data:`NONE_MODE_BLOCK_SIZE`; the planner may replace it with ``max_model_len``.  In
+``align`` / ``all`` mode the attention block size (grouping keeps the two equal).
+
+Which layers are which (each from the model's config class / reference code):
+
+* ``mamba`` / ``falcon_mamba`` (transformers ``MambaConfig``: hidden_size, state_size,
+  conv_kernel, expand, intermediate_size) and the mamba_ssm schema (``d_model``,
+  ``n_layer``, ``ssm_cfg``; ``mamba_ssm.modules.mamba_simple.Mamba`` defaults d_state 16,
+  d_conv 4, expand 2): every layer Mamba1, except ``attn_layer_idx``.
+* ``mamba2`` (transformers ``Mamba2Config``: num_heads, head_dim, n_groups, state_size,
+  conv_kernel, expand) and the mamba_ssm schema (``mamba_ssm.modules.mamba2.Mamba2``
+  defaults d_state 128, d_conv 4, expand 2, headdim 64, ngroups 1; ``attn_layer_idx``
+  layers are ``mamba_ssm.modules.mha.MHA`` with ``attn_cfg`` num_heads, num_heads_kv,
+  head_dim).
+* ``jamba``: layer i is attention when ``i % attn_layer_period == attn_layer_offset``
+  (transformers ``JambaConfig.layers_block_type``), else Mamba1 with d_inner =
+  ``mamba_expand x hidden_size``, ``mamba_d_state``, ``mamba_d_conv``.
+* ``nemotron_h``: ``hybrid_override_pattern`` (M Mamba2, * attention, - MLP, E MoE) or
+  ``layers_block_type`` (mamba / attention / mlp / moe; its length is the layer count);
+  Mamba2 with d_inner = ``mamba_num_heads x mamba_head_dim`` (vLLM ``nemotron_h.py``); SSM
+  state float32 unless ``mamba_ssm_cache_dtype`` says otherwise.
+* ``qwen3_next``: ``layer_types``, or layer i full attention when
+  ``(i + 1) % full_attention_interval == 0``, else gated DeltaNet (HF
+  ``Qwen3NextConfig``).
+* ``qwen3_5`` / ``qwen3_5_moe`` (and their ``*_text`` types): ``layer_types`` with
+  ``linear_attention`` (gated DeltaNet) and ``full_attention``; SSM dtype
+  ``mamba_ssm_dtype``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvcore.errors import ConfigError
+from kvcore.specs import FullAttentionSpec, KVCacheSpec
+
+from kvcore_mamba.shapes import (
+    gated_delta_net_state_shapes,
+    mamba1_state_shapes,
+    mamba2_state_shapes,
+    ssm_state_dtype,
+)
+from kvcore_mamba.spec import MambaSpec
+
+__all__ = ["MODEL_TYPES", "NONE_MODE_BLOCK_SIZE", "mamba_layer_specs"]
+
+#: block size of a ``none``-mode state when the config gives no max_position_embeddings
+NONE_MODE_BLOCK_SIZE = 1 << 20
+
+_DEFAULT_BLOCK_SIZE = 16
+
+
+# ---- small readers ---------------------------------------------------------------------
+
+def _where(mc: Any) -> str:
+    return getattr(mc, "source", "") or getattr(mc, "name", "") or "config"
+
+
+def _int(raw: dict[str, Any], key: str, mc: Any, default: int | None = None) -> int:
+    value = raw.get(key, default)
+    if value is None:
+        raise ConfigError(f"{_where(mc)}: missing field {key!r} (needed for model_type "
+                          f"{mc.model_type!r})", field=key)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{_where(mc)}: field {key!r} = {value!r} must be a positive int",
+                          field=key, value=repr(value))
+    return value
+
+
+def _kv_heads_per_rank(kv_heads: int, tp: int, mc: Any) -> int:
+    """KV heads on one rank: ``kv / tp``, or 1 (replicated) when ``kv < tp``."""
+    if kv_heads < tp:
+        return 1
+    if kv_heads % tp:
+        raise ConfigError(
+            f"{_where(mc)}: num_key_value_heads {kv_heads} is not divisible by "
+            f"tensor_parallel_size {tp}", field="num_key_value_heads", value=kv_heads)
+    return kv_heads // tp
+
+
+class _Ctx:
+    """What every adapter needs from the two configs."""
+
+    def __init__(self, mc: Any, cc: Any) -> None:
+        self.mc = mc
+        self.raw: dict[str, Any] = mc.raw
+        self.tp = int(getattr(cc, "tensor_parallel_size", 1) or 1)
+        self.mode = getattr(cc, "mamba_cache_mode", "none") or "none"
+        self.num_spec = int(getattr(cc, "num_speculative_tokens", 0) or 0)
+        self.include_mtp = bool(getattr(cc, "include_mtp_layers", False))
+        self.dtype: str = mc.dtype
+        bs = getattr(cc, "block_size", None)
+        self.attn_block = _DEFAULT_BLOCK_SIZE if bs is None else bs
+        kvd = getattr(cc, "kv_cache_dtype", "auto") or "auto"
+        if kvd == "auto" and getattr(mc, "kv_cache_dtype", None):
+            kvd = mc.kv_cache_dtype
+        self.kv_cache_dtype = kvd
+
+    @property
+    def state_block(self) -> int:
+        if self.mode == "none":
+            return self.mc.max_position_embeddings or NONE_MODE_BLOCK_SIZE
+        return self.attn_block
+
+    def state(self, shapes: tuple, dtypes: tuple) -> MambaSpec:
+        return MambaSpec(block_size=self.state_block, shapes=shapes, dtypes=dtypes,
+                         mamba_cache_mode=self.mode, num_speculative_blocks=self.num_spec)
+
+    def attention(self, kv_heads: int, head_size: int) -> FullAttentionSpec:
+        return FullAttentionSpec(
+            block_size=self.attn_block, num_kv_heads=_kv_heads_per_rank(kv_heads, self.tp,
+                                                                        self.mc),
+            head_size=head_size, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype)
+
+    def std_attention(self) -> FullAttentionSpec:
+        """Attention from the normalized fields (num_key_value_heads, head_dim)."""
+        mc = self.mc
+        kv = mc.num_key_value_heads
+        head = self.raw.get("head_dim") or self.raw.get("attention_head_dim") or mc.head_dim
+        if kv is None or head is None:
+            missing = "num_key_value_heads" if kv is None else "head_dim"
+            raise ConfigError(f"{_where(mc)}: missing field {missing!r} for the attention "
+                              f"layers of model_type {mc.model_type!r}", field=missing)
+        return self.attention(kv, head)
+
+
+# ---- Mamba1 / Mamba2 --------------------------------------------------------------------
+
+def _is_mamba_ssm_schema(raw: dict[str, Any]) -> bool:
+    return "d_model" in raw and "n_layer" in raw
+
+
+def _mamba1_state(c: _Ctx, *, d_inner: int, d_state: int, d_conv: int) -> MambaSpec:
+    shapes = mamba1_state_shapes(d_inner=d_inner, d_state=d_state, d_conv=d_conv, tp=c.tp)
+    return c.state(shapes, (c.dtype, ssm_state_dtype(c.raw, c.dtype)))
+
+
+def _mamba2_state(c: _Ctx, *, d_inner: int, n_groups: int, n_heads: int, head_dim: int,
+                  d_state: int, d_conv: int, ssm_default: str | None = None) -> MambaSpec:
+    shapes = mamba2_state_shapes(d_inner=d_inner, n_groups=n_groups, n_heads=n_heads,
+                                 head_dim=head_dim, d_state=d_state, d_conv=d_conv,
+                                 tp=c.tp, num_spec=c.num_spec)
+    return c.state(shapes, (c.dtype, ssm_state_dtype(c.raw, c.dtype, ssm_default)))
+
+
+def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
+    """mamba_ssm schema: ``n_layer`` blocks, attention at ``attn_layer_idx``."""
+    raw, mc = c.raw, c.mc
+    n = _int(raw, "n_layer", mc)
+    attn_idx = raw.get("attn_layer_idx") or []
+    if not isinstance(attn_idx, list) or not all(
+            isinstance(i, int) and 0 <= i < n for i in attn_idx):
+        raise ConfigError(f"{_where(mc)}: field 'attn_layer_idx' = {attn_idx!r} must be a "
+                          f"list of layer indices in [0, {n})", field="attn_layer_idx")
+    attn = None
+    if attn_idx:
+        cfg = raw.get("attn_cfg") or {}
+        if not isinstance(cfg, dict) or "num_heads" not in cfg:
+            raise ConfigError(f"{_where(mc)}: field 'attn_cfg' must give num_heads for the "
+                              f"attention layers {attn_idx}", field="attn_cfg")
+        heads = _int(cfg, "num_heads", mc)
+        kv = _int(cfg, "num_heads_kv", mc, default=heads)
+        d_model = _int(raw, "d_model", mc)
+        head = _int(cfg, "head_dim", mc, default=d_model // heads)
+        attn = c.attention(kv, head)
+    out: dict[str, KVCacheSpec] = {}
+    idx = set(attn_idx)
+    for i in range(n):
+        name = f"backbone.layers.{i}.mixer"
+        out[name] = attn if i in idx else state  # type: ignore[assignment]
+    return out
+
+
+def _mamba1(c: _Ctx) -> dict[str, KVCacheSpec]:
+    raw, mc = c.raw, c.mc
+    if _is_mamba_ssm_schema(raw):
+        ssm = raw.get("ssm_cfg") or {}
+        d_model = _int(raw, "d_model", mc)
+        expand = _int(ssm, "expand", mc, default=2)
+        state = _mamba1_state(c, d_inner=expand * d_model,
+                              d_state=_int(ssm, "d_state", mc, default=16),
+                              d_conv=_int(ssm, "d_conv", mc, default=4))
+        return _mamba_ssm_layers(c, state)
+    hidden = _int(raw, "hidden_size", mc)
+    d_inner = _int(raw, "intermediate_size", mc,
+                   default=_int(raw, "expand", mc, default=2) * hidden)
+    state = _mamba1_state(c, d_inner=d_inner, d_state=_int(raw, "state_size", mc, default=16),
+                          d_conv=_int(raw, "conv_kernel", mc, default=4))
+    n = _int(raw, "num_hidden_layers", mc)
+    return {f"backbone.layers.{i}.mixer": state for i in range(n)}
+
+
+def _mamba2(c: _Ctx) -> dict[str, KVCacheSpec]:
+    raw, mc = c.raw, c.mc
+    if _is_mamba_ssm_schema(raw):
+        ssm = raw.get("ssm_cfg") or {}
+        d_model = _int(raw, "d_model", mc)
+        d_inner = _int(ssm, "expand", mc, default=2) * d_model
+        d_ssm = _int(ssm, "d_ssm", mc, default=d_inner)
+        head_dim = _int(ssm, "headdim", mc, default=64)
+        if d_ssm % head_dim:
+            raise ConfigError(f"{_where(mc)}: d_ssm {d_ssm} is not a multiple of headdim "
+                              f"{head_dim}", field="ssm_cfg.headdim")
+        state = _mamba2_state(c, d_inner=d_ssm, n_groups=_int(ssm, "ngroups", mc, default=1),
+                              n_heads=d_ssm // head_dim, head_dim=head_dim,
+                              d_state=_int(ssm, "d_state", mc, default=128),
+                              d_conv=_int(ssm, "d_conv", mc, default=4))
+        return _mamba_ssm_layers(c, state)
+    hidden = _int(raw, "hidden_size", mc)
+    d_inner = _int(raw, "intermediate_size", mc,
+                   default=_int(raw, "expand", mc, default=2) * hidden)
+    state = _mamba2_state(c, d_inner=d_inner, n_groups=_int(raw, "n_groups", mc, default=8),
+                          n_heads=_int(raw, "num_heads", mc, default=128),
+                          head_dim=_int(raw, "head_dim", mc, default=64),
+                          d_state=_int(raw, "state_size", mc, default=128),
+                          d_conv=_int(raw, "conv_kernel", mc, default=4))
+    n = _int(raw, "num_hidden_layers", mc)
+    return {f"backbone.layers.{i}.mixer": state for i in range(n)}
+
+
+# ---- Jamba --------------------------------------------------------------------------
+
+def _jamba(c: _Ctx) -> dict[str, KVCacheSpec]:
+    raw, mc = c.raw, c.mc
+    n = _int(raw, "num_hidden_layers", mc, default=32)
+    period = _int(raw, "attn_layer_period", mc, default=8)
+    offset = raw.get("attn_layer_offset", 4)
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < period:
+        raise ConfigError(f"{_where(mc)}: field 'attn_layer_offset' = {offset!r} must be an "
+                          f"int in [0, attn_layer_period={period})",
+                          field="attn_layer_offset")
+    hidden = _int(raw, "hidden_size", mc)
+    state = _mamba1_state(c, d_inner=_int(raw, "mamba_expand", mc, default=2) * hidden,
+                          d_state=_int(raw, "mamba_d_state", mc, default=16),
+                          d_conv=_int(raw, "mamba_d_conv", mc, default=4))
+    attn = c.std_attention()
+    out: dict[str, KVCacheSpec] = {}
+    for i in range(n):
+        if i % period == offset:
+            out[f"model.layers.{i}.self_attn.attn"] = attn
+        else:
+            out[f"model.layers.{i}.mamba"] = state
+    return out
+
+
+# ---- Nemotron-H -----------------------------------------------------------------------
+
+_NEMOTRON_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[str]:
+    """Per-layer block types of a Nemotron-H config: ``mamba`` / ``attention`` / ``mlp``
+    / ``moe``, from ``hybrid_override_pattern`` or ``layers_block_type``.  Raises
+    ConfigError for an unknown character or type, or a pattern whose length disagrees
+    with ``num_hidden_layers``."""
+    pattern = raw.get("hybrid_override_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str):
+            raise ConfigError(f"{where}: field 'hybrid_override_pattern' must be a string",
+                              field="hybrid_override_pattern")
+        bad = sorted(set(pattern) - set(_NEMOTRON_CHARS))
+        if bad:
+            raise ConfigError(
+                f"{where}: hybrid_override_pattern has unknown character(s) {bad}; valid: "
+                f"M (mamba), * (attention), - (mlp), E (moe)",
+                field="hybrid_override_pattern")
+        kinds = [_NEMOTRON_CHARS[ch] for ch in pattern]
+    else:
+        kinds = raw.get("layers_block_type")
+        if not isinstance(kinds, list) or not kinds:
+            raise ConfigError(f"{where}: a nemotron_h config needs hybrid_override_pattern "
+                              f"or layers_block_type", field="hybrid_override_pattern")
+        bad = sorted({k for k in kinds if k not in _NEMOTRON_CHARS.values()})
+        if bad:
+            raise ConfigError(f"{where}: layers_block_type has unknown type(s) {bad}; "
+                              f"valid: mamba, attention, mlp, moe",
+                              field="layers_block_type")
+        kinds = list(kinds)
+    n = raw.get("num_hidden_layers")
+    if n is not None and n != len(kinds):
+        raise ConfigError(f"{where}: num_hidden_layers {n} but the layer pattern has "
+                          f"{len(kinds)} entries", field="num_hidden_layers")
+    return kinds
+
+
+def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
+    raw, mc = c.raw, c.mc
+    kinds = nemotron_h_layer_kinds(raw, _where(mc))
+    heads = _int(raw, "mamba_num_heads", mc)
+    head_dim = _int(raw, "mamba_head_dim", mc)
+    state = _mamba2_state(c, d_inner=heads * head_dim, n_groups=_int(raw, "n_groups", mc),
+                          n_heads=heads, head_dim=head_dim,
+                          d_state=_int(raw, "ssm_state_size", mc),
+                          d_conv=_int(raw, "conv_kernel", mc, default=4),
+                          ssm_default="float32")
+    attn = c.std_attention() if "attention" in kinds else None
+    out: dict[str, KVCacheSpec] = {}
+    for i, k in enumerate(kinds):
+        if k == "mamba":
+            out[f"model.layers.{i}.mixer"] = state
+        elif k == "attention":
+            out[f"model.layers.{i}.mixer.attn"] = attn  # type: ignore[assignment]
+    if c.include_mtp:
+        mtp = raw.get("mtp_layers_block_type") or []
+        for j, k in enumerate(mtp):
+            if k == "attention":
+                out[f"mtp.layers.{j}.mixer.attn"] = c.std_attention()
+            elif k == "mamba":
+                out[f"mtp.layers.{j}.mixer"] = state
+    return out
+
+
+# ---- Qwen3-Next / Qwen3.5 (gated DeltaNet) -----------------------------------------------
+
+def _qwen_layer_types(c: _Ctx) -> list[str]:
+    raw, mc = c.raw, c.mc
+    n = _int(raw, "num_hidden_layers", mc)
+    types = raw.get("layer_types")
+    if types is not None:
+        if len(types) != n:
+            raise ConfigError(f"{_where(mc)}: layer_types has {len(types)} entries but "
+                              f"num_hidden_layers is {n}", field="layer_types")
+        bad = sorted({t for t in types if t not in ("linear_attention", "full_attention")})
+        if bad:
+            raise ConfigError(f"{_where(mc)}: layer_types has unknown type(s) {bad}; valid: "
+                              f"linear_attention, full_attention", field="layer_types")
+        return list(types)
+    interval = _int(raw, "full_attention_interval", mc)
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(n)]
+
+
+def _gated_delta_net(c: _Ctx) -> dict[str, KVCacheSpec]:
+    raw, mc = c.raw, c.mc
+    types = _qwen_layer_types(c)
+    shapes = gated_delta_net_state_shapes(
+        num_k_heads=_int(raw, "linear_num_key_heads", mc),
+        num_v_heads=_int(raw, "linear_num_value_heads", mc),
+        head_k_dim=_int(raw, "linear_key_head_dim", mc),
+        head_v_dim=_int(raw, "linear_value_head_dim", mc),
+        conv_kernel=_int(raw, "linear_conv_kernel_dim", mc, default=4),
+        tp=c.tp, num_spec=c.num_spec)
+    state = c.state(shapes, (c.dtype, ssm_state_dtype(raw, c.dtype)))
+    attn = c.std_attention() if "full_attention" in types else None
+    out: dict[str, KVCacheSpec] = {}
+    for i, t in enumerate(types):
+        if t == "full_attention":
+            out[f"model.layers.{i}.self_attn.attn"] = attn  # type: ignore[assignment]
+        else:
+            out[f"model.layers.{i}.linear_attn"] = state
+    if c.include_mtp:
+        n_mtp = raw.get("mtp_num_hidden_layers") or raw.get("num_nextn_predict_layers") or 0
+        for j in range(int(n_mtp)):
+            out[f"mtp.layers.{j}.self_attn.attn"] = c.std_attention()
+    return out
+
+
+_ADAPTERS: dict[str, Callable[[_Ctx], dict[str, KVCacheSpec]]] = {
+    "mamba": _mamba1,
+    "falcon_mamba": _mamba1,
+    "mamba2": _mamba2,
+    "jamba": _jamba,
+    "nemotron_h": _nemotron_h,
+    "qwen3_next": _gated_delta_net,
+    "qwen3_5": _gated_delta_net,
+    "qwen3_5_moe": _gated_delta_net,
+    "qwen3_5_text": _gated_delta_net,
+    "qwen3_5_moe_text": _gated_delta_net,
+}
+
+#: the model_type values these adapters serve
+MODEL_TYPES: tuple[str, ...] = tuple(_ADAPTERS)
+
+
+def mamba_layer_specs(model_config: Any, cache_config: Any) -> dict[str, KVCacheSpec] | None:
+    """``{layer name: spec}`` in layer order for a model type in :data:`MODEL_TYPES`, else
+    None.  Raises ConfigError naming a missing or malformed field, or a
+    ``tensor_parallel_size`` that does not divide a sharded dimension."""
+    adapter = _ADAPTERS.get(model_config.model_type)
+    if adapter is None:
+        return None
+    return adapter(_Ctx(model_config, cache_config))

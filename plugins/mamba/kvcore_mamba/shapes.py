@@ -1,0 +1,209 @@
+"""State shapes and dtypes of recurrent layers, per tensor-parallel rank.
+
+Pure functions on ints (no torch).  Shapes are in elements; the conv state is stored
+``(state_len, dim)`` (vLLM's default "SD" layout: the TP-sharded channel axis innermost,
+so a speculative shift of the window is a shift along axis 0).  Formulas follow vLLM
+``vllm/model_executor/layers/mamba/mamba_utils.py`` (``MambaStateShapeCalculator``,
+``MambaStateDtypeCalculator``), which mirror the model code they cite below.
+
+======================  ===================================================  ==============================
+layer                   conv state                                           recurrent state
+======================  ===================================================  ==============================
+Mamba1                  (d_conv - 1, d_inner / tp)                           (d_inner / tp, d_state)
+Mamba2                  (d_conv - 1 + spec, (d_inner + 2 G d_state) / tp)    (n_heads / tp, head_dim, d_state)
+gated DeltaNet          (k - 1 + spec, (2 Hk dk + Hv dv) / tp)               (Hv / tp, dv, dk)
+KDA (Kimi)              (k - 1 + spec, (H d + 2 Hk dk) / tp)                 (H / tp, d, d)
+linear attention        --                                                   (H / tp, d, d)
+======================  ===================================================  ==============================
+
+``G`` is ``n_groups`` raised to ``tp`` when ``tp`` does not divide it (each rank needs
+the B/C groups of its heads: vLLM ``extra_groups_for_head_shards``); ``spec`` is the
+number of speculative tokens (the conv window keeps their inputs too).  Sources of the
+models: Mamba (Gu & Dao 2023; ``mamba_ssm.modules.mamba_simple``), Mamba2 (Dao & Gu
+2024; ``mamba_ssm.modules.mamba2``), gated DeltaNet (Yang et al. 2024; HF
+``modeling_qwen3_next.Qwen3NextGatedDeltaNet``), KDA (Kimi Linear, Moonshot 2025; vLLM
+``kda.py``), lightning/linear attention (MiniMax-01; vLLM ``linear_attn.py``).
+
+Dtypes: the conv state takes the model dtype; the recurrent (SSM) state takes
+``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype`` from the config when set, else the
+model dtype, except KDA (float32, vLLM ``kda_state_dtype``) and Nemotron-H (float32 when
+the config names none: vLLM ``NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcore.dtypes import normalize_dtype
+from kvcore.errors import ConfigError, UnknownDtypeError
+
+__all__ = [
+    "Shape",
+    "divide",
+    "extra_groups_for_head_shards",
+    "mamba1_state_shapes",
+    "mamba2_state_shapes",
+    "gated_delta_net_state_shapes",
+    "kda_state_shapes_from_dims",
+    "linear_attention_state_shapes",
+    "ssm_state_dtype",
+    "kda_state_shapes",
+    "kda_state_dtypes",
+    "kda_layer_indices",
+]
+
+Shape = tuple[int, ...]
+
+
+def divide(n: int, tp: int, what: str) -> int:
+    """``n / tp``; raises ConfigError naming ``what`` when ``tp`` does not divide ``n``."""
+    if tp < 1:
+        raise ConfigError(f"tensor_parallel_size must be >= 1, got {tp}",
+                          field="tensor_parallel_size", value=tp)
+    if n % tp:
+        raise ConfigError(
+            f"{what} = {n} is not divisible by tensor_parallel_size {tp}; valid sizes "
+            f"divide {n}", field=what, value=n, tensor_parallel_size=tp)
+    return n // tp
+
+
+def extra_groups_for_head_shards(n_groups: int, tp: int) -> int:
+    """Groups added so each rank holds the B/C groups its heads use: 0 when ``tp``
+    divides ``n_groups``, else ``tp - n_groups`` (vLLM; meant for n_groups == 1)."""
+    return 0 if n_groups % tp == 0 else tp - n_groups
+
+
+def mamba1_state_shapes(*, d_inner: int, d_state: int, d_conv: int, tp: int = 1
+                        ) -> tuple[Shape, Shape]:
+    """Mamba1: conv ``(d_conv - 1, d_inner / tp)``, SSM ``(d_inner / tp, d_state)``.
+
+    ``d_inner`` = expand x d_model (Jamba ``mamba_expand x hidden_size``).  Raises
+    ConfigError when ``tp`` does not divide ``d_inner``.
+    """
+    d = divide(d_inner, tp, "d_inner")
+    return (d_conv - 1, d), (d, d_state)
+
+
+def mamba2_state_shapes(*, d_inner: int, n_groups: int, n_heads: int, head_dim: int,
+                        d_state: int, d_conv: int, tp: int = 1, num_spec: int = 0
+                        ) -> tuple[Shape, Shape]:
+    """Mamba2: conv ``(d_conv - 1 + num_spec, (d_inner + 2 G d_state) / tp)``, SSM
+    ``(n_heads / tp, head_dim, d_state)``; the conv channels are x, B and C (Mamba2's
+    ``conv1d`` over ``d_inner + 2 ngroups d_state``).  Raises ConfigError when ``tp``
+    does not divide the heads or the conv channels."""
+    groups = n_groups + extra_groups_for_head_shards(n_groups, tp)
+    conv_dim = d_inner + 2 * groups * d_state
+    return ((d_conv - 1 + num_spec, divide(conv_dim, tp, "mamba2 conv_dim")),
+            (divide(n_heads, tp, "mamba_num_heads"), head_dim, d_state))
+
+
+def gated_delta_net_state_shapes(*, num_k_heads: int, num_v_heads: int, head_k_dim: int,
+                                 head_v_dim: int, conv_kernel: int, tp: int = 1,
+                                 num_spec: int = 0) -> tuple[Shape, Shape]:
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5): conv over q, k, v:
+    ``(conv_kernel - 1 + num_spec, (2 Hk dk + Hv dv) / tp)``; recurrent state
+    ``(Hv / tp, dv, dk)`` (one dv x dk matrix per value head)."""
+    conv_dim = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim
+    return ((conv_kernel - 1 + num_spec, divide(conv_dim, tp, "gated DeltaNet conv_dim")),
+            (divide(num_v_heads, tp, "linear_num_value_heads"), head_v_dim, head_k_dim))
+
+
+def kda_state_shapes_from_dims(*, num_heads: int, head_dim: int, conv_kernel: int = 4,
+                               tp: int = 1, num_spec: int = 0,
+                               num_k_heads: int | None = None,
+                               head_k_dim: int | None = None) -> tuple[Shape, Shape]:
+    """Kimi Delta Attention: conv over q, k, v
+    ``(conv_kernel - 1 + num_spec, (H d + 2 Hk dk) / tp)``; recurrent
+    ``(H / tp, d, d)`` (vLLM ``kda_state_shape``)."""
+    hk = num_heads if num_k_heads is None else num_k_heads
+    dk = head_dim if head_k_dim is None else head_k_dim
+    conv_dim = num_heads * head_dim + 2 * hk * dk
+    return ((conv_kernel - 1 + num_spec, divide(conv_dim, tp, "KDA conv_dim")),
+            (divide(num_heads, tp, "linear_attn_config.num_heads"), head_dim, head_dim))
+
+
+def linear_attention_state_shapes(*, num_heads: int, head_dim: int, tp: int = 1
+                                  ) -> tuple[Shape]:
+    """Plain (lightning) linear attention: one ``(H / tp, d, d)`` KV state."""
+    return ((divide(num_heads, tp, "num_attention_heads"), head_dim, head_dim),)
+
+
+def _dtype(value: Any, field: str) -> str:
+    try:
+        return normalize_dtype(value)
+    except UnknownDtypeError as exc:
+        raise ConfigError(f"field {field!r}: {exc}", field=field, value=repr(value)) from exc
+
+
+def ssm_state_dtype(raw: dict[str, Any], model_dtype: str,
+                    default: str | None = None) -> str:
+    """The recurrent-state dtype: ``mamba_ssm_cache_dtype`` or ``mamba_ssm_dtype`` from
+    the config (``auto`` = ``model_dtype``), else ``default``, else ``model_dtype``.
+    Raises ConfigError for an unknown dtype name."""
+    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
+        value = raw.get(key)
+        if value is not None:
+            if str(value).lower() == "auto":
+                return normalize_dtype(model_dtype)
+            return _dtype(value, key)
+    return normalize_dtype(default if default is not None else model_dtype)
+
+
+# ---- Kimi (KDA) helpers for the adapter that owns kimi_k3 / kimi_linear ---------------
+
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise ConfigError(f"a config must be a dict, got {type(config).__name__}")
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else config
+
+
+def _linear_attn_config(config: dict[str, Any]) -> dict[str, Any]:
+    lac = _text(config).get("linear_attn_config")
+    if not isinstance(lac, dict):
+        raise ConfigError("missing field 'linear_attn_config' (an object with num_heads, "
+                          "head_dim, short_conv_kernel_size, kda_layers)",
+                          field="linear_attn_config")
+    return lac
+
+
+def kda_state_shapes(config: dict[str, Any], tp: int = 1,
+                     num_speculative_tokens: int = 0) -> tuple[Shape, Shape]:
+    """KDA state shapes of a Kimi Linear / Kimi-K3 config dict (top level or
+    ``text_config``): ``linear_attn_config.{num_heads, head_dim,
+    short_conv_kernel_size}`` into :func:`kda_state_shapes_from_dims`.
+
+    Kimi-K3 (96 heads x 128, kernel 4) at tp=1: ``((3, 36864), (96, 128, 128))``.
+    Raises ConfigError naming a missing or non-int field, or an indivisible ``tp``.
+    """
+    lac = _linear_attn_config(config)
+    vals = {}
+    for key in ("num_heads", "head_dim"):
+        v = lac.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ConfigError(f"field 'linear_attn_config.{key}' = {v!r} must be a "
+                              f"positive int", field=f"linear_attn_config.{key}")
+        vals[key] = v
+    kernel = lac.get("short_conv_kernel_size", 4)
+    return kda_state_shapes_from_dims(
+        num_heads=vals["num_heads"], head_dim=vals["head_dim"], conv_kernel=kernel, tp=tp,
+        num_spec=num_speculative_tokens)
+
+
+def kda_state_dtypes(config: dict[str, Any]) -> tuple[str, str]:
+    """(conv dtype, recurrent dtype) of KDA: the model dtype (``torch_dtype`` /
+    ``dtype``, default bfloat16) and float32 unless the config sets
+    ``mamba_ssm_dtype`` / ``mamba_ssm_cache_dtype`` (vLLM ``kda_state_dtype``)."""
+    raw = _text(config)
+    model = _dtype(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16", "torch_dtype")
+    return model, ssm_state_dtype(raw, model, default="float32")
+
+
+def kda_layer_indices(config: dict[str, Any]) -> list[int]:
+    """0-based indices of the KDA layers (``linear_attn_config.kda_layers`` is
+    1-based in Kimi configs)."""
+    layers = _linear_attn_config(config).get("kda_layers")
+    if not isinstance(layers, list) or not all(isinstance(i, int) and i >= 1 for i in layers):
+        raise ConfigError("field 'linear_attn_config.kda_layers' must be a list of 1-based "
+                          "layer indices", field="linear_attn_config.kda_layers")
+    return [i - 1 for i in layers]
