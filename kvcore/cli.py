@@ -257,7 +257,10 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
     print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
           f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens")
     if out.get("longest_max_model_len") is not None:
-        print(f"longest max_model_len that fits: {out['longest_max_model_len']:,} tokens")
+        longest = out["longest_max_model_len"]
+        capped = s.get("plan_context") is not None and longest >= s.get("max_model_len_limit", 1 << 62)
+        print(f"longest max_model_len that fits: {longest:,} tokens"
+              + (" (the config's max_position_embeddings; more memory is left)" if capped else ""))
 
 
 def _print_tensors(out: dict[str, Any]) -> None:

@@ -350,6 +350,7 @@ def plan(
         "tensor_parallel_size": tensor_parallel_size,
         "pipeline_parallel_size": max(pipeline_parallel_size, len(stage_layers)),
         "plan_context": ctx,
+        "max_model_len_limit": limit,
     }
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
                          kv_cache_groups=groups, max_model_len=plan_len,
