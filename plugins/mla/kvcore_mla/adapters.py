@@ -229,17 +229,22 @@ def deepseek_v4_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     return out
 
 
-def kda_state_shapes(mc: Any, tp: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def kda_state_shapes(mc: Any, tp: int = 1, num_speculative_tokens: int = 0
+                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Per-request state shapes of one Kimi Delta Attention (KDA) layer on one TP rank.
 
     From ``linear_attn_config`` (``num_heads`` H, ``head_dim`` D,
     ``short_conv_kernel_size`` K): the short convolutions over q, k and v keep the last
-    K - 1 inputs, ``(K - 1, 3 x H x D / tp)`` in the model dtype, and the recurrent state
-    is one D x D matrix per head, ``(H / tp, D, D)`` in float32 (vLLM
-    ``MambaStateShapeCalculator.kda_state_shape`` / ``kda_state_dtype``; the older
-    form splits the convolution state into three ``(K - 1, H x D / tp)`` tensors, same
-    bytes).  Kimi-K3 (H 96, D 128, K 4), TP 1: 3 x 36,864 x 2 + 96 x 128 x 128 x 4 =
-    6,512,640 B per layer per request.
+    K - 1 inputs (plus one per draft token), ``(K - 1 + num_spec, 3 x H x D / tp)`` in the
+    model dtype, and the recurrent state is one D x D matrix per head, ``(H / tp, D, D)``
+    in float32 (vLLM ``MambaStateShapeCalculator.kda_state_shape`` /
+    ``kda_state_dtype``; the older vLLM form splits the convolution state into three
+    ``(K - 1, H x D / tp)`` tensors: same bytes).  This is the formula kvcore-mamba's
+    ``kvcore_mamba.shapes.kda_state_shapes`` uses too (computed here because plugins do
+    not import each other).  Kimi-K3 (H 96, D 128, K 4), TP 1:
+    3 x 36,864 x 2 + 96 x 128 x 128 x 4 = 6,512,640 B per layer per request.
+
+    Raises ConfigError naming a missing or bad field, or an indivisible ``tp``.
     """
     lac = mc.get("linear_attn_config")
     if not isinstance(lac, dict):
@@ -255,7 +260,57 @@ def kda_state_shapes(mc: Any, tp: int = 1) -> tuple[tuple[int, ...], tuple[int, 
         raise ConfigError(
             f"{mc._where()}: linear_attn_config.num_heads {h} is not divisible by "
             f"tensor_parallel_size {tp}", field="tensor_parallel_size")
-    return ((k - 1, 3 * h * d // tp), (h // tp, d, d))
+    return ((k - 1 + num_speculative_tokens, 3 * h * d // tp), (h // tp, d, d))
+
+
+def _kda_state_dtypes(mc: Any) -> tuple[str, str]:
+    """(conv dtype, recurrent dtype): the model dtype, and ``mamba_ssm_cache_dtype`` /
+    ``mamba_ssm_dtype`` when the config sets one (``auto`` = model dtype), else float32
+    (vLLM ``kda_state_dtype``)."""
+    from kvcore.dtypes import normalize_dtype
+
+    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
+        value = mc.get(key)
+        if value is not None:
+            return mc.dtype, (mc.dtype if str(value).lower() == "auto"
+                              else normalize_dtype(value))
+    return mc.dtype, "float32"
+
+
+#: block size of a ``none``-mode state when the config gives no max_position_embeddings
+#: (kvcore-mamba's convention: one block per request, sized by the longest request)
+NONE_MODE_STATE_BLOCK_SIZE = 1 << 20
+
+
+def _kda_spec(mc: Any, cc: Any) -> KVCacheSpec:
+    """The KDA state spec, built from the registry's ``mamba`` class (kvcore-mamba).
+
+    Follows kvcore-mamba's conventions: ``none`` mode -> block_size =
+    max_position_embeddings (one block per request); ``align`` / ``all`` -> the
+    attention block size; ``num_speculative_blocks`` = num_speculative_tokens.
+    Raises MissingPluginError naming kvcore-mamba when it is not installed.
+    """
+    from dataclasses import fields
+
+    from kvcore.registry import get_registry
+
+    mamba_cls = get_registry().spec_class("mamba")  # MissingPluginError -> kvcore-mamba
+    num_spec = int(getattr(cc, "num_speculative_tokens", 0) or 0)
+    mode = getattr(cc, "mamba_cache_mode", "none") or "none"
+    shapes = kda_state_shapes(mc, int(getattr(cc, "tensor_parallel_size", 1) or 1),
+                              num_spec)
+    block = (mc.max_position_embeddings or NONE_MODE_STATE_BLOCK_SIZE) if mode == "none" \
+        else _block_size(cc)
+    kwargs: dict[str, Any] = dict(block_size=block, shapes=shapes,
+                                  dtypes=_kda_state_dtypes(mc), mamba_cache_mode=mode)
+    if "num_speculative_blocks" in {f.name for f in fields(mamba_cls)}:
+        kwargs["num_speculative_blocks"] = num_spec
+    try:
+        return mamba_cls(**kwargs)
+    except TypeError as exc:
+        raise KVCoreError(
+            f"the 'mamba' spec class {mamba_cls.__name__} does not accept the fields "
+            f"kvcore-mla passes for the KDA layers ({', '.join(kwargs)}): {exc}") from exc
 
 
 def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
@@ -265,12 +320,12 @@ def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     numbers.  MLA layer ``i`` (0-based): ``model.layers.{i}.self_attn.attn``
     (mla_attention, head kv_lora_rank + qk_rope_head_dim = 576); KDA layer ``i``:
     ``model.layers.{i}.self_attn`` with the ``mamba`` kind taken from the registry
-    (kvcore-mamba), shapes from :func:`kda_state_shapes`, dtypes (model dtype, float32).
+    (kvcore-mamba, never imported), shapes from :func:`kda_state_shapes`.
 
-    Raises MissingPluginError naming kvcore-mamba when it is not installed.
+    kvcore-mla owns these model types (the hook is firstresult, so one adapter returns
+    every layer).  Raises MissingPluginError naming kvcore-mamba when it is not
+    installed.
     """
-    from kvcore.registry import get_registry
-
     lac = mc.get("linear_attn_config")
     if not isinstance(lac, dict):
         raise ConfigError(f"{mc._where()}: missing field 'linear_attn_config'",
@@ -281,7 +336,8 @@ def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     kinds: dict[int, str] = {}
     for key, idx, kind in (("full_attn_layers", full, "mla"), ("kda_layers", kda, "kda")):
         if not isinstance(idx, list) or any(
-                not isinstance(x, int) or not 1 <= x <= num_layers for x in idx):
+                not isinstance(x, int) or isinstance(x, bool) or not 1 <= x <= num_layers
+                for x in idx):
             raise ConfigError(f"{mc._where()}: field 'linear_attn_config.{key}' must list "
                               f"1-based layer numbers in 1..{num_layers}",
                               field=f"linear_attn_config.{key}")
@@ -290,26 +346,14 @@ def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
                 raise ConfigError(f"{mc._where()}: layer {x} is listed twice in "
                                   f"linear_attn_config", field=f"linear_attn_config.{key}")
             kinds[x - 1] = kind
-    out: dict[str, KVCacheSpec] = {}
     mla = _mla(mc, cc)
-    mamba_spec = None
-    if kda:
-        mamba_cls = get_registry().spec_class("mamba")  # MissingPluginError -> kvcore-mamba
-        shapes = kda_state_shapes(mc, getattr(cc, "tensor_parallel_size", 1))
-        try:
-            mamba_spec = mamba_cls(
-                block_size=_block_size(cc), shapes=shapes, dtypes=(mc.dtype, "float32"),
-                mamba_cache_mode=getattr(cc, "mamba_cache_mode", "none"))
-        except TypeError as exc:
-            raise KVCoreError(
-                f"the 'mamba' spec class {mamba_cls.__name__} does not accept the fields "
-                f"kvcore-mla passes for the KDA layers (block_size, shapes, dtypes, "
-                f"mamba_cache_mode): {exc}") from exc
+    kda_spec = _kda_spec(mc, cc) if kda else None
+    out: dict[str, KVCacheSpec] = {}
     for i in sorted(kinds):
         if kinds[i] == "mla":
             out[f"model.layers.{i}.self_attn.attn"] = mla
         else:
-            out[f"model.layers.{i}.self_attn"] = mamba_spec  # type: ignore[assignment]
+            out[f"model.layers.{i}.self_attn"] = kda_spec  # type: ignore[assignment]
     return out
 
 

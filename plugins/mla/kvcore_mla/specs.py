@@ -301,6 +301,15 @@ class SlidingWindowMLASpec(_MLAPage, SlidingWindowSpec):
         self._mla_post_init()
         super().__post_init__()
 
+    def as_full_attention(self) -> MLAAttentionSpec:
+        """This layer planned as full MLA attention (hybrid manager off): an
+        :class:`MLAAttentionSpec` with the same layout that records the window."""
+        return MLAAttentionSpec(
+            block_size=self.block_size, num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype,
+            sliding_window=self.sliding_window, compress_ratio=self.compress_ratio,
+            alignment=self.alignment, model_version=self.model_version)
+
     @classmethod
     def merge(cls, specs: list[Any]) -> Any:
         """As :meth:`MLAAttentionSpec.merge`; the windows must agree too."""

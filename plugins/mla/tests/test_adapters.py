@@ -169,6 +169,22 @@ def test_kda_state_shapes_kimi_k3(data_dir):
     assert conv == (3, 3 * 96 * 128) and rec == (96, 128, 128)
     assert conv[0] * conv[1] * 2 + rec[0] * rec[1] * rec[2] * 4 == 6_512_640
     assert kda_state_shapes(mc, tp=4) == ((3, 3 * 96 * 128 // 4), (24, 128, 128))
+    # one more conv row per draft token
+    assert kda_state_shapes(mc, num_speculative_tokens=2)[0] == (5, 3 * 96 * 128)
+    with pytest.raises(ConfigError, match="tensor_parallel_size"):
+        kda_state_shapes(mc, tp=5)
+
+
+def test_kimi_k3_kda_spec_follows_mamba_conventions(data_dir):
+    mc = load(data_dir, "kimi-k3.aiconfigurator")
+    kda = mla_layer_specs(mc, CacheConfig())["model.layers.0.self_attn"]
+    assert kda.shapes == ((3, 36864), (96, 128, 128))
+    assert kda.dtypes == ("bfloat16", "float32")
+    assert kda.page_size_bytes == 6_512_640
+    assert kda.block_size == 1_048_576  # none mode: one block per request (max len)
+    kda = mla_layer_specs(mc, CacheConfig(mamba_cache_mode="align"))[
+        "model.layers.0.self_attn"]
+    assert kda.block_size == 64 and kda.mamba_cache_mode == "align"
 
 
 def test_kimi_needs_mamba_plugin(data_dir, monkeypatch):

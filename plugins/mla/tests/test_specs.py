@@ -234,3 +234,12 @@ def test_page_is_aligned_and_minimal(states, ratio, align, dtype):
     # a copy with a doubled block size holds twice the entries
     d = s.copy_with_new_block_size(2 * s.block_size)
     assert d.raw_page_size_bytes == 2 * raw
+
+
+def test_sliding_window_mla_as_full_attention_keeps_layout():
+    s = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512,
+                             sliding_window=128, kv_cache_dtype="fp8_ds_mla",
+                             model_version="deepseek_v4")
+    f = s.as_full_attention()
+    assert isinstance(f, MLAAttentionSpec)
+    assert f.sliding_window == 128 and f.page_size_bytes == s.page_size_bytes == 37_440
