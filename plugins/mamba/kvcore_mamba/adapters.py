@@ -45,7 +45,6 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 from kvcore.specs import FullAttentionSpec, KVCacheSpec
-
 from kvcore_mamba.shapes import (
     gated_delta_net_state_shapes,
     mamba1_state_shapes,
@@ -280,16 +279,16 @@ def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[s
                 field="hybrid_override_pattern")
         kinds = [_NEMOTRON_CHARS[ch] for ch in pattern]
     else:
-        kinds = raw.get("layers_block_type")
-        if not isinstance(kinds, list) or not kinds:
+        listed = raw.get("layers_block_type")
+        if not isinstance(listed, list) or not listed:
             raise ConfigError(f"{where}: a nemotron_h config needs hybrid_override_pattern "
                               f"or layers_block_type", field="hybrid_override_pattern")
-        bad = sorted({k for k in kinds if k not in _NEMOTRON_CHARS.values()})
+        bad = sorted({str(k) for k in listed if k not in _NEMOTRON_CHARS.values()})
         if bad:
             raise ConfigError(f"{where}: layers_block_type has unknown type(s) {bad}; "
                               f"valid: mamba, attention, mlp, moe",
                               field="layers_block_type")
-        kinds = list(kinds)
+        kinds = [str(k) for k in listed]
     n = raw.get("num_hidden_layers")
     if n is not None and n != len(kinds):
         raise ConfigError(f"{where}: num_hidden_layers {n} but the layer pattern has "

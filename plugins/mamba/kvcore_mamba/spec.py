@@ -114,8 +114,8 @@ class MambaSpec(KVCacheSpec):
                             f"{n!r}", field="num_speculative_blocks", value=repr(n))
         super().__post_init__()
 
-    @property  # type: ignore[override]
-    def participates_in_prefix_caching(self) -> bool:  # noqa: D102
+    @property
+    def participates_in_prefix_caching(self) -> bool:  # type: ignore[override]
         """False in ``none`` mode (one running state, no checkpoint to resume from: the
         runtime then turns prefix caching off for the whole model), True otherwise."""
         return self.mamba_cache_mode != "none"

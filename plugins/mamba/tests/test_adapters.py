@@ -6,15 +6,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from kvcore_mamba.adapters import mamba_layer_specs, nemotron_h_layer_kinds
 
 from kvcore import plan_model
 from kvcore.errors import ConfigError
 from kvcore.models.config import CacheConfig, load_model_config, parse_model_config
 from kvcore.plugins import get_plugin_manager
 from kvcore.registry import get_registry
-from kvcore.specs import FullAttentionSpec
-from kvcore_mamba.adapters import mamba_layer_specs, nemotron_h_layer_kinds
-from kvcore_mamba.spec import MambaSpec
 
 DATA = Path(__file__).parent / "data"
 

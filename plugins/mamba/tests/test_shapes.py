@@ -6,8 +6,6 @@ import math
 from pathlib import Path
 
 import pytest
-
-from kvcore.errors import ConfigError
 from kvcore_mamba.shapes import (
     extra_groups_for_head_shards,
     gated_delta_net_state_shapes,
@@ -20,6 +18,8 @@ from kvcore_mamba.shapes import (
     mamba2_state_shapes,
     ssm_state_dtype,
 )
+
+from kvcore.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
 

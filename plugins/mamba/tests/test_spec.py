@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_mamba.spec import MambaSpec
 
 from kvcore.errors import SpecError
 from kvcore.registry import get_registry
 from kvcore.specs import FullAttentionSpec, KVCacheSpec, PlanContext
-from kvcore_mamba.spec import MambaSpec
 
 DATA = Path(__file__).parent / "data"
 JAMBA_LAYER = {"type": "mamba", "block_size": 32768, "shapes": [[8192, 3], [8192, 16]],
