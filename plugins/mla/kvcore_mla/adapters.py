@@ -30,7 +30,6 @@ from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
 from kvcore.specs import KVCacheSpec
-
 from kvcore_mla.specs import (
     DEEPSEEK_V4,
     FP8_DS_MLA,
@@ -250,12 +249,15 @@ def kda_state_shapes(mc: Any, tp: int = 1, num_speculative_tokens: int = 0
     if not isinstance(lac, dict):
         raise ConfigError(f"{mc._where()}: missing field 'linear_attn_config' (needed for "
                           f"the KDA layers of {mc.model_type!r})", field="linear_attn_config")
-    h, d = lac.get("num_heads"), lac.get("head_dim")
-    k = lac.get("short_conv_kernel_size", 4)
-    for key, v in (("num_heads", h), ("head_dim", d), ("short_conv_kernel_size", k)):
+    vals: dict[str, int] = {}
+    for key, default in (("num_heads", None), ("head_dim", None),
+                         ("short_conv_kernel_size", 4)):
+        v = lac.get(key, default)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{mc._where()}: field 'linear_attn_config.{key}' = {v!r} "
                               f"must be a positive int", field=f"linear_attn_config.{key}")
+        vals[key] = v
+    h, d, k = vals["num_heads"], vals["head_dim"], vals["short_conv_kernel_size"]
     if h % tp:
         raise ConfigError(
             f"{mc._where()}: linear_attn_config.num_heads {h} is not divisible by "

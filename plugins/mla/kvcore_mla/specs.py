@@ -40,7 +40,6 @@ layer (block 256, ratio 128): 2 states, 1,168 B raw, 1,728 B padded.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -365,7 +364,3 @@ class MLAIndexerSpec(_MLAPage, FullAttentionSpec):
         specs[0]._check_mla_merge(specs)
         return FullAttentionSpec.merge.__func__(cls, specs)  # type: ignore[attr-defined]
 
-
-def replace(spec: Any, **changes: Any) -> Any:
-    """``dataclasses.replace`` for specs (re-validates)."""
-    return dataclasses.replace(spec, **changes)

@@ -6,11 +6,11 @@ import json
 from collections import Counter
 
 import pytest
+from kvcore_mla.adapters import MLA_MODEL_TYPES, kda_state_shapes, mla_layer_specs
+from kvcore_mla.specs import MLAAttentionSpec, MLAIndexerSpec
 
 from kvcore.errors import ConfigError
 from kvcore.models.config import CacheConfig, load_model_config, parse_model_config
-from kvcore_mla.adapters import MLA_MODEL_TYPES, kda_state_shapes, mla_layer_specs
-from kvcore_mla.specs import MLAAttentionSpec, MLAIndexerSpec
 
 
 def load(data_dir, name):
@@ -189,9 +189,7 @@ def test_kimi_k3_kda_spec_follows_mamba_conventions(data_dir):
 
 def test_kimi_needs_mamba_plugin(data_dir, monkeypatch):
     from kvcore.errors import MissingPluginError
-    from kvcore.registry import Registry
-
-    from kvcore.registry import get_registry
+    from kvcore.registry import Registry, get_registry
 
     real = get_registry()
 
@@ -232,3 +230,24 @@ def test_hook_is_served_through_plugin_manager(data_dir):
     specs = pm.hook.kvcore_layer_specs(model_config=load(data_dir, "deepseek-v3.2"),
                                        cache_config=CacheConfig())
     assert kinds(specs) == {"mla_attention": 61, "mla_indexer": 61}
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v2", "kimi_k2"])
+def test_same_layout_model_types(data_dir, model_type):
+    # DeepSeek-V2 and Kimi-K2 share V3's attention fields (kv_lora_rank 512, rope 64)
+    raw = json.loads((data_dir / "configs" / "deepseek-v3.json").read_text())
+    raw["model_type"] = model_type
+    raw["num_hidden_layers"] = 27
+    specs = mla_layer_specs(parse_model_config(raw), CacheConfig())
+    assert kinds(specs) == {"mla_attention": 27}
+    assert {s.page_size_bytes for s in specs.values()} == {73_728}
+
+
+def test_kimi_bad_layer_lists(data_dir):
+    raw = json.loads((data_dir / "configs" / "kimi-k3.aiconfigurator.json").read_text())
+    raw["text_config"]["linear_attn_config"]["full_attn_layers"] = [0, 4]
+    with pytest.raises(ConfigError, match="full_attn_layers"):
+        mla_layer_specs(parse_model_config(raw), CacheConfig())
+    raw["text_config"]["linear_attn_config"]["full_attn_layers"] = [1, 4]  # 1 is KDA too
+    with pytest.raises(ConfigError, match="twice"):
+        mla_layer_specs(parse_model_config(raw), CacheConfig())

@@ -8,7 +8,6 @@ pytest.importorskip("triton")
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
 from kvcore_mla import ops  # noqa: E402
 
 L, R = 512, 64

@@ -6,16 +6,16 @@ layouts (vLLM kv_cache_interface.py / flashmla_sparse.py)."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from kvcore.errors import MissingPluginError, SpecError, SpecMergeError
-from kvcore.registry import get_registry
-from kvcore.specs import KVCacheSpec, PlanContext
 from kvcore_mla.specs import (
     HiddenStateCacheSpec,
     MLAAttentionSpec,
     MLAIndexerSpec,
     SlidingWindowMLASpec,
 )
+
+from kvcore.errors import MissingPluginError, SpecError, SpecMergeError
+from kvcore.registry import get_registry
+from kvcore.specs import KVCacheSpec, PlanContext
 
 
 def mla(**kw):
