@@ -242,13 +242,16 @@ class KVCacheManager:
                 freed += m.num_blocks_freed_by_skipping(rid, num_computed)
         if total > self.block_pool.free_queue.num_free_blocks + freed:
             return None
-        new_blocks = []
-        for g, m in enumerate(managers):
-            if hit and hit[g]:
-                m.save_new_computed_blocks(rid, hit[g])
+        # every group takes its hits before any group takes new blocks: a hit block of
+        # one group may sit in the free queue that another group allocates from
+        if hit:
+            for g, m in enumerate(managers):
+                if hit[g]:
+                    m.save_new_computed_blocks(rid, hit[g])
+        for m in managers:
             if m.skips_blocks:
                 m.remove_skipped_blocks(rid, num_computed)
-            new_blocks.append(m.allocate_new_blocks(request, need))
+        new_blocks = [m.allocate_new_blocks(request, need) for m in managers]
         self._requests[rid] = request
         if self.enable_caching:
             n_cache = num_computed + num_new_tokens
