@@ -7,7 +7,6 @@ from __future__ import annotations
 from kvcore import hookimpl
 from kvcore.quant import QuantScheme
 from kvcore.registry import SpecType
-
 from kvcore_turboquant.schemes import all_schemes
 from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
 

@@ -33,8 +33,11 @@ def attention_cosine(scheme: str, *, head_size: int = 128, seq_len: int = 1024,
     """
     import torch
 
-    from kvcore_turboquant.kernels import (allocate_kv_cache, turboquant_dequant_ref,
-                                           turboquant_store_ref)
+    from kvcore_turboquant.kernels import (
+        allocate_kv_cache,
+        turboquant_dequant_ref,
+        turboquant_store_ref,
+    )
     from kvcore_turboquant.schemes import turboquant_config
 
     cfg = turboquant_config(scheme)

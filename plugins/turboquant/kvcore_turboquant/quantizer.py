@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import torch
@@ -114,7 +114,7 @@ def hadamard_matrix(n: int) -> torch.Tensor:
     return h
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rotation_cpu(head_size: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 4099 + head_size)
     if head_size & (head_size - 1) == 0:
@@ -140,7 +140,7 @@ def rotation_matrix(head_size: int, device: Any = None,
     return r if device is None else r.to(device)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _codebook_cpu(bits: int, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     cb = gaussian_codebook(bits, head_size)
     return (torch.tensor(cb.centroids, dtype=torch.float32),

@@ -15,7 +15,6 @@ from typing import ClassVar
 
 from kvcore.errors import SpecError
 from kvcore.specs import FullAttentionSpec
-
 from kvcore_turboquant.schemes import TurboQuantConfig, is_turboquant_name, turboquant_config
 
 __all__ = ["TurboQuantFullAttentionSpec"]

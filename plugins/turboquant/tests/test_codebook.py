@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from kvcore_turboquant.codebook import gaussian_codebook, lloyd_max_standard_normal
 
 # Max (1960), "Quantizing for minimum distortion", table 1: positive centroids, MSE

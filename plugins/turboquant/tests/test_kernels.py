@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from kvcore_turboquant.kernels import (
     allocate_kv_cache,
     cache_view,

@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
 
 import kvcore
 from kvcore.errors import MissingPluginError, SpecError
 from kvcore.registry import get_registry
-
-from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
 
 
 def test_plan_llama_31_8b_3bit_nc_bytes_per_token():

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from kvcore_turboquant.distortion import main as distortion_main
 from kvcore_turboquant.quality import PRESET_ORDER, attention_cosine, markdown
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kvcore_turboquant.codebook import gaussian_codebook
 from kvcore_turboquant.distortion import key_mse, random_unit_vectors
 from kvcore_turboquant.quantizer import (

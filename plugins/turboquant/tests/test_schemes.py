@@ -8,12 +8,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import kvcore
-from kvcore.errors import KVCoreError, SpecError, UnknownKVCacheDtypeError
-from kvcore.registry import get_registry
-from kvcore.specs import KVCacheSpec, PlanContext
-
 from kvcore_turboquant.schemes import (
     PRESETS,
     TurboQuantConfig,
@@ -21,6 +15,11 @@ from kvcore_turboquant.schemes import (
     turboquant_config,
 )
 from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
+
+import kvcore
+from kvcore.errors import KVCoreError, SpecError, UnknownKVCacheDtypeError
+from kvcore.registry import get_registry
+from kvcore.specs import KVCacheSpec, PlanContext
 
 # issue 8: bytes per token per KV head at D = 128
 PRESET_BYTES_D128 = {
