@@ -1,0 +1,119 @@
+"""allocate_tensors: buffers, per-layer views at the planned byte positions."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvcore.errors import KVCoreError  # noqa: E402
+from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor  # noqa: E402
+from kvcore.ops import allocate_tensors, reshape_and_cache  # noqa: E402
+from kvcore.planning import plan  # noqa: E402
+from kvcore.specs import FullAttentionSpec, SlidingWindowSpec  # noqa: E402
+
+
+def one_layer(spec, num_blocks=4, **tensor):
+    return KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_groups=[KVCacheGroupSpec(["l0"], spec)],
+        kv_cache_tensors=[KVCacheTensor(
+            size=tensor.pop("size", None) or num_blocks * spec.page_size_bytes,
+            shared_by=["l0"], **tensor)])
+
+
+def test_bf16_views_and_byte_positions():
+    spec = FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8, head_size_v=4)
+    page = 4 * 2 * (8 + 4) * 2  # 192 B
+    assert spec.page_size_bytes == page
+    caches = allocate_tensors(one_layer(spec), "cpu")
+    layer = caches["l0"]
+    assert layer.key.shape == (4, 4, 2, 8) and layer.value.shape == (4, 4, 2, 4)
+    assert layer.key.dtype == torch.bfloat16 and layer.raw.shape == (4, page)
+    assert layer.key_scale is None
+    # K of block 2, token 1, head 1, channel 3 at byte 2*192 + ((1*2 + 1)*8 + 3)*2
+    layer.key[2, 1, 1, 3] = 1.5
+    buf = caches.buffers[0]
+    assert buf.numel() == 4 * page
+    pos = 2 * page + ((1 * 2 + 1) * 8 + 3) * 2
+    assert buf[pos:pos + 2].view(torch.bfloat16).item() == 1.5
+    # V starts after the K plane (4 * 2 * 8 * 2 = 128 B into the page)
+    layer.value[3, 0, 0, 0] = -2.0
+    pos = 3 * page + 128
+    assert buf[pos:pos + 2].view(torch.bfloat16).item() == -2.0
+    # nothing else touched: 1.5 = 0x3FC0 (2 non-zero bytes), -2.0 = 0xC000 (1)
+    assert int((buf != 0).sum()) == 3
+
+
+def test_per_token_head_scale_planes_inside_the_page():
+    spec = FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8,
+                             kv_cache_dtype="int8_per_token_head")
+    page = 2 * 4 * 2 * (8 + 4)  # 192 B
+    assert spec.page_size_bytes == page
+    layer = allocate_tensors(one_layer(spec), "cpu")["l0"]
+    assert layer.key.dtype == torch.int8 and layer.key_scale.dtype == torch.float32
+    assert layer.key_scale.shape == (4, 4, 2)
+    layer.value_scale[1, 3, 1] = 0.25
+    # V scale plane at 64 (K) + 32 (K scales) + 64 (V) = 160 B; entry (3, 1) = 7th float
+    pos = page + 160 + (3 * 2 + 1) * 4
+    assert layer.raw[1, 160 + 28:160 + 32].view(torch.float32).item() == 0.25
+    assert layer.raw.view(-1).numel() == 4 * page and pos < 4 * page
+
+
+def test_shared_tensor_two_groups_and_padding():
+    full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8)
+    sw = SlidingWindowSpec(block_size=4, num_kv_heads=1, head_size=4, sliding_window=8,
+                           page_size_padded=full.page_size_bytes)
+    page = full.page_size_bytes  # 128 B; the SW layer's 64 B page padded to 128
+    cfg = KVCacheConfig(
+        num_blocks=3,
+        kv_cache_groups=[KVCacheGroupSpec(["f0"], full), KVCacheGroupSpec(["s0"], sw)],
+        kv_cache_tensors=[KVCacheTensor(size=3 * page, shared_by=["f0", "s0"])])
+    caches = allocate_tensors(cfg, "cpu")
+    assert len(caches.buffers) == 1 and caches.tensor_buffers == (0,)
+    f0, s0 = caches["f0"], caches["s0"]
+    assert s0.raw.shape == (3, 128) and s0.key.stride(0) == 128 // 2
+    # the two layers alias block by block (the runtime never gives both a block id)
+    s0.key[2, 0, 0, 0] = 3.0
+    assert f0.raw[2, 0:2].view(torch.bfloat16).item() == 3.0
+
+
+def test_block_outermost_plan_shares_one_buffer():
+    specs = {f"l{i}": FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8 * (i + 1))
+             for i in range(2)}
+    cfg = plan(specs, max_model_len=32, num_gpu_blocks_override=10,
+               kv_cache_layout="BLHNC")
+    caches = allocate_tensors(cfg, "cpu")
+    pages = [specs[n].page_size_bytes for n in ("l0", "l1")]  # 128, 256
+    assert len(caches.buffers) == 1 and caches.buffers[0].numel() == 10 * sum(pages)
+    l0, l1 = caches["l0"], caches["l1"]
+    assert l0.layout.head_major
+    # block b of l1 starts at b * (128 + 256) + 128
+    l1.raw[3, 0] = 7
+    assert caches.buffers[0][3 * 384 + 128].item() == 7
+    key = torch.randn(1, 1, 16, dtype=torch.bfloat16)
+    reshape_and_cache(key, key, l1.key, l1.value, torch.tensor([5]), "auto")
+    assert torch.equal(l1.key[1, 1], key[0]) and int((l0.raw != 0).sum()) == 0
+
+
+def test_unsupported_dtype_gets_raw_only():
+    spec = FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8,
+                             kv_cache_dtype="nvfp4")
+    layer = allocate_tensors(one_layer(spec), "cpu")["l0"]
+    assert layer.key is None and layer.layout is None
+    assert layer.raw.shape == (4, spec.page_size_bytes)
+
+
+def test_errors():
+    spec = FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8)
+    with pytest.raises(KVCoreError, match="num_blocks"):
+        allocate_tensors(one_layer(spec, num_blocks=None, size=64), "cpu")
+    with pytest.raises(KVCoreError, match="needs offset"):
+        allocate_tensors(one_layer(spec, size=3 * spec.page_size_bytes), "cpu")
+    bad = KVCacheConfig(num_blocks=2, kv_cache_groups=[KVCacheGroupSpec(["a"], spec)],
+                        kv_cache_tensors=[KVCacheTensor(size=1024, shared_by=["b"])])
+    with pytest.raises(KVCoreError, match="'b'"):
+        allocate_tensors(bad, "cpu")
+    # num_blocks= overrides a plan without a budget
+    caches = allocate_tensors(one_layer(spec, num_blocks=None, size=2 * spec.page_size_bytes),
+                              "cpu", num_blocks=2)
+    assert caches["l0"].key.shape[0] == 2
