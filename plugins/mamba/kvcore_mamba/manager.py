@@ -31,6 +31,15 @@ point of the sequence).  Block-table layout per ``mamba_cache_mode`` (``S`` =
     hit.  Blocks behind the running one are freed each step (they stay findable in the
     prefix cache until evicted).
 
+Speculative decoding: the scheduler passes ``num_lookahead_tokens =
+num_speculative_blocks`` (as vLLM does); the running block is the block of the last
+real token and the lookahead slots' states go to the speculative blocks.  After
+verification the runner moves the accepted state into the running block with
+:func:`kvcore_mamba.kernels.checkpoint_states` (conv window shifted by the accepted
+tokens).  In ``align`` mode a block is cached only by a step that ends exactly on the
+running block's boundary, so a cached block always holds its boundary's state and is
+never written again.
+
 Cache hits (``align`` / ``all``): a hit of ``L`` tokens needs only the checkpoint of
 block ``L / block_size - 1``; the search walks right to left for the last cached block
 within ``max_length`` and returns ``[null] * i + [block i]``.  In ``align`` mode a hit is
@@ -110,6 +119,13 @@ class MambaManager(SingleTypeManager):
             return len(table) - 1, False
         return -1, False
 
+    def _target(self, num_tokens: int) -> int:
+        """Table index of the running state block for ``num_tokens`` slots: the block of
+        the last real token; with speculative decoding the last ``num_speculative_blocks``
+        slots are the lookahead (vLLM passes ``num_lookahead_tokens =
+        num_speculative_tokens``) and their states go to the speculative blocks."""
+        return _cdiv(max(num_tokens - self.num_spec, 1), self.block_size) - 1
+
     def _num_new(self, running: int, has_spec: bool, target: int) -> int:
         if target <= running:
             return 0
@@ -124,7 +140,7 @@ class MambaManager(SingleTypeManager):
         rid = request.request_id
         table = self.req_to_blocks.get(rid) or list(new_computed_blocks)
         running, has_spec = self._layout(rid, table)
-        n = self._num_new(running, has_spec, _cdiv(num_tokens, self.block_size) - 1)
+        n = self._num_new(running, has_spec, self._target(num_tokens))
         for b in new_computed_blocks:
             if b.ref_cnt == 0 and not b.is_null:
                 n += 1
@@ -142,7 +158,7 @@ class MambaManager(SingleTypeManager):
             table = self.req_to_blocks[rid] = []
             self.num_cached_blocks.setdefault(rid, 0)
         running, has_spec = self._layout(rid, table)
-        target = _cdiv(num_tokens, self.block_size) - 1
+        target = self._target(num_tokens)
         n_new = self._num_new(running, has_spec, target)
         if n_new == 0:
             return []
@@ -198,6 +214,26 @@ class MambaManager(SingleTypeManager):
             self.pool.free_blocks(removed)
 
     # ---- prefix caching ------------------------------------------------------------
+    def cache_blocks(self, request: Any, num_tokens: int) -> None:
+        """``all``: every full block (each holds its boundary's state).  ``align``: only
+        the running block, and only when this step ends exactly on its boundary (then it
+        holds that boundary's state); other positions are null or hold a state past
+        their boundary."""
+        if self.mode != "align" or not self.enable_caching:
+            super().cache_blocks(request, num_tokens)
+            return
+        rid = request.request_id
+        table = self.req_to_blocks.get(rid)
+        running = self._running.get(rid)
+        num_full = num_tokens // self.block_size
+        if table and running is not None and num_tokens % self.block_size == 0 \
+                and running == num_full - 1 and num_full > self.num_cached_blocks.get(rid, 0):
+            self.pool.cache_full_blocks(table, request.block_hashes, running, num_full,
+                                        self.group_id, self.hash_stride, request,
+                                        self.block_size)
+        if num_full > self.num_cached_blocks.get(rid, 0):
+            self.num_cached_blocks[rid] = min(num_full, len(table or ()))
+
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                extra_tokens: int = 0) -> list[KVCacheBlock]:
         """Right to left: the last block within ``max_length`` tokens whose state is

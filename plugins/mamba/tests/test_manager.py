@@ -33,7 +33,7 @@ def config(mode, num_blocks=2200, spec_blocks=0):
                          kv_cache_groups=tuple(groups), max_model_len=32768)
 
 
-def prefill(mgr, req, mode, chunks=None):
+def prefill(mgr, req, mode, chunks=None, lookahead=0):
     """Admit and prefill a request in chunks of at most BUDGET tokens (aligned to block
     boundaries in align mode, as vLLM's scheduler does); returns the hit length."""
     hit_blocks, hit = mgr.get_computed_blocks(req)
@@ -47,10 +47,11 @@ def prefill(mgr, req, mode, chunks=None):
             chunks.append(n)
         if first:
             out = mgr.allocate_slots(req, n, num_new_computed_tokens=hit,
-                                     new_computed_blocks=hit_blocks)
+                                     new_computed_blocks=hit_blocks,
+                                     num_lookahead_tokens=lookahead)
             first = False
         else:
-            out = mgr.allocate_slots(req, n)
+            out = mgr.allocate_slots(req, n, num_lookahead_tokens=lookahead)
         assert out is not None
         done += n
         req.num_computed_tokens = done
@@ -140,26 +141,27 @@ def test_none_mode_turns_prefix_caching_off():
 
 def test_align_decode_moves_the_state_block_and_frees_the_previous_one():
     mgr = KVCacheManager(config("align", spec_blocks=1), max_model_len=32768)
+    # speculative decoding: one draft slot of lookahead each step, as vLLM passes it
     r = mgr.make_request("r", list(range(BS - 1)))
-    prefill(mgr, r, "align")
+    prefill(mgr, r, "align", lookahead=1)
     m = mgr.managers[1]
     table = m.get_blocks("r")
     assert len(table) == 2 and not table[0].is_null  # running block + 1 speculative
     run0, spec0 = table[0], table[1]
     # decode token BS: still block 0 -> nothing new
     r.append_output_token_ids(7)
-    assert mgr.allocate_slots(r, 1).blocks[1] == []
+    assert mgr.allocate_slots(r, 1, num_lookahead_tokens=1).blocks[1] == []
     r.num_computed_tokens += 1
     # token BS + 1 enters block 1: a new running block, the speculative block moves along
     r.append_output_token_ids(8)
-    new = mgr.allocate_slots(r, 1).blocks[1]
+    new = mgr.allocate_slots(r, 1, num_lookahead_tokens=1).blocks[1]
     r.num_computed_tokens += 1
     table = m.get_blocks("r")
     assert len(new) == 1 and table[1] is new[0] and table[2] is spec0 and table[0] is run0
     assert run0.block_hash is not None  # block 0 was full: its state is a checkpoint
     # next step frees the previous running block (it stays cached)
     r.append_output_token_ids(9)
-    mgr.allocate_slots(r, 1)
+    mgr.allocate_slots(r, 1, num_lookahead_tokens=1)
     assert m.get_blocks("r")[0].is_null and run0.ref_cnt == 0
     assert mgr.block_pool.get_cached_block(run0.block_hash, 1) is run0
 
