@@ -6,12 +6,12 @@ exactly the hit length, and that blocks are conserved."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_mamba.manager import align_prefill_chunk
+from kvcore_mamba.spec import MambaSpec
 
 from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec
 from kvcore.runtime import KVCacheManager
 from kvcore.specs import FullAttentionSpec
-from kvcore_mamba.manager import align_prefill_chunk
-from kvcore_mamba.spec import MambaSpec
 
 BS = 4
 
