@@ -95,7 +95,7 @@ def turboquant_store_kernel(
     stride_cb, stride_cs, stride_ch, block_size,
     D: tl.constexpr, DV: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
     BT: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr, NC: tl.constexpr,
-    KC: tl.constexpr, KEY_BYTES: tl.constexpr, VC: tl.constexpr,
+    KC: tl.constexpr, KEY_BYTES: tl.constexpr, VC: tl.constexpr, CH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     h = tl.program_id(1)
@@ -119,21 +119,30 @@ def turboquant_store_kernel(
         norm = tl.sqrt(tl.sum(x * x, axis=1))
         u = x / tl.maximum(norm, 1e-30)[:, None]
         j = tl.arange(0, BD)
-        # rt[j, i] = R[i, j]  (R row-major [D, D]); y = u R^T
-        rt = tl.load(rot_ptr + d[None, :] * D + j[:, None],
-                     mask=(j[:, None] < D) & dmask[None, :], other=0.0)
-        y = tl.dot(u, rt, input_precision="ieee")
-        codes = tl.zeros([BT, BD], dtype=tl.int32)
-        for kk in tl.static_range((1 << KB) - 1):
-            codes += (y > tl.load(bnd_ptr + kk)).to(tl.int32)
-        codes = tl.where(dmask[None, :], codes, 0)
+        ssq = tl.zeros([BT], dtype=tl.float32)
+        # y = u R^T, CH output coordinates at a time (bounds the rotation tile to
+        # BD x CH floats); CH is a multiple of 8, so each chunk packs into whole bytes
+        for c0 in tl.static_range(0, BD, CH):
+            i = c0 + tl.arange(0, CH)
+            imask = i < D
+            # rt[j, i] = R[i, j]  (R row-major [D, D])
+            rt = tl.load(rot_ptr + i[None, :] * D + j[:, None],
+                         mask=(j[:, None] < D) & imask[None, :], other=0.0)
+            y = tl.dot(u, rt, input_precision="ieee")
+            codes = tl.zeros([BT, CH], dtype=tl.int32)
+            for kk in tl.static_range((1 << KB) - 1):
+                codes += (y > tl.load(bnd_ptr + kk)).to(tl.int32)
+            codes = tl.where(imask[None, :], codes, 0)
+            if NC:
+                yh = tl.load(cent_ptr + codes)
+                yh = tl.where(imask[None, :], yh, 0.0)
+                ssq += tl.sum(yh * yh, axis=1)
+            _pack_store(cache_ptr, base, codes, valid, c0 * KB // 8, KB, BT, CH,
+                        KC - c0 * KB // 8)
         if NC:
-            yh = tl.load(cent_ptr + codes)
-            yh = tl.where(dmask[None, :], yh, 0.0)
-            scale = norm / tl.sqrt(tl.sum(yh * yh, axis=1))
+            scale = norm / tl.sqrt(ssq)
         else:
             scale = norm
-        _pack_store(cache_ptr, base, codes, valid, 0, KB, BT, BD, KC)
         _store_fp16(cache_ptr, base + KC, scale, valid)
 
     # ---- value ----
@@ -166,7 +175,7 @@ def turboquant_dequant_kernel(
     stride_kn, stride_kh, stride_vn, stride_vh,
     D: tl.constexpr, DV: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
     BT: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr,
-    KC: tl.constexpr, KEY_BYTES: tl.constexpr, VC: tl.constexpr,
+    KC: tl.constexpr, KEY_BYTES: tl.constexpr, VC: tl.constexpr, CH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     h = tl.program_id(1)
@@ -184,19 +193,23 @@ def turboquant_dequant_kernel(
     if KB == 8:
         b = tl.load(cache_ptr + base[:, None] + d[None, :], mask=m2, other=0)
         k = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        k = tl.where(m2, k, 0.0)
+        tl.store(kout_ptr + n[:, None] * stride_kn + h * stride_kh + d[None, :],
+                 k.to(kout_ptr.dtype.element_ty), mask=nmask[:, None] & dmask[None, :])
     else:
         codes = _load_unpack(cache_ptr, base, valid, 0, KB, BT, BD, KC)
         yh = tl.load(cent_ptr + codes, mask=dmask[None, :], other=0.0)
-        # r[i, j] = R[i, j]; k = y^ R  (= R^T y^ per row)
-        i = tl.arange(0, BD)
-        r = tl.load(rot_ptr + i[:, None] * D + d[None, :],
-                    mask=(i[:, None] < D) & dmask[None, :], other=0.0)
-        k = tl.dot(yh, r, input_precision="ieee")
         scale = _load_fp16(cache_ptr, base + KC, valid)
-        k = k * scale[:, None]
-    k = tl.where(m2, k, 0.0)
-    tl.store(kout_ptr + n[:, None] * stride_kn + h * stride_kh + d[None, :],
-             k.to(kout_ptr.dtype.element_ty), mask=nmask[:, None] & dmask[None, :])
+        # k = y^ R  (= R^T y^ per row), CH output coordinates at a time
+        for c0 in tl.static_range(0, BD, CH):
+            i = c0 + tl.arange(0, CH)
+            imask = i < D
+            r = tl.load(rot_ptr + d[:, None] * D + i[None, :],
+                        mask=dmask[:, None] & imask[None, :], other=0.0)
+            k = tl.dot(yh, r, input_precision="ieee") * scale[:, None]
+            k = tl.where(valid[:, None] & imask[None, :], k, 0.0)
+            tl.store(kout_ptr + n[:, None] * stride_kn + h * stride_kh + i[None, :],
+                     k.to(kout_ptr.dtype.element_ty), mask=nmask[:, None] & imask[None, :])
 
     # ---- value ----
     dv = tl.arange(0, BDV)

@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 _BT = 16  # tokens per Triton program
+_CH = 64  # rotated coordinates per tl.dot (rotation tile: next_pow2(D) x 64 fp32)
 
 
 def allocate_kv_cache(num_blocks: int, block_size: int, num_kv_heads: int, scheme: Any, *,
@@ -194,7 +195,7 @@ def turboquant_store_triton(key: torch.Tensor, value: torch.Tensor, kv_cache: to
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.shape[1],
         D=d, DV=dv, BD=bd, BDV=bdv, BT=_BT, KB=cfg.key_bits, VB=cfg.value_bits,
         NC=cfg.norm_correction, KC=lay.key_codes, KEY_BYTES=lay.key_bytes,
-        VC=lay.value_codes)
+        VC=lay.value_codes, CH=min(_CH, bd))
 
 
 # ---- dequantize -----------------------------------------------------------------------
@@ -291,5 +292,5 @@ def turboquant_dequant_triton(kv_cache: torch.Tensor, slots: torch.Tensor, schem
         n, kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.shape[1],
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         D=d, DV=dv, BD=bd, BDV=bdv, BT=_BT, KB=cfg.key_bits, VB=cfg.value_bits,
-        KC=lay.key_codes, KEY_BYTES=lay.key_bytes, VC=lay.value_codes)
+        KC=lay.key_codes, KEY_BYTES=lay.key_bytes, VC=lay.value_codes, CH=min(_CH, bd))
     return key, value

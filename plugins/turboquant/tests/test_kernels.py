@@ -32,7 +32,8 @@ def _inputs(t, h, d, dv, seed):
 
 @pytest.mark.parametrize("scheme,d,dv", [(s, 128, 128) for s in PRESETS] + [
     ("turboquant_4bit_nc", 96, 96), ("turboquant_k8v4", 96, 96),
-    ("turboquant_k2v8", 64, 64), ("turboquant_k3v2", 192, 128)])
+    ("turboquant_k2v8", 64, 64), ("turboquant_k3v2", 192, 128),
+    ("turboquant_3bit_nc", 256, 256), ("turboquant_k2v3_nc", 40, 24)])
 def test_triton_matches_reference_bytes(scheme, d, dv):
     k, v, slots = _inputs(12, 2, d, dv, seed=d + dv)
     ref = allocate_kv_cache(4, BLOCK, 2, scheme, head_size=d, head_size_v=dv)
