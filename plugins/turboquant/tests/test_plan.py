@@ -59,3 +59,21 @@ def test_hybrid_turboquant_page_beside_state_plans_with_padding():
     # two state layers, each padded by 3,456 B per block id
     assert config.stats["padding_bytes_per_block"] == 2 * 3_456
     assert config.num_blocks > 0
+
+
+def test_groups_with_full_attention_layers():
+    # grouping_base "full_attention": bf16 full-attention and TurboQuant layers of one
+    # block size share one (packed) group.  Per token: 2 x 8 x 512 B + 2 x 8 x 102 B
+    # = 9,824 B; per block id 16 x 9,824 = 157,184 B; 1 GiB // 157,184 = 6,831 blocks.
+    from kvcore.planning import plan
+    from kvcore.specs import FullAttentionSpec
+
+    full = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)
+    tq = TurboQuantFullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128,
+                                     kv_cache_dtype="turboquant_3bit_nc")
+    config = plan({"l0": full, "l1": tq, "l2": full, "l3": tq}, max_model_len=4096,
+                  kv_cache_memory_bytes=2**30)
+    assert [g.layer_names for g in config.kv_cache_groups] == [("l0", "l1", "l2", "l3")]
+    assert config.stats["bytes_per_token"] == 9_824
+    assert config.bytes_per_block == 157_184
+    assert config.num_blocks == 6_831
