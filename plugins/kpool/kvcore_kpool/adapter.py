@@ -158,7 +158,8 @@ def add_kpool_tails(model_config: Any, cache_config: Any,
                                      dtype=model_config.dtype,
                                      num_speculative_tokens=num_spec)
             except SpecError as exc:
+                extra = {k: v for k, v in exc.extra.items() if k != "field"}
                 raise ConfigError(f"{where}: index_kpool = {kpool}: {exc.message}",
-                                  field="index_kpool", **exc.extra) from exc
+                                  field="index_kpool", **extra) from exc
             out[f"model.layers.{i}.{TAIL_SUFFIX}"] = tail
     return out
