@@ -69,11 +69,18 @@ class KVCacheBlock:
 
 class FreeBlockQueue:
     """Doubly linked list of free blocks with O(1) ``remove``, ``append``,
-    ``appendleft`` and ``popleft`` (sentinel head and tail)."""
+    ``appendleft`` and ``popleft`` (sentinel head and tail).
 
-    __slots__ = ("num_free_blocks", "head", "tail")
+    ``virgin=(start, end, make)`` appends block ids ``start .. end-1`` that have never
+    been used without creating them: a placeholder node stands for the run, and
+    ``make(start, k)`` builds blocks when they are first popped (a pool of millions of
+    blocks starts in O(1)).  The order is exactly that of a fully built queue.
+    """
 
-    def __init__(self, blocks: Sequence[KVCacheBlock]) -> None:
+    __slots__ = ("num_free_blocks", "head", "tail", "_virgin", "_next_id", "_end", "_make")
+
+    def __init__(self, blocks: Sequence[KVCacheBlock],
+                 virgin: tuple[int, int, Any] | None = None) -> None:
         self.head = KVCacheBlock(-1)
         self.tail = KVCacheBlock(-1)
         prev = self.head
@@ -81,36 +88,68 @@ class FreeBlockQueue:
             prev.next_free = b
             b.prev_free = prev
             prev = b
+        self.num_free_blocks = len(blocks)
+        self._virgin: KVCacheBlock | None = None
+        self._next_id = self._end = 0
+        self._make = None
+        if virgin is not None and virgin[1] > virgin[0]:
+            self._next_id, self._end, self._make = virgin
+            v = self._virgin = KVCacheBlock(-2)
+            prev.next_free = v
+            v.prev_free = prev
+            prev = v
+            self.num_free_blocks += self._end - self._next_id
         prev.next_free = self.tail
         self.tail.prev_free = prev
-        self.num_free_blocks = len(blocks)
 
     def popleft(self) -> KVCacheBlock:
-        b = self.head.next_free
-        if b is self.tail or b is None:
-            raise ValueError("no free blocks")
-        nxt = b.next_free
-        self.head.next_free = nxt
-        nxt.prev_free = self.head  # type: ignore[union-attr]
-        b.prev_free = b.next_free = None
-        self.num_free_blocks -= 1
-        return b
+        return self.popleft_n(1)[0]
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         """The first ``n`` blocks, removed; raises ValueError if fewer are free."""
         if n > self.num_free_blocks:
             raise ValueError(f"asked for {n} blocks, {self.num_free_blocks} free")
-        out = []
+        out: list[KVCacheBlock] = []
         b = self.head.next_free
-        for _ in range(n):
-            out.append(b)
+        virgin = self._virgin
+        i = 0
+        while i < n:
+            if b is virgin:
+                k = min(n - i, self._end - self._next_id)
+                out += self._make(self._next_id, k)  # type: ignore[misc]
+                self._next_id += k
+                i += k
+                if self._next_id == self._end:  # run used up: drop the placeholder
+                    b = virgin.next_free  # type: ignore[union-attr]
+                    virgin.prev_free = virgin.next_free = None  # type: ignore[union-attr]
+                    self._virgin = virgin = None
+                continue
+            out.append(b)  # type: ignore[arg-type]
             nxt = b.next_free  # type: ignore[union-attr]
             b.prev_free = b.next_free = None  # type: ignore[union-attr]
             b = nxt
+            i += 1
         self.head.next_free = b
         b.prev_free = self.head  # type: ignore[union-attr]
         self.num_free_blocks -= n
-        return out  # type: ignore[return-value]
+        return out
+
+    def _materialize_all(self) -> None:
+        v = self._virgin
+        if v is None:
+            return
+        k = self._end - self._next_id
+        blocks = self._make(self._next_id, k)  # type: ignore[misc]
+        self._next_id = self._end
+        prev, nxt = v.prev_free, v.next_free
+        for b in blocks:
+            prev.next_free = b  # type: ignore[union-attr]
+            b.prev_free = prev
+            prev = b
+        prev.next_free = nxt  # type: ignore[union-attr]
+        nxt.prev_free = prev  # type: ignore[union-attr]
+        v.prev_free = v.next_free = None
+        self._virgin = None
 
     def remove(self, b: KVCacheBlock) -> None:
         p, n = b.prev_free, b.next_free
@@ -140,6 +179,7 @@ class FreeBlockQueue:
         self.num_free_blocks += 1
 
     def __iter__(self) -> Any:
+        self._materialize_all()
         b = self.head.next_free
         while b is not self.tail:
             yield b
@@ -183,6 +223,8 @@ class BlockPool:
     num_blocks: block ids in the cache, counting the null block 0.
     enable_caching: keep freed full blocks findable by hash.
     num_groups: KV-cache groups sharing the pool (each has its own hash table).
+    lazy: create block objects on first use (default: when ``num_blocks`` > 65,536);
+        ``blocks`` then holds only the blocks used so far.
     enable_events: record :class:`BlockStored` / :class:`BlockRemoved` /
         :class:`AllBlocksCleared` for :meth:`take_events`.
 
@@ -192,7 +234,8 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True,
-                 num_groups: int = 1, enable_events: bool = False) -> None:
+                 num_groups: int = 1, enable_events: bool = False,
+                 lazy: bool | None = None) -> None:
         if not isinstance(num_blocks, int) or num_blocks < 2:
             from kvcore.errors import ConfigError
 
@@ -202,8 +245,14 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.enable_events = enable_events
-        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
-        self.free_queue = FreeBlockQueue(self.blocks[1:])
+        if lazy is None:
+            lazy = num_blocks > 65536
+        if lazy:
+            self.blocks = [KVCacheBlock(0)]
+            self.free_queue = FreeBlockQueue((), (1, num_blocks, self._make_blocks))
+        else:
+            self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+            self.free_queue = FreeBlockQueue(self.blocks[1:])
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
         self.null_block.ref_cnt = 1
@@ -213,6 +262,12 @@ class BlockPool:
         self._dups: list[dict[bytes, dict[int, KVCacheBlock]]] = [
             {} for _ in range(num_groups)]
         self.events: list[Any] = []
+
+    def _make_blocks(self, start: int, k: int) -> list[KVCacheBlock]:
+        assert start == len(self.blocks)
+        new = [KVCacheBlock(i) for i in range(start, start + k)]
+        self.blocks += new
+        return new
 
     # ---- queries -------------------------------------------------------------------
     @property

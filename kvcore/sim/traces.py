@@ -16,6 +16,8 @@ stored in the traces; they are expanded deterministically (:mod:`kvcore.sim.toke
   ``tok(1 + prefix_id, j)``, unique tokens ``tok(1000000 + k, j - prefix_len)``);
   optional ``id`` and ``arrival`` (ms).
 
+Any of them may be gzip-compressed (``.gz``).
+
 Output tokens of request ``k`` are ``tok(2000000 + k, j)`` (kvcore JSONL, as in the
 conformance workload) or ``tok(OUTPUT_BASE + k, j)`` (the other formats), never equal
 to a prompt stream.
@@ -24,6 +26,7 @@ to a prompt stream.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,6 +83,13 @@ class TraceRequest:
         return stream_tokens(self.output_stream, 0, self.output_len)
 
 
+def _open(path: Path):  # type: ignore[no-untyped-def]
+    """Text handle of a trace file; ``.gz`` files are decompressed on the fly."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="")
+    return path.open(newline="")
+
+
 def _bad(path: Path, line: int, msg: str) -> ConfigError:
     return ConfigError(f"{path}:{line}: {msg}", field="trace", value=str(path))
 
@@ -89,7 +99,7 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
     ``output_length``, ``hash_ids``; ``len(hash_ids) == ceil(input_length / 512)``)."""
     p = Path(path)
     out: list[TraceRequest] = []
-    with p.open() as f:
+    with _open(p) as f:
         for k, line in enumerate(f):
             if not line.strip():
                 continue
@@ -115,7 +125,7 @@ def read_azure(path: str | Path) -> list[TraceRequest]:
     p = Path(path)
     out: list[TraceRequest] = []
     t0: datetime | None = None
-    with p.open(newline="") as f:
+    with _open(p) as f:
         for k, row in enumerate(csv.DictReader(f)):
             try:
                 ts = datetime.fromisoformat(row["TIMESTAMP"].strip()[:26])
@@ -134,7 +144,7 @@ def read_kvcore_jsonl(path: str | Path) -> list[TraceRequest]:
     """kvcore JSONL (see the module docstring)."""
     p = Path(path)
     out: list[TraceRequest] = []
-    with p.open() as f:
+    with _open(p) as f:
         for k, line in enumerate(f):
             if not line.strip():
                 continue
@@ -172,10 +182,11 @@ def read_trace(path: str | Path, fmt: str = "auto") -> list[TraceRequest]:
         raise ConfigError(f"trace file {str(p)!r} does not exist", field="trace",
                           value=str(p))
     if fmt == "auto":
-        if p.suffix.lower() == ".csv":
+        base = p.with_suffix("") if p.suffix == ".gz" else p
+        if base.suffix.lower() == ".csv":
             fmt = "azure"
         else:
-            with p.open() as f:
+            with _open(p) as f:
                 first = next((ln for ln in f if ln.strip()), "{}")
             try:
                 row = json.loads(first)

@@ -297,3 +297,36 @@ def test_plugin_kind_gets_its_registered_manager(ring_kind):
     r.num_computed_tokens = 100
     mgr.free(r)
     assert mgr.get_computed_blocks(mgr.make_request("s", list(range(100))))[1] == 96
+
+
+# ---- lazy pool: same behaviour as a fully built one ---------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 6), st.booleans(),
+                          st.integers(0, 50)), max_size=40))
+def test_lazy_pool_matches_eager_pool(ops):
+    pools = [BlockPool(25, lazy=False), BlockPool(25, lazy=True)]
+    held: list[list[list]] = [[], []]
+    for alloc, n, cached, pick in ops:
+        if alloc:
+            if n > pools[0].num_free_blocks:
+                continue
+            for k in range(2):
+                held[k].append(pools[k].get_new_blocks(n))
+        elif held[0]:
+            i = pick % len(held[0])
+            for k in range(2):
+                blocks = held[k].pop(i)
+                if cached:
+                    pools[k].cache_full_blocks(
+                        blocks, [bytes([b.block_id]) * 8 for b in blocks], 0,
+                        len(blocks), 0)
+                pools[k].free_blocks(blocks[::-1])
+        assert ([[b.block_id for b in g] for g in held[0]]
+                == [[b.block_id for b in g] for g in held[1]])
+        assert pools[0].num_free_blocks == pools[1].num_free_blocks
+    assert pools[0].free_queue.block_ids() == pools[1].free_queue.block_ids()
+    assert len(pools[1].blocks) == 25

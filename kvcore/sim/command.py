@@ -1,0 +1,262 @@
+"""``kvcore simulate MODEL --trace FILE``: replay a request trace against the planned
+KV cache of a model and report prefix-cache hits, block usage, rejections and
+preemptions.
+
+The KV cache is planned with :func:`kvcore.plan_model` (same options as ``kvcore
+plan``); the runtime is :class:`kvcore.runtime.KVCacheManager` with prefix caching; the
+scheduling model is the one documented in :mod:`kvcore.sim.replay` (arrival order,
+closed loop, at most ``--max-num-seqs`` running, whole prompts per step, FCFS with
+head-of-line blocking, recompute preemption of the newest request).  Trace formats and
+token expansion: :mod:`kvcore.sim.traces`.
+
+``--json`` prints one object: ``requests`` (admitted), ``trace_requests``,
+``prompt_tokens``, ``prefix_hit_tokens``, ``prefix_hit_ratio`` (a fraction),
+``peak_usage`` (fraction of usable blocks), ``rejected``, ``preempted``, ``steps``,
+``manager_calls``, ``manager_calls_per_s`` (calls per second of time inside
+``get_computed_blocks`` / ``allocate_slots`` / ``free``),
+``allocate_slots_calls_per_s``, ``wall_seconds``, the plan (``num_blocks``,
+``block_size``, ``max_model_len``, ``max_num_seqs``) and, for Mooncake traces,
+``ideal_prefix_hit_ratio`` (infinite cache at the trace's 512-token granularity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["add_subparser", "run", "simulate"]
+
+
+def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``simulate`` command to a ``kvcore`` argparse subparsers object."""
+    p = subparsers.add_parser(
+        "simulate", help="replay a request trace against a model's KV cache",
+        description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="config.json path, folder, or embedded name")
+    p.add_argument("--trace", required=True,
+                   help="Mooncake JSONL, Azure LLM inference CSV or kvcore JSONL")
+    p.add_argument("--trace-format", default="auto",
+                   choices=["auto", "mooncake", "azure", "kvcore"])
+    p.add_argument("--kv-cache-memory", default="16GiB",
+                   help="KV-cache budget per rank (default 16GiB; 20GiB, 20GB, bytes)")
+    p.add_argument("--num-blocks", type=int, default=None,
+                   help="override the planned block count (counts the null block)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="tokens per request (default: the config's maximum); longer "
+                        "requests are rejected")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--tp", type=int, default=1, dest="tensor_parallel_size")
+    p.add_argument("--max-num-seqs", type=int, default=64,
+                   help="most requests running at once (default 64)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--limit", type=int, default=None, help="replay the first N requests")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="plot block usage and prefix-hit ratio over the replay "
+                        "(needs matplotlib: pip install 'kvcore[plot]')")
+    p.set_defaults(func=run)
+    return p
+
+
+def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None,
+             num_blocks: int | None = None, max_model_len: int | None = None,
+             block_size: int | None = None, kv_cache_dtype: str = "auto",
+             tensor_parallel_size: int = 1, max_num_seqs: int = 64,
+             max_num_batched_tokens: int = 8192, enable_prefix_caching: bool = True,
+             trace_format: str = "auto", limit: int | None = None,
+             progress: Any = None, sample_every: int | None = None,
+             ) -> tuple[dict[str, Any], Any]:
+    """Plan, replay, and return ``(report dict, ReplayResult)`` (see the module
+    docstring for the fields).  Raises the planner's errors and ConfigError."""
+    import kvcore
+    from kvcore.errors import ConfigError
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim.replay import Job, replay
+    from kvcore.sim.traces import mooncake_ideal_hit_ratio, read_trace
+
+    if max_num_seqs < 1:
+        raise ConfigError(f"max_num_seqs must be >= 1, got {max_num_seqs}",
+                          field="max_num_seqs", value=max_num_seqs)
+    traces = read_trace(trace, trace_format)
+    if limit is not None:
+        traces = traces[:max(0, limit)]
+    opts: dict[str, Any] = {}
+    if num_blocks is not None:
+        opts["num_gpu_blocks_override"] = num_blocks
+    cfg = kvcore.plan_model(
+        model, kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len,
+        block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching, **opts)
+    if cfg.num_blocks is None:
+        raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory or "
+                          "--num-blocks", field="kv_cache_memory")
+    mml = cfg.max_model_len or max_model_len
+    mgr = KVCacheManager(cfg, max_model_len=mml, enable_caching=enable_prefix_caching,
+                         max_num_batched_tokens=max_num_batched_tokens)
+    jobs = [Job(t) for t in traces]
+    if sample_every is None:
+        sample_every = max(1, sum(t.output_len for t in traces) // max(1, max_num_seqs)
+                           // 400)
+    res = replay(mgr, jobs, max_running=max_num_seqs, time_calls=True, progress=progress,
+                 sample_every=sample_every)
+    report: dict[str, Any] = {
+        "model": str(model),
+        "trace": str(trace),
+        "trace_requests": len(traces),
+        "requests": res.requests,
+        "prompt_tokens": res.prompt_tokens,
+        "prefix_hit_tokens": res.prefix_hit_tokens,
+        "prefix_hit_ratio": round(res.prefix_hit_ratio, 6),
+        "peak_usage": round(res.peak_usage, 6),
+        "rejected": res.rejected,
+        "preempted": res.preempted,
+        "steps": res.steps,
+        "manager_calls": res.manager_calls,
+        "manager_calls_per_s": round(res.manager_calls / res.manager_seconds, 1)
+        if res.manager_seconds else None,
+        "allocate_slots_calls_per_s": round(res.allocate_slots_calls
+                                            / res.allocate_slots_seconds, 1)
+        if res.allocate_slots_seconds else None,
+        "wall_seconds": round(res.wall_seconds, 3),
+        "num_blocks": cfg.num_blocks,
+        "block_size": cfg.kv_cache_groups[0].spec.block_size if cfg.kv_cache_groups else None,
+        "max_model_len": mml,
+        "max_num_seqs": max_num_seqs,
+    }
+    if traces and traces[0].hash_ids is not None:
+        report["ideal_prefix_hit_ratio"] = round(mooncake_ideal_hit_ratio(traces), 6)
+    return report, res
+
+
+def _plot(res: Any, path: str, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        from kvcore.errors import ConfigError
+
+        raise ConfigError("--plot needs matplotlib (pip install 'kvcore[plot]')",
+                          field="plot") from exc
+    steps = [s for s, _, _ in res.samples]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(steps, [100 * u for _, u, _ in res.samples], label="block usage (%)")
+    ax.plot(steps, [100 * r for _, _, r in res.samples],
+            label="cumulative prefix-hit ratio (%)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``kvcore simulate`` (returns the exit status)."""
+    from kvcore.cli import parse_size
+
+    budget = parse_size(args.kv_cache_memory) if args.kv_cache_memory else None
+    from kvcore.sim.traces import read_trace
+
+    total = None
+    bar = None
+    progress_cb = None
+    use_rich = False
+    if not args.json and sys.stderr.isatty():
+        try:
+            import rich.progress  # noqa: F401
+
+            use_rich = True
+        except ImportError:
+            use_rich = False
+    if not args.json:
+        n = len(read_trace(args.trace, args.trace_format))
+        total = min(n, args.limit) if args.limit is not None else n
+    if use_rich:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        bar = Progress("[progress.description]{task.description}", BarColumn(),
+                       MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                       transient=True)
+        bar.start()
+        task = bar.add_task("simulating", total=total)
+
+        def progress_cb(done: int) -> None:
+            bar.update(task, completed=done)
+    elif not args.json and total:
+        step = max(1, total // 20)
+        state = {"next": step}
+
+        def progress_cb(done: int) -> None:
+            if done >= state["next"]:
+                print(f"  {done}/{total} requests", file=sys.stderr, flush=True)
+                state["next"] = done + step
+    try:
+        report, res = simulate(
+            args.model, args.trace, kv_cache_memory_bytes=budget,
+            num_blocks=args.num_blocks, max_model_len=args.max_model_len,
+            block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
+            tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            enable_prefix_caching=not args.no_prefix_caching,
+            trace_format=args.trace_format, limit=args.limit, progress=progress_cb)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if args.plot:
+        _plot(res, args.plot, f"{args.model} on {args.trace}")
+        report["plot"] = args.plot
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    rows = [
+        ("requests admitted", f"{report['requests']:,} of {report['trace_requests']:,}"),
+        ("prompt tokens", f"{report['prompt_tokens']:,}"),
+        ("prefix-hit tokens", f"{report['prefix_hit_tokens']:,}"),
+        ("prefix-hit ratio", f"{100 * report['prefix_hit_ratio']:.2f} %"),
+    ]
+    if "ideal_prefix_hit_ratio" in report:
+        rows.append(("ideal (infinite cache, 512-token blocks)",
+                     f"{100 * report['ideal_prefix_hit_ratio']:.2f} %"))
+    rows += [
+        ("peak block usage", f"{100 * report['peak_usage']:.1f} % of "
+                             f"{report['num_blocks'] - 1:,} blocks"),
+        ("rejected", f"{report['rejected']:,}"),
+        ("preempted", f"{report['preempted']:,}"),
+        ("steps", f"{report['steps']:,}"),
+        ("manager calls/s", f"{report['manager_calls_per_s'] or 0:,.0f} "
+                            f"({report['manager_calls']:,} calls)"),
+        ("wall time", f"{report['wall_seconds']:.1f} s"),
+    ]
+    if args.plot:
+        rows.append(("plot", args.plot))
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"kvcore simulate {args.model}", show_header=False)
+        table.add_column("", style="bold")
+        table.add_column("", justify="right")
+        for k, v in rows:
+            table.add_row(k, v)
+        Console().print(table)
+    except ImportError:
+        width = max(len(k) for k, _ in rows)
+        for k, v in rows:
+            print(f"{k:<{width}}  {v}")
+    return 0
