@@ -1,16 +1,23 @@
 """The benchmark callables run on CPU at tiny sizes and report consistent byte counts."""
 
+import pytest
 from kvcore_turboquant.benchmarks import BENCHMARKS
 
 SLOT = {"turboquant_k8v4": 196, "turboquant_4bit_nc": 134, "turboquant_k3v4_nc": 118,
         "turboquant_3bit_nc": 102}
 
 
-def test_every_benchmark_runs_on_cpu():
-    assert len(BENCHMARKS) == 8
-    for name, fn in BENCHMARKS.items():
-        r = fn("cpu", tokens=4, repeats=1)
-        assert r["name"] == name and r["tokens"] == 4 and r["seconds_per_call"] > 0
-        scheme = name.split("_", 2)[2]
-        # 4 tokens x 8 heads x (bf16 K + V: 2 x 128 x 2 B, plus one slot)
-        assert r["bytes_moved"] == 4 * 8 * (512 + SLOT[scheme])
+def test_one_store_and_one_dequant_per_preset():
+    assert sorted(BENCHMARKS) == sorted(f"turboquant_{kind}_{s}" for kind in
+                                        ("store", "dequant") for s in SLOT)
+
+
+@pytest.mark.parametrize("name", ["turboquant_store_turboquant_3bit_nc",
+                                  "turboquant_dequant_turboquant_k8v4"])
+def test_benchmark_runs_on_cpu(name):
+    r = BENCHMARKS[name]("cpu", tokens=4, repeats=1)
+    assert r["name"] == name and r["tokens"] == 4 and r["seconds_per_call"] > 0
+    assert r["backend"] == "triton"  # TRITON_INTERPRET=1 (conftest.py)
+    scheme = name.split("_", 2)[2]
+    # 4 tokens x 8 heads x (bf16 K + V: 2 x 128 x 2 B, plus one slot)
+    assert r["bytes_moved"] == 4 * 8 * (512 + SLOT[scheme])
