@@ -87,15 +87,15 @@ def _store_one(src_ptr, dst_ptr, scale_ptr, slot_block, slot_off, t, head_start,
     if MODE == 0:
         tl.store(dst, _cast_out(x, dst_ptr, ROUND_BF16), mask=mask)
     elif MODE == 1:
-        inv = 1.0 / tl.load(scale_ptr)
+        inv = tl.math.div_rn(1.0, tl.load(scale_ptr))
         y = _quantize_tile(x.to(tl.float32), inv, MODE, MANT_BITS, MIN_EXP, MAX_VAL)
         tl.store(dst, y.to(dst_ptr.dtype.element_ty), mask=mask)
     else:
         xf = x.to(tl.float32)
         amax = tl.max(tl.abs(xf), axis=1)
-        s = amax / QMAX
+        s = tl.math.div_rn(amax, QMAX)
         pos = s > 0
-        inv = tl.where(pos, 1.0 / tl.where(pos, s, 1.0), 0.0)
+        inv = tl.where(pos, tl.math.div_rn(1.0, tl.where(pos, s, 1.0)), 0.0)
         y = _quantize_tile(xf, inv[:, None], MODE, MANT_BITS, MIN_EXP, MAX_VAL)
         tl.store(dst, y.to(dst_ptr.dtype.element_ty), mask=mask)
         tl.store(scale_ptr + slot_block * stride_sb + slot_off * stride_sn

@@ -52,7 +52,6 @@ from kvcore.ops._dispatch import use_triton
 from kvcore.ops.layout import (
     FLOAT_KV_CACHE_DTYPES,
     FP8_PER_TENSOR_KV_CACHE_DTYPES,
-    PER_TOKEN_HEAD_KV_CACHE_DTYPES,
     canonical_kv_cache_dtype,
 )
 
@@ -114,7 +113,7 @@ def _check_caches(key_cache: Any, value_cache: Any, num_heads: int, head_size: i
             f"key_cache and value_cache must be [num_blocks, block_size, num_kv_heads, "
             f"head_size]; got {tuple(key_cache.shape)} and {tuple(value_cache.shape)}",
             field="key_cache")
-    if tuple(key_cache.shape) [:3] != tuple(value_cache.shape)[:3]:
+    if tuple(key_cache.shape)[:3] != tuple(value_cache.shape)[:3]:
         raise KVCoreError(f"key_cache {tuple(key_cache.shape)} and value_cache "
                           f"{tuple(value_cache.shape)} differ in blocks/tokens/heads",
                           field="value_cache")
@@ -292,7 +291,7 @@ def reshape_and_cache(key: Any, value: Any, key_cache: Any, value_cache: Any,
         BLOCK_DV=block_dv, MODE=mode, QMAX=_QMAX.get(kv_dtype, 1.0), MANT_BITS=mant,
         MIN_EXP=min_exp, MAX_VAL=maxv,
         ROUND_BF16=key_cache.dtype == torch.bfloat16 and key.dtype != torch.bfloat16,
-        num_warps=4,
+        num_warps=4, enable_fp_fusion=False,
     )
 
 
@@ -506,7 +505,7 @@ def copy_blocks(caches: Sequence[Any], src_to_dst: Any, *, impl: str = "auto") -
             continue
         rows = _block_rows(cache)
         row_len = rows.shape[1]
-        block = min(4096, _next_pow2(row_len))
+        block = min(16384 // rows.element_size(), _next_pow2(row_len))  # <= 16 KiB
         grid = (pairs.shape[0], -(-row_len // block))
         tk.copy_blocks_kernel[grid](rows, pairs, rows.stride(0), row_len, BLOCK=block,
                                     num_warps=4)
