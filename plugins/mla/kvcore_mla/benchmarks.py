@@ -1,12 +1,18 @@
-"""Timings of the MLA latent-cache kernels, for the GPU harness (and a CPU smoke run).
+"""Benchmarks of the MLA latent-cache kernels for ``benchmarks/gpu/run_all.py``.
 
-``BENCHMARKS`` maps a name to a callable ``fn(device: str = "cuda", tokens: int = ...,
-repeats: int = ...) -> dict`` returning ``{"name", "device", "backend", "tokens",
-"seconds_per_call", "bytes_moved", "gb_per_s"}``.  ``bytes_moved`` counts the input
-latents read plus the cache bytes written (write kernels) or the cache bytes read plus
-the bf16 output written (gather kernels).
+``BENCHMARKS`` follows the harness's preferred (harness-timed) form: each entry has
+``name``, ``kind`` (``store`` for the cache writes, ``load`` for the gathers),
+``description`` and ``setup(device, quick) -> (run, bytes_moved)``.
 
-Run ``python -m kvcore_mla.benchmarks [device]`` to print every result as one JSON line.
+Shapes: 131,072 tokens (``quick``: 256) of one layer, written to random slots of a
+64-token-block cache (writes) or read back in order through one request's block table
+(gathers).  ``bytes_moved`` per launch: writes read the bf16 latents (576 x 2 B per
+token) and write the cache entries (1,152 B auto, 576 B fp8, 656 B fp8_ds_mla); gathers
+read the entries and write bf16 ``[T, 576]``.  At full size every buffer is far larger
+than the L2 cache (the bf16 latents alone are 151 MB).
+
+``python -m kvcore_mla.benchmarks [device]`` times them without the harness and prints
+one JSON line each.
 """
 
 from __future__ import annotations
@@ -17,95 +23,104 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BENCHMARKS", "run"]
+__all__ = ["BENCHMARKS"]
 
-_WIDTH = {"auto": 576 * 2, "fp8": 576, "fp8_ds_mla": 656}
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+#: cache bytes of one token per kv_cache_dtype
+ENTRY_BYTES = {"auto": 576 * 2, "fp8": 576, "fp8_ds_mla": 656}
+BF16_LATENT_BYTES = 576 * 2
+BLOCK_SIZE = 64
+FULL_TOKENS = 131_072
+QUICK_TOKENS = 256
 
 
-def _setup(device: str, mode: str, tokens: int, block_size: int = 64) -> tuple:
+def _inputs(device: Any, mode: str, tokens: int) -> tuple:
     import torch
 
     g = torch.Generator(device="cpu").manual_seed(0)
     kv_c = torch.randn(tokens, 512, generator=g).to(device=device, dtype=torch.bfloat16)
     k_pe = torch.randn(tokens, 64, generator=g).to(device=device, dtype=torch.bfloat16)
-    num_blocks = -(-tokens // block_size) + 1
+    num_blocks = -(-tokens // BLOCK_SIZE)
     if mode == "fp8_ds_mla":
-        cache = torch.zeros(num_blocks, block_size, 656, dtype=torch.uint8, device=device)
+        cache = torch.zeros(num_blocks, BLOCK_SIZE, 656, dtype=torch.uint8, device=device)
     elif mode == "fp8":
-        cache = torch.zeros(num_blocks, block_size, 576, dtype=torch.float8_e4m3fn,
+        cache = torch.zeros(num_blocks, BLOCK_SIZE, 576, dtype=torch.float8_e4m3fn,
                             device=device)
     else:
-        cache = torch.zeros(num_blocks, block_size, 576, dtype=torch.bfloat16, device=device)
-    perm = torch.randperm(num_blocks * block_size, generator=g)[:tokens]
-    return kv_c, k_pe, cache, perm.to(device), num_blocks
+        cache = torch.zeros(num_blocks, BLOCK_SIZE, 576, dtype=torch.bfloat16,
+                            device=device)
+    slots = torch.randperm(num_blocks * BLOCK_SIZE, generator=g)[:tokens].to(device)
+    return kv_c, k_pe, cache, slots, num_blocks
 
 
-def _time(fn: Callable[[], Any], device: str, repeats: int) -> float:
-    fn()  # warm-up (compiles the Triton kernel)
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - t0) / repeats
-
-
-def _write(mode: str) -> Callable[..., dict]:
-    def bench(device: str = "cuda", tokens: int = 16384, repeats: int = 20) -> dict:
+def _store(mode: str) -> Callable[[Any, bool], tuple]:
+    def setup(device: Any, quick: bool) -> tuple:
         from kvcore_mla import ops
 
-        kv_c, k_pe, cache, slots, _ = _setup(device, mode, tokens)
+        tokens = QUICK_TOKENS if quick else FULL_TOKENS
+        kv_c, k_pe, cache, slots, _ = _inputs(device, mode, tokens)
         scale = 0.05 if mode == "fp8" else None
-        sec = _time(lambda: ops.concat_and_cache_mla(kv_c, k_pe, cache, slots, mode, scale),
-                    device, repeats)
-        moved = tokens * (576 * 2 + _WIDTH[mode])
-        return {"name": f"mla_concat_and_cache_{mode}", "device": device,
-                "backend": "triton" if ops.use_triton(cache) else "ref", "tokens": tokens,
-                "seconds_per_call": sec, "bytes_moved": moved, "gb_per_s": moved / sec / 1e9}
-    return bench
+
+        def run() -> None:
+            ops.concat_and_cache_mla(kv_c, k_pe, cache, slots, mode, scale)
+
+        return run, tokens * (BF16_LATENT_BYTES + ENTRY_BYTES[mode])
+    return setup
 
 
-def _gather(mode: str) -> Callable[..., dict]:
-    def bench(device: str = "cuda", tokens: int = 16384, repeats: int = 20) -> dict:
+def _load(mode: str) -> Callable[[Any, bool], tuple]:
+    def setup(device: Any, quick: bool) -> tuple:
         import torch
 
         from kvcore_mla import ops
 
-        kv_c, k_pe, cache, _, num_blocks = _setup(device, mode, tokens)
+        tokens = QUICK_TOKENS if quick else FULL_TOKENS
+        kv_c, k_pe, cache, _, num_blocks = _inputs(device, mode, tokens)
         scale = 0.05 if mode == "fp8" else None
-        slots = torch.arange(tokens, device=device)
-        ops.concat_and_cache_mla(kv_c, k_pe, cache, slots, mode, scale)
-        bt = torch.arange(num_blocks, device=device, dtype=torch.int32)[None]
-        lens = torch.tensor([tokens], device=device)
-        sec = _time(lambda: ops.gather_mla_cache(cache, bt, lens, mode, scale), device,
-                    repeats)
-        moved = tokens * (_WIDTH[mode] + 576 * 2)
-        return {"name": f"mla_gather_{mode}", "device": device,
-                "backend": "triton" if ops.use_triton(cache) else "ref", "tokens": tokens,
-                "seconds_per_call": sec, "bytes_moved": moved, "gb_per_s": moved / sec / 1e9}
-    return bench
+        ops.concat_and_cache_mla(kv_c, k_pe, cache, torch.arange(tokens, device=device),
+                                 mode, scale)
+        block_table = torch.arange(num_blocks, device=device, dtype=torch.int32)[None]
+        seq_lens = torch.tensor([tokens], device=device)
+
+        def run() -> Any:
+            return ops.gather_mla_cache(cache, block_table, seq_lens, mode, scale,
+                                        num_tokens=tokens)
+
+        return run, tokens * (ENTRY_BYTES[mode] + BF16_LATENT_BYTES)
+    return setup
 
 
-BENCHMARKS: dict[str, Callable[..., dict]] = {
-    f"mla_{kind}_{mode}": (_write if kind == "concat_and_cache" else _gather)(mode)
-    for kind in ("concat_and_cache", "gather") for mode in ("auto", "fp8", "fp8_ds_mla")
-}
+BENCHMARKS: list[dict[str, Any]] = []
+for _mode in ("auto", "fp8", "fp8_ds_mla"):
+    BENCHMARKS.append({
+        "name": f"mla_concat_and_cache[{_mode}]", "kind": "store", "setup": _store(_mode),
+        "description": f"write bf16 latents (512 + 64) into a 64-token-block {_mode} "
+                       f"MLA cache at random slots"})
+    BENCHMARKS.append({
+        "name": f"mla_gather[{_mode}]", "kind": "load", "setup": _load(_mode),
+        "description": f"read a {_mode} MLA cache back to bf16 [T, 576] through a block "
+                       f"table"})
 
 
-def run(device: str = "cuda", **kwargs: Any) -> list[dict]:
-    """Run every benchmark on ``device``; returns the result dicts."""
-    return [fn(device, **kwargs) for fn in BENCHMARKS.values()]
+def _main(device_name: str) -> None:  # pragma: no cover - a manual tool
+    import torch
+
+    device = torch.device(device_name)
+    quick = device.type != "cuda"
+    for entry in BENCHMARKS:
+        run, moved = entry["setup"](device, quick)
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        reps = 3 if quick else 20
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        sec = (time.perf_counter() - t0) / reps
+        print(json.dumps({"name": entry["name"], "seconds_per_call": sec,
+                          "bytes_moved": moved, "gb_per_s": moved / sec / 1e9}))
 
 
-if __name__ == "__main__":  # pragma: no cover - a manual tool
-    dev = sys.argv[1] if len(sys.argv) > 1 else "cuda"
-    small = {} if dev.startswith("cuda") else {"tokens": 256, "repeats": 3}
-    for result in run(dev, **small):
-        print(json.dumps(result))
+if __name__ == "__main__":  # pragma: no cover
+    _main(sys.argv[1] if len(sys.argv) > 1 else "cuda")

@@ -198,27 +198,32 @@ def concat_and_cache_mla_ref(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: 
     kv_cache[blk, off] = q if kv_cache.dtype == torch.float8_e4m3fn else q.view(torch.uint8)
 
 
-def slots_from_block_table(block_table: Any, seq_lens: Any, block_size: int) -> Any:
+def slots_from_block_table(block_table: Any, seq_lens: Any, block_size: int,
+                           num_tokens: int | None = None) -> Any:
     """Slot of every token of every request, requests concatenated: int64
     [sum(seq_lens)], token p of request r -> ``block_table[r, p // block_size] x
     block_size + p % block_size``.
 
-    block_table: int [num_reqs, max_blocks_per_req]; seq_lens: int [num_reqs].
+    block_table: int [num_reqs, max_blocks_per_req]; seq_lens: int [num_reqs];
+    num_tokens: ``sum(seq_lens)`` when the caller knows it (saves a device sync).
     """
     import torch
 
     seq_lens = seq_lens.to(device=block_table.device, dtype=torch.long)
+    if num_tokens is None:
+        num_tokens = int(seq_lens.sum())
     reqs = torch.repeat_interleave(torch.arange(len(seq_lens), device=block_table.device),
-                                   seq_lens)
+                                   seq_lens, output_size=num_tokens)
     starts = torch.cumsum(seq_lens, 0) - seq_lens
-    pos = torch.arange(int(seq_lens.sum()), device=block_table.device) - starts[reqs]
+    pos = torch.arange(num_tokens, device=block_table.device) - starts[reqs]
     blocks = block_table.long()[reqs, pos // block_size]
     return blocks * block_size + pos % block_size
 
 
 def gather_mla_cache_ref(kv_cache: Any, block_table: Any, seq_lens: Any,
                          kv_cache_dtype: str = "auto", scale: Any = None,
-                         out_dtype: Any = None, lora_rank: int = 512) -> Any:
+                         out_dtype: Any = None, lora_rank: int = 512,
+                         num_tokens: int | None = None) -> Any:
     """Torch reference of :func:`gather_mla_cache`."""
     import torch
 
@@ -227,7 +232,7 @@ def gather_mla_cache_ref(kv_cache: Any, block_table: Any, seq_lens: Any,
     bs = kv_cache.shape[1]
     width = DS_MLA_NOPE + DS_MLA_ROPE if mode == "fp8_ds_mla" else kv_cache.shape[2]
     _check_cache(kv_cache, mode, lora_rank, width - lora_rank)
-    slots = slots_from_block_table(block_table, seq_lens, bs)
+    slots = slots_from_block_table(block_table, seq_lens, bs, num_tokens)
     entries = kv_cache[slots // bs, slots % bs]
     if mode == "fp8_ds_mla":
         return ds_mla_dequantize_ref(entries, out_dtype)
@@ -281,7 +286,8 @@ def concat_and_cache_mla(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any,
 
 def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
                      kv_cache_dtype: str = "auto", scale: Any = None, out_dtype: Any = None,
-                     lora_rank: int = 512, *, backend: str | None = None) -> Any:
+                     lora_rank: int = 512, num_tokens: int | None = None, *,
+                     backend: str | None = None) -> Any:
     """Read back the latents of a batch of requests through their block table.
 
     Parameters
@@ -298,6 +304,8 @@ def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
         Output dtype (default bfloat16).
     lora_rank:
         kv_lora_rank (512), to check the cache width.
+    num_tokens:
+        ``sum(seq_lens)`` if known (avoids a device-to-host sync).
 
     Returns
     -------
@@ -307,7 +315,7 @@ def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
     chosen = backend or ("triton" if use_triton(kv_cache) else "ref")
     if chosen == "ref":
         return gather_mla_cache_ref(kv_cache, block_table, seq_lens, kv_cache_dtype, scale,
-                                    out_dtype, lora_rank)
+                                    out_dtype, lora_rank, num_tokens)
     import torch
 
     from kvcore_mla import _triton_ops
@@ -315,7 +323,7 @@ def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
     mode = _mode(kv_cache_dtype)
     width = DS_MLA_NOPE + DS_MLA_ROPE if mode == "fp8_ds_mla" else kv_cache.shape[2]
     _check_cache(kv_cache, mode, lora_rank, width - lora_rank)
-    slots = slots_from_block_table(block_table, seq_lens, kv_cache.shape[1])
+    slots = slots_from_block_table(block_table, seq_lens, kv_cache.shape[1], num_tokens)
     return _triton_ops.gather_mla_cache_triton(
         kv_cache, slots, mode, _scale_value(scale), out_dtype or torch.bfloat16, lora_rank,
         width)

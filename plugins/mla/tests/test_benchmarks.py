@@ -1,20 +1,27 @@
-"""The benchmark callables run and report consistent figures (tiny sizes, CPU)."""
+"""The benchmark entries follow the GPU harness contract (benchmarks/gpu/run_all.py:
+name, kind, setup(device, quick) -> (run, bytes_moved)) and run at quick size on CPU."""
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from kvcore_mla.benchmarks import BENCHMARKS  # noqa: E402
 
 
-def test_every_benchmark_runs_on_cpu():
-    assert len(BENCHMARKS) == 6
-    for name, fn in BENCHMARKS.items():
-        r = fn("cpu", tokens=8, repeats=1)
-        assert r["name"] == name and r["tokens"] == 8
-        assert r["seconds_per_call"] > 0
-        mode = next(m for m in ("fp8_ds_mla", "fp8", "auto") if name.endswith(m))
-        width = {"auto": 1152, "fp8": 576, "fp8_ds_mla": 656}[mode]
-        # bf16 latents (576 x 2 B) in or out, plus the cache entries
-        assert r["bytes_moved"] == 8 * (1152 + width)
+def test_entries_follow_the_harness_contract():
+    names = [e["name"] for e in BENCHMARKS]
+    assert len(names) == len(set(names)) == 6
+    assert {e["kind"] for e in BENCHMARKS} == {"store", "load"}
+
+
+@pytest.mark.parametrize("entry", BENCHMARKS, ids=[e["name"] for e in BENCHMARKS])
+def test_quick_run_on_cpu(entry):
+    run, moved = entry["setup"](torch.device("cpu"), True)
+    out = run()
+    mode = next(m for m in ("fp8_ds_mla", "fp8", "auto") if m in entry["name"])
+    width = {"auto": 1152, "fp8": 576, "fp8_ds_mla": 656}[mode]
+    # 256 tokens: bf16 latents (576 x 2 B) in or out, plus the cache entries
+    assert moved == 256 * (1152 + width)
+    if entry["kind"] == "load":
+        assert out.shape == (256, 576) and out.dtype == torch.bfloat16
