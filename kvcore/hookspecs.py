@@ -73,3 +73,12 @@ class KVCoreHookSpecs:
     def kvcore_model_types(self) -> list[str]:
         """The HF ``model_type`` values your adapter serves (for ``kvcore plugins`` and
         for error messages that list the supported types)."""
+
+    @hookspec(firstresult=True)
+    def kvcore_explain_kv_cache_dtype(self, name: str) -> str | None:
+        """Why ``name`` is not a valid kv_cache_dtype of your family (e.g. "norm
+        correction needs keys of 2 to 4 bits"), or None.
+
+        Called only when a kv_cache_dtype lookup fails; the first answer is added to the
+        :class:`kvcore.errors.UnknownKVCacheDtypeError` message.
+        """

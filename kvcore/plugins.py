@@ -228,10 +228,13 @@ def build_registry() -> Registry:
                 reg.add_spec_type(st)
             for sc in schemes:
                 reg.add_scheme(sc, info.distribution)
+            reg.distributions.add(info.distribution)
             info.kinds = [st.kind for st in spec_types]
             info.kv_cache_dtypes = [sc.name for sc in schemes]
             info.model_types = [str(m) for m in model_types]
             info.hooks = _hook_names(pm, obj)
+    hook = pm.hook.kvcore_explain_kv_cache_dtype
+    reg.explain_kv_cache_dtype = lambda name: hook(name=name)
     return reg
 
 

@@ -68,6 +68,10 @@ class QuantScheme:
     storage_dtype:
         The element dtype of the stored values (``"uint8"`` for packed formats), or
         ``None`` for "the model dtype".
+    spec_kind:
+        The spec kind a full-attention layer with this kv_cache_dtype becomes (e.g.
+        ``turboquant_full_attention``), when the scheme needs its own kind; None keeps
+        the layer's kind.
     """
 
     name: str
@@ -77,6 +81,7 @@ class QuantScheme:
     aliases: tuple[str, ...] = ()
     storage_dtype: str | None = None
     description: str = ""
+    spec_kind: str | None = None
     distribution: str = field(default="kvcore", compare=False)
 
     @property

@@ -98,6 +98,10 @@ class Registry:
         self._schemes: dict[str, QuantScheme] = {}
         self._scheme_owner: dict[str, str] = {}
         self._managers: dict[str, Any] = {}
+        #: distributions whose plugins loaded (for "not installed" vs "not provided")
+        self.distributions: set[str] = {"kvcore"}
+        #: ``f(name) -> str | None`` explaining an invalid kv_cache_dtype (a hook)
+        self.explain_kv_cache_dtype: Any = None
 
     # ---- building ----------------------------------------------------------------
     def add_spec_type(self, st: SpecType) -> None:
@@ -137,7 +141,7 @@ class Registry:
             st = self._by_kind.get(kind_or_cls)
             if st is None:
                 dist = KNOWN_PLUGIN_KINDS.get(kind_or_cls)
-                if dist is not None:
+                if dist is not None and dist not in self.distributions:
                     raise MissingPluginError(
                         f"layer type {kind_or_cls!r} is provided by the plugin {dist}, "
                         f"which is not installed (pip install {dist})",
@@ -192,14 +196,32 @@ class Registry:
         if key == "float8_e5m2":
             return self._schemes["fp8_e5m2"]
         for pattern, dist in PLUGIN_KV_CACHE_DTYPES.items():
-            if fnmatch.fnmatchcase(key, pattern):
+            if fnmatch.fnmatchcase(str(key), pattern) and dist not in self.distributions:
                 raise MissingPluginError(
                     f"kv_cache_dtype {name!r} is provided by the plugin {dist}, which is "
                     f"not installed (pip install {dist})",
                     kv_cache_dtype=name, distribution=dist)
+        why = self.explain_kv_cache_dtype(str(key)) if self.explain_kv_cache_dtype else None
         raise UnknownKVCacheDtypeError(
-            f"unknown kv_cache_dtype {name!r}; known: {', '.join(self._schemes)}",
+            f"unknown kv_cache_dtype {name!r}" + (f" ({why})" if why else "")
+            + f"; known: {_compact(list(self._schemes))}",
             kv_cache_dtype=name, known=list(self._schemes))
+
+
+def _compact(names: list[str], limit: int = 24) -> str:
+    """Names joined, families of many names (``turboquant_k2v2`` ...) collapsed."""
+    shown: list[str] = []
+    families: dict[str, int] = {}
+    for n in names:
+        prefix = n.split("_")[0] + "_"
+        if n.count("_") and sum(1 for m in names if m.startswith(prefix)) > 6:
+            families[prefix] = families.get(prefix, 0) + 1
+            if families[prefix] > 3:
+                continue
+        shown.append(n)
+    text = ", ".join(shown[:limit])
+    extra = sum(max(0, c - 3) for c in families.values()) + max(0, len(shown) - limit)
+    return text + (f" and {extra} more (kvcore plugins lists all)" if extra else "")
 
 
 _lock = threading.RLock()

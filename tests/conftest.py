@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -15,27 +13,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from kvcore import hookimpl  # noqa: E402
 from kvcore.registry import SpecType  # noqa: E402
-from kvcore.specs import KVCacheSpec, PlanContext  # noqa: E402
+from kvcore_test_state import StateSpec  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
-
-
-@dataclass(frozen=True, kw_only=True)
-class StateSpec(KVCacheSpec):
-    """A test-only recurrent state: a fixed page per request (like a Mamba state)."""
-
-    kind: ClassVar[str] = "test_state"
-    scales_with_block_size: ClassVar[bool] = False
-
-    state_bytes: int
-    blocks_per_request: int = 1
-
-    @property
-    def real_page_size_bytes(self) -> int:
-        return self.state_bytes
-
-    def max_num_blocks_per_req(self, ctx: PlanContext, max_len: int | None = None) -> int:
-        return self.blocks_per_request
 
 
 class _StatePlugin:

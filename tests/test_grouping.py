@@ -222,7 +222,7 @@ def layer_sets(draw, with_states=True):
             layers[f"model.layers.{i}"] = ChunkedLocalAttentionSpec(
                 attention_chunk_size=1024, **common)
         else:
-            from conftest import StateSpec
+            from kvcore_test_state import StateSpec
 
             layers[f"model.layers.{i}"] = StateSpec(block_size=block, state_bytes=state)
     return layers

@@ -161,3 +161,37 @@ def test_installed_plugins_listed(cli):
         if find_spec(dist.replace("-", "_")) is None:
             continue
         assert kind in data[dist]["kinds"], (dist, data.get(dist))
+
+
+class ExplainingPlugin:
+    @hookimpl
+    def kvcore_explain_kv_cache_dtype(self, name):
+        return "zz needs a prime bit width" if name.startswith("zz") else None
+
+
+def test_explain_hook_adds_the_reason(registered):
+    from kvcore.errors import UnknownKVCacheDtypeError
+
+    registered(ExplainingPlugin(), "explain")
+    with pytest.raises(UnknownKVCacheDtypeError) as e:
+        get_registry().kv_cache_dtype("zz4")
+    assert "zz needs a prime bit width" in str(e.value)
+    with pytest.raises(UnknownKVCacheDtypeError) as e:
+        get_registry().kv_cache_dtype("yy4")
+    assert "prime" not in str(e.value)
+
+
+def test_scheme_spec_kind_used_by_core_adapters(registered):
+    from kvcore.models import CacheConfig, load_model_config
+    from kvcore.models.planner import layer_specs_for
+
+    class KindPlugin(GoodPlugin):
+        @hookimpl
+        def kvcore_kv_cache_dtypes(self):
+            return [QuantScheme("test_int2k", KVQuantMode.PLUGIN, lambda d, _: d // 4,
+                                lambda d, _: d // 4, spec_kind="test_doubled")]
+
+    registered(KindPlugin(), "kind")
+    specs = layer_specs_for(load_model_config("llama-3.1-8b"),
+                            CacheConfig(kv_cache_dtype="test_int2k"))
+    assert {type(s) for s in specs.values()} == {DoubledSpec}

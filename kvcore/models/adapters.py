@@ -102,7 +102,14 @@ class _Builder:
         )
 
     def full(self, kv: int, hd: int, hv: int | None = None) -> KVCacheSpec:
-        return FullAttentionSpec(**self.common(kv, hd, hv))
+        """A full-attention layer; a kv_cache_dtype whose scheme names its own spec kind
+        (e.g. TurboQuant) gives that kind."""
+        from kvcore.registry import get_registry
+
+        reg = get_registry()
+        kind = reg.kv_cache_dtype(self.kv_cache_dtype).spec_kind
+        cls = reg.spec_class(kind) if kind else FullAttentionSpec
+        return cls(**self.common(kv, hd, hv))
 
     def sliding(self, window: int, kv: int, hd: int, hv: int | None = None) -> KVCacheSpec:
         return SlidingWindowSpec(sliding_window=window, **self.common(kv, hd, hv))

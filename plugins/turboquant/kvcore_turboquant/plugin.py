@@ -7,7 +7,7 @@ from __future__ import annotations
 from kvcore import hookimpl
 from kvcore.quant import QuantScheme
 from kvcore.registry import SpecType
-from kvcore_turboquant.schemes import all_schemes
+from kvcore_turboquant.schemes import all_schemes, explain_invalid_name
 from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
 
 
@@ -21,3 +21,8 @@ def kvcore_spec_types() -> list[SpecType]:
 @hookimpl
 def kvcore_kv_cache_dtypes() -> list[QuantScheme]:
     return all_schemes()
+
+
+@hookimpl
+def kvcore_explain_kv_cache_dtype(name: str) -> str | None:
+    return explain_invalid_name(name)

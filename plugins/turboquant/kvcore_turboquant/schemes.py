@@ -218,6 +218,7 @@ def all_schemes() -> list[QuantScheme]:
                 out.append(QuantScheme(
                     cfg.name, MODE, key_bytes(cfg), value_bytes(cfg),
                     aliases=_aliases(cfg.name), storage_dtype="uint8",
+                    spec_kind="turboquant_full_attention",
                     description=f"TurboQuant: {kdesc}; {vb}-bit min/max values + fp16 "
                                 "scale and zero point",
                     distribution=DISTRIBUTION))
