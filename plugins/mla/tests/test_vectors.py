@@ -99,3 +99,28 @@ def test_glm52_plan_groups():
             kinds["indexer" if name.endswith("indexer.k_cache") else "mla"] += 1
     assert kinds == {"mla": 78, "indexer": 21}
     assert got["bytes_per_block"] == 78 * 73_728 + 21 * 8_448
+
+
+@pytest.mark.parametrize("layout", [None, "BLHNC"])
+def test_deepseek_v4_kernel_views_fit_their_tensors(layout):
+    """Every V4 layer's kernel view [num_blocks, storage_block_size, entry] fits the
+    bytes the plan gives it; a view built from the logical block size (256 tokens)
+    would not (128x the raw page for ratio 128)."""
+    kw = {"kv_cache_layout": layout} if layout else {}
+    config = plan_model(CONFIGS / "deepseek-v4-flash.aiconfigurator.json",
+                        kv_cache_memory_bytes=40_000_000_000, max_model_len=32768, **kw)
+    n = config.num_blocks
+    specs = {name: g.spec_of(name) for g in config.kv_cache_groups for name in g.layer_names}
+    checked = 0
+    for t in config.kv_cache_tensors:
+        page = t.size // n
+        for name in t.shared_by:
+            s = specs[name]
+            nb, per_block, _ = s.kv_cache_shape(n)
+            assert (nb, per_block) == (n, s.storage_block_size)
+            assert per_block * s.entry_bytes <= page, name
+            if s.compress_ratio == 128:
+                assert per_block == 2
+                assert s.block_size * s.entry_bytes == 128 * s.raw_page_size_bytes > page
+            checked += 1
+    assert checked == len(specs) == 167
