@@ -300,7 +300,9 @@ class BlockPool:
         g = b.group_id
         cache = self.cached[g]
         dups = self._dups[g]
-        if cache.get(h) is b:  # type: ignore[arg-type]
+        if not dups:  # no duplicated hash in this group: b is the cached one
+            del cache[h]  # type: ignore[arg-type]
+        elif cache.get(h) is b:  # type: ignore[arg-type]
             more = dups.get(h)  # type: ignore[arg-type]
             if more:
                 bid = next(iter(more))
@@ -366,15 +368,27 @@ class BlockPool:
         blocks last block first).  A block reaching ``ref_cnt == 0`` goes to the back
         of the free queue if cached, to the front otherwise."""
         q = self.free_queue
+        head, tail = q.head, q.tail
+        n = 0
         for b in blocks:
             if b.is_null:
                 continue
             b.ref_cnt -= 1
             if b.ref_cnt == 0:
-                if b.block_hash is None:
-                    q.appendleft(b)
-                else:
-                    q.append(b)
+                n += 1
+                if b.block_hash is None:  # front: reused first
+                    first = head.next_free
+                    first.prev_free = b  # type: ignore[union-attr]
+                    b.next_free = first
+                    b.prev_free = head
+                    head.next_free = b
+                else:  # back: evicted last
+                    last = tail.prev_free
+                    last.next_free = b  # type: ignore[union-attr]
+                    b.prev_free = last
+                    b.next_free = tail
+                    tail.prev_free = b
+        q.num_free_blocks += n
 
     def reserve_blocks(self, n: int) -> list[KVCacheBlock]:
         """Take ``n`` blocks for good (e.g. attention sinks shared by all requests)."""

@@ -114,14 +114,15 @@ class ReplayResult:
 def replay(manager: Any, jobs: Sequence[Job], *, max_running: int,
            max_model_len: int | None = None, time_calls: bool = False,
            progress: Callable[[int], None] | None = None, sample_every: int = 0,
-           ) -> ReplayResult:
+           keep_requests: bool = False) -> ReplayResult:
     """Run the scheduling model above over ``jobs`` (built by :func:`prepare_jobs`, or
     bare :class:`Job` objects materialized on admission).
 
     ``time_calls`` times each manager call (``perf_counter`` around it);
     ``progress(n)`` is called with the number of requests finished or rejected so far
     after each step that changed it; ``sample_every`` > 0 records a usage sample every
-    that many steps.
+    that many steps.  A finished job drops its Request and outputs unless
+    ``keep_requests``.
     """
     pc = time.perf_counter
     alloc = manager.allocate_slots
@@ -237,6 +238,8 @@ def replay(manager: Any, jobs: Sequence[Job], *, max_running: int,
                 n_other += 1
                 j.finish_step = step
                 j.done = True
+                if not keep_requests:  # a long trace would otherwise hold every token
+                    j.request = j.outputs = None
                 finished = True
                 n_done += 1
         if finished:
