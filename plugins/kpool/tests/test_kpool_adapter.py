@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
+from kvcore_kpool import KPoolTailSpec
+from kvcore_kpool.adapter import add_kpool_tails, find_index_kpool
 
 from kvcore.errors import ConfigError
 from kvcore.models.config import CacheConfig, parse_model_config
 from kvcore.plugins import get_plugin_manager
 from kvcore.specs import FullAttentionSpec, KVCacheSpec
-from kvcore_kpool import KPoolTailSpec
-from kvcore_kpool.adapter import add_kpool_tails, find_index_kpool
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 3, "num_attention_heads": 8,
          "num_key_value_heads": 2, "hidden_size": 1024, "max_position_embeddings": 4096,

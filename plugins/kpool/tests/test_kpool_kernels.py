@@ -9,10 +9,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kvcore_kpool import kpool_ring_size
 from kvcore_kpool.kernels import (
-    FP8_E4M3_MAX,
     hadamard_matrix,
     kpool_compress,
     kpool_compress_ref,
@@ -227,3 +225,13 @@ def test_bad_inputs():
                            torch.zeros(1, 1, 128), torch.zeros(1, 1), 16)
     with pytest.raises(ValueError, match="multiples"):
         kpool_pool_slot(torch.tensor([1]), 3, 64, 16)
+
+
+def test_benchmark_entries_run_quick_on_cpu():
+    from kvcore_kpool.benchmarks import BENCHMARKS
+
+    assert [e["name"] for e in BENCHMARKS] == ["kpool_tail_write", "kpool_compress"]
+    for entry in BENCHMARKS:
+        run, nbytes = entry["setup"](torch.device("cpu"), True)
+        run()
+        assert nbytes > 0

@@ -6,11 +6,11 @@ to finish."""
 from __future__ import annotations
 
 import pytest
+from kvcore_kpool import KPoolTailSpec
 
 from kvcore.planning import plan
 from kvcore.runtime import KVCacheManager
 from kvcore.specs import FullAttentionSpec
-from kvcore_kpool import KPoolTailSpec
 
 
 def hybrid_specs(layers=4, kpool=16, spec_tokens=0):

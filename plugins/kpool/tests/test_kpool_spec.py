@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_kpool import KPoolTailSpec, kpool_ring_size
 
 from kvcore.errors import SpecError
 from kvcore.registry import get_registry
 from kvcore.specs import KVCacheSpec, PlanContext
-from kvcore_kpool import KPoolTailSpec, kpool_ring_size
 
 
 @pytest.mark.parametrize("kpool,spec,ring", [

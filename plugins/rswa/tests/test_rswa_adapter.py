@@ -9,13 +9,13 @@ import warnings
 from pathlib import Path
 
 import pytest
+from kvcore_rswa import RSWASpec
+from kvcore_rswa.adapter import RSWAMLAWarning, rswa_layer_specs
 
 import kvcore
 from kvcore.errors import ConfigError
 from kvcore.models.config import CacheConfig, parse_model_config
 from kvcore.plugins import get_plugin_manager
-from kvcore_rswa import RSWASpec
-from kvcore_rswa.adapter import RSWAMLAWarning, rswa_layer_specs
 
 DATA = Path(__file__).parent / "data"
 OCR = json.loads((DATA / "deepseek-ocr-rswa.json").read_text())

@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kvcore_rswa.kernels import (
     rswa_decode_attention,
     rswa_decode_attention_ref,
@@ -135,3 +134,12 @@ def test_property_triton_matches_reference(prompt, gen, window, block, seed):
     out_t = rswa_decode_attention_triton(query, kc, vc, bt, sl, pl, window)
     out_r = rswa_decode_attention_ref(query, kc, vc, bt, sl, pl, window)
     torch.testing.assert_close(out_t, out_r, atol=2e-5, rtol=2e-5)
+
+
+def test_benchmark_entries_run_quick_on_cpu():
+    from kvcore_rswa.benchmarks import BENCHMARKS
+
+    for entry in BENCHMARKS:
+        run, nbytes = entry["setup"](torch.device("cpu"), True)
+        out = run()
+        assert nbytes > 0 and not torch.isnan(out).any()

@@ -13,12 +13,12 @@ import math
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_rswa import RSWASpec
+from kvcore_rswa.kernels import rswa_decode_attention_triton, rswa_visible_slots
 
 from kvcore.planning import plan
 from kvcore.runtime import KVCacheManager
 from kvcore.specs import FullAttentionSpec, cdiv
-from kvcore_rswa import RSWASpec
-from kvcore_rswa.kernels import rswa_decode_attention_triton, rswa_visible_slots
 
 
 def make_manager(window=128, block=16, num_blocks=80, layers=2, max_model_len=16384,

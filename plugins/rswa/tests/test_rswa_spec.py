@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_rswa import RSWASpec, rswa_kept_block_range, rswa_visible
 
 from kvcore.errors import SpecError, SpecMergeError
 from kvcore.registry import get_registry
 from kvcore.specs import FullAttentionSpec, KVCacheSpec, PlanContext
-from kvcore_rswa import RSWASpec, rswa_kept_block_range, rswa_visible
 
 
 def ocr_spec(**kw):
