@@ -15,7 +15,6 @@ record size for the given head size (see :mod:`kvcore_mla.specs`).
 from __future__ import annotations
 
 from kvcore.quant import QuantScheme
-
 from kvcore_mla.specs import (
     FP8_DS_MLA,
     FP8_DS_MLA_V4,
