@@ -3,7 +3,7 @@
 
     python benchmarks/gpu/run_all.py [--device cuda] [--out results.json]
                                      [--plugins mla,mamba] [--iters 20] [--quick]
-                                     [--require-store-fraction 0.8]
+                                     [--verify] [--require-store-fraction 0.8]
 
 First measures the device copy bandwidth (``dst.copy_(src)`` of a 1 GiB buffer, bytes
 read + written), then runs each benchmark and prints a table: time per launch, bytes
@@ -11,7 +11,9 @@ moved, GB/s (10^9 bytes per second) and % of the copy bandwidth.  ``--out`` writ
 same as JSON (plus the command, the machine, torch / triton versions).  A few minutes
 on one GPU.  ``--device cpu --quick`` runs tiny shapes on the CPU (a smoke test of the
 harness and the benchmark modules; the figures mean nothing).
-``--require-store-fraction F`` exits 1 when a core ``store`` kernel (the K/V writes of
+``--verify`` first runs each core Triton kernel and its torch reference on the device
+and compares the bytes (the CPU test suite only reaches the kernels through the Triton
+interpreter).  ``--require-store-fraction F`` exits 1 when a core ``store`` kernel (the K/V writes of
 ``reshape_and_cache`` at prefill size) reaches less than F of the copy bandwidth.
 
 Plugin contract
@@ -272,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=None, help="calls per timing round")
     p.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")
     p.add_argument("--filter", default=None, help="only benchmarks whose name contains it")
+    p.add_argument("--verify", action="store_true",
+                   help="first compare the core Triton kernels with the torch references "
+                        "on the device (bit for bit); exit 1 on a difference")
     p.add_argument("--require-store-fraction", type=float, default=None,
                    help="exit 1 if a core store kernel is below this fraction of copy "
                         "bandwidth")
@@ -286,6 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
     print(f"# machine: {json.dumps(machine(device))}")
     print(f"# copy bandwidth: {copy_gbps:.1f} GB/s ({copy_bytes >> 20} MiB buffer)")
+
+    verified = None
+    if args.verify:
+        from kvcore.ops.benchmarks import verify
+
+        checks = verify(device, args.quick)
+        for case, ok, detail in checks:
+            print(f"# verify {case}: {'OK' if ok else 'MISMATCH'} ({detail})")
+        verified = all(ok for _, ok, _ in checks)
 
     sources: list[tuple[str, str]] = [("core", "kvcore.ops.benchmarks")]
     if args.plugins is None:
@@ -342,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             "copy_buffer_bytes": copy_bytes,
             "sources": plugins_report,
             "results": [asdict(r) for r in results],
+            "verified": verified,
             "store_check": None if verdict is None else {
                 "required_fraction": args.require_store_fraction, "pass": verdict},
         }
@@ -349,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(payload, f, indent=2, default=str)
             f.write("\n")
     errors = [r for r in results if r.error]
-    if verdict is False:
+    if verdict is False or verified is False:
         return 1
     return 2 if errors and not results else 0
 

@@ -167,3 +167,44 @@ BENCHMARKS: list[Benchmark] = [
       for dt in ("auto", "fp8", "int8_per_token_head")),
     Benchmark("copy_blocks[raw pages]", _copy, "copy", "1,024 pages of 64 KiB"),
 ]
+
+
+def verify(device: Any, quick: bool = False) -> list[tuple[str, bool, str]]:
+    """Run each core kernel through Triton and through the torch reference on ``device``
+    and compare the bytes: ``[(case, equal, detail)]``.  For a GPU machine, where the
+    CPU test suite cannot reach the compiled kernels (it runs them in the interpreter).
+    """
+    import torch
+
+    from kvcore.ops.cache import copy_blocks, gather_cache, reshape_and_cache
+
+    tokens, heads, d, bs = (24, 2, 16, 8) if quick else (4096, 8, 128, 16)
+    out = []
+    for kv_dtype in ("auto", "float32", "fp8", "fp8_e5m2", "int8_per_token_head",
+                     "fp8_per_token_head"):
+        try:
+            g = torch.Generator().manual_seed(0)
+            in_dtype = torch.float32 if kv_dtype == "float32" else torch.bfloat16
+            key = (torch.randn(tokens, heads, d, generator=g) * 4).to(device, in_dtype)
+            value = torch.randn(tokens, heads, d, generator=g).to(device, in_dtype)
+            res = []
+            for impl in ("ref", "triton"):
+                layer, nb = _layer(device, kv_dtype, tokens, heads, d, bs, extra_blocks=3)
+                slots = _prefill_slots(torch, tokens, bs, nb, device)
+                slots[::7] = -1
+                ks, vs = _scales(layer, kv_dtype)
+                reshape_and_cache(key, value, layer.key, layer.value, slots, kv_dtype, ks,
+                                  vs, impl=impl)
+                table = (slots[::bs].clamp_min(0) // bs).reshape(1, -1)
+                lens = torch.tensor([table.shape[1] * bs], device=device)
+                k, v = gather_cache(layer.key, layer.value, table, lens, kv_dtype, ks, vs,
+                                    out_dtype=torch.bfloat16, impl=impl)
+                copy_blocks([layer.raw], torch.tensor([[1, nb - 1]], device=device),
+                            impl=impl)
+                res.append((layer.raw.clone(), k, v))
+            diffs = [int((a != b).sum()) for a, b in zip(res[0], res[1])]
+            ok = all(x == 0 for x in diffs)
+            out.append((kv_dtype, ok, f"differing elements (pages, key, value): {diffs}"))
+        except Exception as exc:  # report, keep going
+            out.append((kv_dtype, False, f"{type(exc).__name__}: {exc}"))
+    return out

@@ -248,3 +248,31 @@ def test_triton_fp32_input_into_bf16_cache_rounds_to_nearest_even():
         kc = torch.zeros(1, 1, 1, 4, dtype=torch.bfloat16)
         reshape_and_cache(x, x, kc, kc.clone(), torch.tensor([0]), "bfloat16", impl=impl)
         assert kc.float().flatten().tolist() == [1 + 2**-7] * 4
+
+
+@needs_triton
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), heads=st.integers(1, 5),
+       d=st.sampled_from([4, 12, 64]), dv=st.sampled_from([4, 16]),
+       bs=st.sampled_from([1, 2, 8]), tokens=st.integers(0, 9),
+       kv_dtype=st.sampled_from(list(CACHE_DTYPES)))
+def test_triton_equals_reference_random_shapes(seed, heads, d, dv, bs, tokens, kv_dtype):
+    g = torch.Generator().manual_seed(seed)
+    nb = -(-max(tokens, 1) // bs) + 2
+    in_dtype = torch.float32 if kv_dtype == "float32" else (
+        torch.float16 if kv_dtype == "float16" else torch.bfloat16)
+    key = (torch.randn(tokens, heads, d, generator=g) * 5).to(in_dtype)
+    value = torch.randn(tokens, heads, dv, generator=g).to(in_dtype)
+    slots = torch.randperm(nb * bs, generator=g)[:tokens]
+    if tokens:
+        slots[torch.rand(tokens, generator=g) < 0.2] = -1
+    lens = torch.tensor([min(tokens, nb * bs // 2), 1])
+    table = torch.randperm(nb, generator=g).reshape(1, nb).repeat(2, 1)
+    out = []
+    for impl in ("ref", "triton"):
+        kc, vc, ks, vs = make_caches(kv_dtype, nb, bs, heads, d, dv)
+        reshape_and_cache(key, value, kc, vc, slots, kv_dtype, ks, vs, impl=impl)
+        k, v = gather_cache(kc, vc, table, lens, kv_dtype, ks, vs, impl=impl)
+        out.append((kc.float(), vc.float(), k, v))
+    for a, b in zip(*out):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())

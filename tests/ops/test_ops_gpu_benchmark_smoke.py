@@ -94,3 +94,15 @@ def test_plugin_contract_forms_and_tolerance(tmp_path, monkeypatch):
     st = rows["fake_self_timed"]
     assert st["gb_per_s"] == pytest.approx(2.0)  # 1e9 B in 0.5 s
     assert st["extra"]["tokens"] == 256  # --quick passes small sizes it accepts
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="no triton")
+def test_verify_reports_triton_equal_to_reference_in_the_interpreter():
+    import torch
+
+    from kvcore.ops.benchmarks import verify
+
+    checks = verify(torch.device("cpu"), quick=True)
+    assert [c[0] for c in checks] == ["auto", "float32", "fp8", "fp8_e5m2",
+                                      "int8_per_token_head", "fp8_per_token_head"]
+    assert all(ok for _, ok, _ in checks), checks
