@@ -145,7 +145,7 @@ def add_kpool_tails(model_config: Any, cache_config: Any,
     out: dict[str, KVCacheSpec] = {}
     for name, spec in layer_specs.items():
         if spec.kind == "mla_indexer" and getattr(spec, "compress_ratio", None) == 1:
-            spec = dataclasses.replace(spec, compress_ratio=kpool)
+            spec = dataclasses.replace(spec, **{"compress_ratio": kpool})
         out[name] = spec
         m = _LAYER.match(name)
         if m is None:

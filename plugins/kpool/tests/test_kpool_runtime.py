@@ -6,6 +6,8 @@ to finish."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kvcore_kpool import KPoolTailSpec
 
 from kvcore.planning import plan
@@ -104,3 +106,52 @@ def test_tail_claimed_even_when_prompt_fully_hits(config):
     run_request(mgr, "a", list(range(129)), 0, 1, tails)
     run_request(mgr, "b", list(range(129)), 0, 1, tails)
     assert len(set(tails)) == 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["admit", "decode", "free"]),
+                              st.integers(0, 7), st.integers(1, 300)), max_size=40))
+def test_property_one_tail_block_per_live_request(config, ops):
+    """Random admissions (prompts sharing prefixes), decode bursts and frees: every
+    live request holds exactly one tail block, the same one all its life, no block is
+    held by two requests in different roles or by two requests' tails, and when every
+    request is freed nothing is held."""
+    mgr = KVCacheManager(config, max_model_len=8192)
+    attn_gid, tail_gid = 0, 1
+    live: dict[str, tuple] = {}
+    counter = 0
+    for op, k, n in ops:
+        if op == "admit":
+            prefix = [k % 3] * (64 * (k % 4))                 # shared prefixes
+            req = mgr.make_request(f"r{counter}", prefix + [1000 + counter] * n)
+            counter += 1
+            hit, got = mgr.get_computed_blocks(req)
+            assert got % 64 == 0
+            if mgr.allocate_slots(req, req.num_tokens - got, num_new_computed_tokens=got,
+                                  new_computed_blocks=hit) is None:
+                continue
+            req.num_computed_tokens = req.num_tokens
+            live[req.request_id] = (req, mgr.get_block_ids(req)[tail_gid])
+        elif op == "decode" and live:
+            rid = sorted(live)[k % len(live)]
+            req, tail = live[rid]
+            for i in range(n % 70):
+                req.append_output_token_ids(i)
+                if mgr.allocate_slots(req, 1) is None:
+                    break
+                req.num_computed_tokens += 1
+        elif op == "free" and live:
+            rid = sorted(live)[k % len(live)]
+            mgr.free(live.pop(rid)[0])
+        tails = []
+        attn_blocks = set()
+        for req, tail in live.values():
+            ids = mgr.get_block_ids(req)
+            assert len(ids[tail_gid]) == 1 and ids[tail_gid] == tail
+            tails.append(tail[0])
+            attn_blocks.update(ids[attn_gid])
+        assert len(set(tails)) == len(tails)
+        assert not set(tails) & attn_blocks
+    for req, _ in list(live.values()):
+        mgr.free(req)
+    assert mgr.usage == 0.0
