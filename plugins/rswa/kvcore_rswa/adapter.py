@@ -19,9 +19,11 @@ replicated when there are fewer heads than ranks).
 
 An MLA decoder (``kv_lora_rank`` set and ``use_mla`` not false) is not served: MLA
 stores one latent per token, not K and V per head, so an ``rswa`` page would be
-wrong.  The adapter returns None for it (kvcore-mla plans it as MLA; the plan's sizes
-are those of R-SWA anyway, since R-SWA's per-request blocks equal full attention's)
-and warns that its gap blocks will not be freed at run time.
+wrong.  The adapter returns None for it (the next adapter, e.g. kvcore-mla for a
+``deepseek_v2`` config, plans it as MLA; the plan's sizes are those of R-SWA anyway,
+since R-SWA's per-request blocks equal full attention's) and warns that its gap blocks
+will not be freed at run time.  A ``deepseek_vl_v2`` wrapper around an MLA decoder is
+then served by no adapter (UnknownModelTypeError).
 """
 
 from __future__ import annotations
@@ -106,9 +108,11 @@ def rswa_layer_specs(model_config: Any, cache_config: Any) -> dict[str, RSWASpec
     if is_mla(raw):
         warnings.warn(
             f"{where}: rswa_window={window} on an MLA decoder (kv_lora_rank="
-            f"{raw.get('kv_lora_rank')}): kvcore-rswa serves K/V attention only; the "
-            f"model is left to the MLA adapter, whose plan has the same sizes, but its "
-            f"gap blocks are not freed at run time", RSWAMLAWarning, stacklevel=2)
+            f"{raw.get('kv_lora_rank')}): kvcore-rswa serves K/V attention only, so the "
+            f"model is left to the next adapter (kvcore-mla serves deepseek_v2/v3 "
+            f"configs; its plan has the same sizes, since R-SWA plans like full "
+            f"attention), but the decode gap is not freed at run time",
+            RSWAMLAWarning, stacklevel=2)
         return None
     layers = _positive(raw, "num_hidden_layers", where)
     heads = _positive(raw, "num_attention_heads", where)
