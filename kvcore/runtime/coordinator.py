@@ -178,7 +178,7 @@ def make_coordinator(kv_cache_config: Any, block_pool: BlockPool, *, max_model_l
                 break
     n_caching = sum(1 for g in groups
                     if getattr(g.spec, "participates_in_prefix_caching", True))
-    kw = dict(max_model_len=max_model_len, enable_caching=enable_caching,
+    kw: dict[str, Any] = dict(max_model_len=max_model_len, enable_caching=enable_caching,
               use_eagle=use_eagle, max_num_batched_tokens=max_num_batched_tokens)
     if not enable_caching or n_caching == 0:
         return NoPrefixCacheCoordinator(kv_cache_config, block_pool, **kw)

@@ -190,7 +190,7 @@ class Request:
 
     __slots__ = ("request_id", "all_token_ids", "num_prompt_tokens", "max_tokens",
                  "num_computed_tokens", "block_hashes", "lora_name", "cache_salt",
-                 "mm_features", "num_encoder_tokens", "_hasher", "__weakref__")
+                 "mm_features", "num_encoder_tokens", "_hasher", "_bs", "__weakref__")
 
     def __init__(self, request_id: str, prompt_token_ids: Sequence[int], *,
                  max_tokens: int = 0, block_size: int = 16,
@@ -210,6 +210,7 @@ class Request:
         self.num_encoder_tokens = num_encoder_tokens
         self._hasher = hash if isinstance(hash, BlockHasher) else BlockHasher(block_size,
                                                                                  hash)
+        self._bs = self._hasher.block_size
         self._hasher.extend(self)
 
     @property
@@ -222,11 +223,12 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
         """Append output token(s); hashes every block this completes."""
-        if isinstance(token_ids, int):
-            self.all_token_ids.append(token_ids)
+        toks = self.all_token_ids
+        if type(token_ids) is int:
+            toks.append(token_ids)
         else:
-            self.all_token_ids.extend(token_ids)
-        if len(self.all_token_ids) // self._hasher.block_size > len(self.block_hashes):
+            toks.extend(token_ids)  # type: ignore[arg-type]
+        if len(toks) // self._bs > len(self.block_hashes):
             self._hasher.extend(self)
 
     def copy(self, request_id: str | None = None) -> Request:
@@ -244,6 +246,7 @@ class Request:
         new.mm_features = list(self.mm_features) if self.mm_features else None
         new.num_encoder_tokens = self.num_encoder_tokens
         new._hasher = self._hasher
+        new._bs = self._bs
         return new
 
     def __repr__(self) -> str:

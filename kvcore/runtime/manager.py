@@ -129,6 +129,14 @@ class KVCacheManager:
             and type(m0).allocate_new_blocks is SingleTypeManager.allocate_new_blocks
             and type(m0).cache_blocks is SingleTypeManager.cache_blocks) else None
         self._unitary = isinstance(self.coordinator, UnitaryCoordinator)
+        if m0 is not None:  # hot-path attributes, fetched once
+            self._f_tables = m0.req_to_blocks
+            self._f_ncached = m0.num_cached_blocks
+            self._f_bs = m0.block_size
+            self._f_caching = m0.enable_caching
+            self._f_gid = m0.group_id
+        self._pool = self.block_pool
+        self._fq = self.block_pool.free_queue
 
     # ---- requests ------------------------------------------------------------------
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
@@ -181,38 +189,40 @@ class KVCacheManager:
         """
         rid = request.request_id
         num_computed = request.num_computed_tokens + num_new_computed_tokens
-        num_tokens = len(request.all_token_ids)
         need = num_computed + num_new_tokens + num_lookahead_tokens
         if need > self.max_model_len:
             need = self.max_model_len
-        m = self._fast
-        if m is not None and not full_sequence_must_fit:
-            table = m.req_to_blocks.get(rid)
-            if table is not None and not new_computed_blocks:
+        if self._fast is not None and not full_sequence_must_fit \
+                and not new_computed_blocks:
+            table = self._f_tables.get(rid)
+            if table is not None:
                 # running request, one plain group: the hot decode path
-                pool = m.pool
-                n_new = -(-need // m.block_size) - len(table)
+                bs = self._f_bs
+                n_new = (need + bs - 1) // bs - len(table)
                 if n_new > 0:
-                    if n_new > pool.free_queue.num_free_blocks:
+                    if n_new > self._fq.num_free_blocks:
                         return None
-                    new = pool.get_new_blocks(n_new)
+                    new = self._pool.get_new_blocks(n_new)
                     table.extend(new)
                     result = KVCacheBlocks((new,))
                 else:
                     result = self._empty
-                if m.enable_caching:
+                if self._f_caching:
                     n_full = num_computed + num_new_tokens
+                    num_tokens = len(request.all_token_ids)
                     if n_full > num_tokens:
                         n_full = num_tokens
-                    n_full //= m.block_size
-                    done = m.num_cached_blocks[rid]
+                    n_full //= bs
+                    ncached = self._f_ncached
+                    done = ncached[rid]
                     if n_full > done:
                         if n_full > len(table):
                             n_full = len(table)
-                        pool.cache_full_blocks(table, request.block_hashes, done, n_full,
-                                               m.group_id, 1, request, m.block_size)
-                        m.num_cached_blocks[rid] = n_full
+                        self._pool.cache_full_blocks(table, request.block_hashes, done,
+                                                     n_full, self._f_gid, 1, request, bs)
+                        ncached[rid] = n_full
                 return result
+        num_tokens = len(request.all_token_ids)
         return self._allocate_general(request, num_new_tokens, num_computed, num_tokens,
                                       need, new_computed_blocks, full_sequence_must_fit)
 

@@ -96,7 +96,7 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     if cfg.num_blocks is None:
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory or "
                           "--num-blocks", field="kv_cache_memory")
-    mml = cfg.max_model_len or max_model_len
+    mml = int(cfg.max_model_len or max_model_len or 0)
     mgr = KVCacheManager(cfg, max_model_len=mml, enable_caching=enable_prefix_caching,
                          max_num_batched_tokens=max_num_batched_tokens)
     jobs = [Job(t) for t in traces]
@@ -219,7 +219,9 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.stop()
     if args.plot:
-        _plot(res, args.plot, f"{args.model} on {args.trace}")
+        from pathlib import Path
+
+        _plot(res, args.plot, f"{args.model} on {Path(args.trace).name}")
         report["plot"] = args.plot
     if args.json:
         print(json.dumps(report))

@@ -9,11 +9,14 @@ Python path gives identical ids.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["splitmix64", "tok", "stream_tokens", "VOCAB"]
 
 MASK = (1 << 64) - 1
 VOCAB = 50000
 
+_np: Any
 try:  # optional speed-up
     import numpy as _np
 except ImportError:  # pragma: no cover
