@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kvcore_mamba.shapes import (
     extra_groups_for_head_shards,
     gated_delta_net_state_shapes,
@@ -110,3 +112,31 @@ def test_ssm_state_dtype(raw, default, expected):
 def test_ssm_state_dtype_unknown():
     with pytest.raises(ConfigError, match="mamba_ssm_dtype"):
         ssm_state_dtype({"mamba_ssm_dtype": "float7"}, "bfloat16")
+
+
+@settings(max_examples=80, deadline=None)
+@given(heads=st.integers(1, 16), head_dim=st.sampled_from([16, 64]),
+       groups=st.sampled_from([1, 2, 4, 8]), d_state=st.sampled_from([16, 128]),
+       tp=st.sampled_from([1, 2, 4, 8]))
+def test_mamba2_shards_cover_the_full_state(heads, head_dim, groups, d_state, tp):
+    """Summed over ranks, the SSM state is the full one; the conv channels are the full
+    ones plus the B/C groups replicated when tp does not divide n_groups."""
+    kw = dict(d_inner=heads * tp * head_dim, n_groups=groups, n_heads=heads * tp,
+              head_dim=head_dim, d_state=d_state, d_conv=4)
+    full_conv, full_ssm = mamba2_state_shapes(**kw)
+    conv, ssm = mamba2_state_shapes(**kw, tp=tp)
+    assert ssm[0] * tp == full_ssm[0] and ssm[1:] == full_ssm[1:]
+    g_eff = groups if groups % tp == 0 else tp
+    assert conv[1] * tp == full_conv[1] + 2 * (g_eff - groups) * d_state
+    assert conv[0] == full_conv[0] == 3
+
+
+@settings(max_examples=50, deadline=None)
+@given(hk=st.integers(1, 8), ratio=st.integers(1, 4), dk=st.sampled_from([64, 128]),
+       tp=st.sampled_from([1, 2, 4]), spec=st.integers(0, 3))
+def test_gated_delta_net_shards_sum_to_full(hk, ratio, dk, tp, spec):
+    kw = dict(num_k_heads=hk * tp, num_v_heads=hk * tp * ratio, head_k_dim=dk,
+              head_v_dim=dk, conv_kernel=4, num_spec=spec)
+    (fc, fs), (c, s) = gated_delta_net_state_shapes(**kw), \
+        gated_delta_net_state_shapes(**kw, tp=tp)
+    assert c[1] * tp == fc[1] and s[0] * tp == fs[0] and c[0] == 3 + spec
