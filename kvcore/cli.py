@@ -256,6 +256,12 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
     print(f"num_blocks: {out['num_blocks']:,} (block 0 is the null block)")
     print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
           f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens")
+    batched = out.get("max_concurrency_batched")
+    if batched is not None and out["max_concurrency"] and \
+            abs(batched - out["max_concurrency"]) > 0.005 * out["max_concurrency"]:
+        print(f"max concurrency with the step's {s.get('max_num_batched_tokens', 0):,} "
+              f"batched tokens shared by the batch: {batched:.2f} (the figure above "
+              f"reserves a full step for every request, as vLLM does)")
     if out.get("longest_max_model_len") is not None:
         longest = out["longest_max_model_len"]
         capped = s.get("plan_context") is not None and longest >= s.get("max_model_len_limit", 1 << 62)

@@ -10,6 +10,12 @@ Conventions (those of vLLM v1's ``get_kv_cache_configs``, and of the planner vec
   own admission cap (:meth:`KVCacheSpec.max_num_blocks_per_req`).
 * ``max_concurrency = num_blocks / blocks per request`` (null block not subtracted);
   ``kv_cache_capacity_tokens = int(max_concurrency x max_model_len)``.
+* ``max_concurrency_batched`` (kvcore's own, tighter for windowed and chunked layers):
+  the admission caps above assume a whole step of ``max_num_batched_tokens`` in flight
+  for *every* request, but a step's tokens are shared by the batch.  With one request
+  prefilling a full chunk and the others decoding:
+  ``1 + (num_blocks - blocks per request) / blocks per decoding request``.  Equal to
+  ``max_concurrency`` for models of full-attention layers only.
 * planning fails when one request of max_model_len does not fit in ``num_blocks - 1``
   blocks; the error states the smallest budget that plans,
   ``(blocks per request + 1) x bytes per block id``, and the longest max_model_len the
@@ -18,6 +24,7 @@ Conventions (those of vLLM v1's ``get_kv_cache_configs``, and of the planner vec
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -311,9 +318,17 @@ def plan(
     if num_blocks is not None and groups:
         longest = _longest_len(groups, ctx, num_blocks - 1, limit)
     max_conc = capacity = None
+    max_conc_batched = None
     if num_blocks is not None and blocks_req:
         max_conc = num_blocks / blocks_req
         capacity = int(max_conc * plan_len)
+        # vLLM's admission caps count a full step of max_num_batched_tokens in flight for
+        # every request, although the step's tokens are shared by the batch.  A tighter
+        # figure: one request prefilling a whole chunk, the others decoding one token.
+        decode_ctx = dataclasses.replace(ctx, max_num_batched_tokens=1 + num_speculative_tokens)
+        blocks_decode = blocks_per_request(groups, decode_ctx, plan_len)
+        if blocks_decode and num_blocks >= blocks_req:
+            max_conc_batched = 1 + (num_blocks - blocks_req) / blocks_decode
 
     attn_dtypes = {getattr(g.spec_of(n), "kv_cache_dtype", None) for g in groups
                    for n in g.layer_names} - {None}
@@ -326,6 +341,7 @@ def plan(
     tensors = _tensors(groups, num_blocks or 0, block_outermost, bytes_per_block)
     stats: dict[str, Any] = {
         "max_concurrency": max_conc,
+        "max_concurrency_batched": max_conc_batched,
         "kv_cache_capacity_tokens": capacity,
         "estimated_max_model_len": estimated,
         "longest_max_model_len": longest,
@@ -414,6 +430,7 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
         "kv_cache_tensors": [t.to_dict() for t in config.kv_cache_tensors],
         "kv_cache_capacity_tokens": s.get("kv_cache_capacity_tokens"),
         "max_concurrency": s.get("max_concurrency"),
+        "max_concurrency_batched": s.get("max_concurrency_batched"),
         "max_model_len": config.max_model_len,
         "estimated_max_model_len": s.get("estimated_max_model_len"),
         "longest_max_model_len": s.get("longest_max_model_len"),

@@ -281,3 +281,20 @@ def test_longest_len_is_tight(layers, budget):
     if longest < 1 << 20:
         assert blocks_per_request(config.kv_cache_groups, ctx, longest + 1) > \
             config.num_blocks - 1
+
+
+def test_batched_concurrency_shares_the_step():
+    """Gemma-3-shaped 5:1 sliding/full (vector gemma3-12b): vLLM's figure reserves
+    cdiv(1023 + 8192, 16) + 1 = 577 blocks per sliding group for every request; with the
+    step shared, decoding requests need cdiv(1024, 16) + 1 = 65 per sliding group."""
+    sw = SlidingWindowSpec(block_size=16, num_kv_heads=8, head_size=256, sliding_window=1024)
+    fa = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=256)
+    layers = {f"l{i}": (fa if i % 6 == 5 else sw) for i in range(48)}
+    config = plan(layers, max_model_len=32_768, kv_cache_memory_bytes=16_000_000_000)
+    assert config.num_blocks == 15_258
+    assert config.max_concurrency == pytest.approx(15_258 / (5 * 577 + 2048))
+    decode = 5 * 65 + 2048
+    assert config.max_concurrency_batched == pytest.approx(1 + (15_258 - 4933) / decode)
+    full_only = plan({f"l{i}": fa for i in range(4)}, max_model_len=4096,
+                     kv_cache_memory_bytes=10**9)
+    assert full_only.max_concurrency_batched == pytest.approx(full_only.max_concurrency)
