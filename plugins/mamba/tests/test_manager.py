@@ -201,3 +201,28 @@ def test_issue_plan_69_blocks_per_request():
     # 3 x 2 + cdiv(32768, 528) = 69 blocks per request; 2200 / 69 = 31.88
     assert cfg.stats["max_concurrency"] == pytest.approx(2200 / 69, rel=1e-9)
     assert round(cfg.stats["max_concurrency"], 2) == 31.88
+
+
+def test_none_mode_runtime_on_the_jamba_plan():
+    # the jamba-v0.1 vector's plan (mamba block 32,768 tokens, attention 144): one
+    # state block per request in each Mamba group, whatever the length
+    import json
+    from pathlib import Path
+
+    from kvcore.planning import plan_from_specs_file
+
+    vec = json.loads((Path(__file__).parent / "data" / "jamba-v0.1.json").read_text())
+    cfg = plan_from_specs_file(vec["input"])
+    mgr = KVCacheManager(cfg, max_model_len=32768)
+    assert not mgr.enable_caching
+    r = mgr.make_request("r", list(range(10_000)))
+    assert mgr.allocate_slots(r, 8192) is not None
+    r.num_computed_tokens = 8192
+    assert mgr.allocate_slots(r, 10_000 - 8192) is not None
+    sizes = {g.kind: [] for g in cfg.kv_cache_groups}
+    for g, m in zip(cfg.kv_cache_groups, mgr.managers):
+        sizes[g.kind].append(len(m.get_blocks("r")))
+    assert sizes["mamba"] == [1] * 7
+    assert sizes["full_attention"] == [-(-10_000 // 144)]  # 70 blocks
+    # per request at 10,000 tokens: 7 + 70 of the 8,476 usable blocks
+    assert mgr.block_pool.num_held_blocks() == 77
