@@ -330,3 +330,28 @@ def test_lazy_pool_matches_eager_pool(ops):
         assert pools[0].num_free_blocks == pools[1].num_free_blocks
     assert pools[0].free_queue.block_ids() == pools[1].free_queue.block_ids()
     assert len(pools[1].blocks) == 25
+
+
+def test_caching_off_never_hits_and_frees_to_the_front():
+    mgr = KVCacheManager(config(10, full(4)), max_model_len=64, enable_caching=False)
+    a = mgr.make_request("a", list(range(1, 13)))
+    mgr.allocate_slots(a, 12)
+    a.num_computed_tokens = 12
+    mgr.free(a)
+    assert mgr.get_computed_blocks(mgr.make_request("b", list(range(1, 13))))[1] == 0
+    assert all(b.block_hash is None for b in mgr.block_pool.blocks)
+    # freed last block first, each to the front: the first block is reused first
+    assert mgr.block_pool.free_queue.block_ids()[:3] == [1, 2, 3]
+
+
+def test_allocate_zero_new_tokens_is_an_error():
+    mgr = KVCacheManager(config(10, full(4)), max_model_len=64)
+    with pytest.raises(ValueError, match="num_new_tokens"):
+        mgr.allocate_slots(mgr.make_request("a", [1, 2]), 0)
+
+
+def test_slots_never_exceed_max_model_len():
+    mgr = KVCacheManager(config(40, full(4)), max_model_len=10)
+    r = mgr.make_request("a", list(range(1, 9)))
+    mgr.allocate_slots(r, 8, num_lookahead_tokens=20)
+    assert len(mgr.get_block_ids(r)[0]) == 3  # cdiv(10, 4), not cdiv(28, 4)

@@ -202,3 +202,14 @@ def test_concurrency_cap_is_respected(tmp_path):
     res = replay(_mgr(200), [Job(t) for t in _trace(rows, tmp_path)], max_running=3)
     admits = [j.admit_step for j in res.jobs]
     assert admits == [1, 1, 1, 6, 6, 6, 11, 11, 11, 16]
+
+
+def test_cli_simulate_errors_are_json_with_exit_2(capsys, tmp_path):
+    code = cli_main(["simulate", "qwen3-8b", "--trace", str(tmp_path / "none.jsonl"),
+                     "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and "does not exist" in out["error"]["message"]
+    code = cli_main(["simulate", "qwen3-8b", "--trace", str(AZURE), "--max-num-seqs",
+                     "0", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["error"]["field"] == "max_num_seqs"
