@@ -10,6 +10,8 @@ cache hit), and the sliding-window groups drop blocks that leave the window.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -25,7 +27,7 @@ from kvcore.planning import plan  # noqa: E402
 from kvcore.runtime import KVCacheManager  # noqa: E402
 from kvcore.specs import FullAttentionSpec, SlidingWindowSpec  # noqa: E402
 
-BLOCK, HEADS, Q_HEADS, D, WINDOW = 4, 2, 4, 16, 7
+BLOCK, HEADS, D, WINDOW = 4, 2, 16, 7
 MAX_LEN = 64
 PROMPTS = {
     "a": list(range(100, 115)),                      # 15 tokens
@@ -61,15 +63,21 @@ TOLERANCE = {"auto": 1e-5, "int8_per_token_head": 1e-5, "fp8": 1e-5}
 
 
 def layer_specs(kind: str, kv_dtype: str) -> dict:
+    """``hybrid``: equal pages; ``hybrid_scaled``: the sliding layers' page is half the
+    full layers' (the planner doubles their block size); ``hybrid_padded``: a 2:3 page
+    ratio (the planner pads, or plans every layer as full attention)."""
+    full_heads, sw_heads = {"hybrid_scaled": (2, 1), "hybrid_padded": (3, 2)}.get(
+        kind, (HEADS, HEADS))
+
     def full():
-        return FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=D,
+        return FullAttentionSpec(block_size=BLOCK, num_kv_heads=full_heads, head_size=D,
                                  kv_cache_dtype=kv_dtype)
 
     def sliding():
-        return SlidingWindowSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=D,
+        return SlidingWindowSpec(block_size=BLOCK, num_kv_heads=sw_heads, head_size=D,
                                  kv_cache_dtype=kv_dtype, sliding_window=WINDOW)
 
-    pattern = {"full": "FF", "sliding": "SS", "hybrid": "SFSF"}[kind]
+    pattern = "FF" if kind == "full" else "SS" if kind == "sliding" else "SFSF"
     return {f"model.layers.{i}.self_attn.attn": full() if c == "F" else sliding()
             for i, c in enumerate(pattern)}
 
@@ -80,16 +88,30 @@ def scales_of(layer, kv_dtype):
     return FP8_SCALES if kv_dtype == "fp8" else (1.0, 1.0)
 
 
-@pytest.mark.parametrize("kv_dtype", ["auto", "int8_per_token_head", "fp8"])
-@pytest.mark.parametrize("kind", ["full", "sliding", "hybrid"])
+CASES = [(kind, dt) for kind in ("full", "sliding", "hybrid")
+         for dt in ("auto", "int8_per_token_head", "fp8")]
+CASES += [("hybrid_scaled", "auto"), ("hybrid_padded", "auto")]
+
+
+@pytest.mark.parametrize(("kind", "kv_dtype"), CASES)
 def test_plan_allocate_write_read_attend(kind, kv_dtype):
     torch.manual_seed(0)
-    specs = layer_specs(kind, kv_dtype)
-    cfg = plan(specs, max_model_len=MAX_LEN, num_gpu_blocks_override=48,
-               max_num_batched_tokens=32)
+    cfg = plan(layer_specs(kind, kv_dtype), max_model_len=MAX_LEN,
+               num_gpu_blocks_override=48, max_num_batched_tokens=32)
+    # the planned specs (block sizes may have been raised, pages padded)
+    specs = {n: grp.spec_of(n) for grp in cfg.kv_cache_groups for n in grp.layer_names}
     if kind == "hybrid":
         assert len(cfg.kv_cache_groups) == 2
         assert all(len(t.shared_by) == 2 for t in cfg.kv_cache_tensors)
+    if kind == "hybrid_scaled":
+        assert {s.kind: s.block_size for s in specs.values()} == {
+            "full_attention": BLOCK, "sliding_window": 2 * BLOCK}
+    if kind == "hybrid_padded":
+        # the 2:3 page ratio: sliding pages padded, or every layer planned as full
+        # attention in one packed group (the window kept for the attention mask)
+        sw = [s for n, s in specs.items() if n.split(".")[2] in ("0", "2")]
+        assert all(s.page_size_padded is not None or (
+            s.kind == "full_attention" and s.sliding_window == WINDOW) for s in sw)
     caches = allocate_tensors(cfg, "cpu")
     group_of = {n: g for g, grp in enumerate(cfg.kv_cache_groups) for n in grp.layer_names}
     mgr = KVCacheManager(cfg, max_model_len=MAX_LEN, enable_caching=True,
@@ -101,21 +123,22 @@ def test_plan_allocate_write_read_attend(kind, kv_dtype):
     kv = {}
     for name in specs:
         for r in PROMPTS:
-            kv[name, r] = [torch.randn(total[r], HEADS, D, dtype=torch.bfloat16) * 2
-                           for _ in range(2)]
+            kv[name, r] = [torch.randn(total[r], specs[name].num_kv_heads, D,
+                                       dtype=torch.bfloat16) * 2 for _ in range(2)]
         for i in range(2):
             kv[name, "b"][i][:12] = kv[name, "a"][i][:12]
 
-    def slots(table, positions):
+    def slots(table, positions, block_size):
         t = torch.tensor(table, dtype=torch.long)
         p = torch.tensor(positions, dtype=torch.long)
-        return t[p // BLOCK] * BLOCK + p % BLOCK
+        return t[p // block_size] * block_size + p % block_size
 
     def write(req_ids, positions):
         """Write the given (request, position) tokens of every layer, one call per layer."""
         for name in specs:
             layer = caches[name]
-            sm = torch.cat([slots(mgr.get_block_ids(reqs[r])[group_of[name]], [p])
+            sm = torch.cat([slots(mgr.get_block_ids(reqs[r])[group_of[name]], [p],
+                                  specs[name].block_size)
                             for r, p in zip(req_ids, positions)])
             k = torch.stack([kv[name, r][0][p] for r, p in zip(req_ids, positions)])
             v = torch.stack([kv[name, r][1][p] for r, p in zip(req_ids, positions)])
@@ -127,7 +150,9 @@ def test_plan_allocate_write_read_attend(kind, kv_dtype):
     for r, req in reqs.items():
         blocks, hit = mgr.get_computed_blocks(req)
         if r == "b":
-            assert hit == 12  # a's three full blocks
+            # a's first 12 tokens, cut to a multiple of every group's block size
+            lcm = math.lcm(*(g.block_size for g in cfg.kv_cache_groups))
+            assert hit == 12 // lcm * lcm > 0
         n = len(PROMPTS[r])
         assert mgr.allocate_slots(req, n - hit, hit, blocks) is not None
         write([r] * (n - hit), list(range(hit, n)))
@@ -149,9 +174,9 @@ def test_plan_allocate_write_read_attend(kind, kv_dtype):
             tables = [mgr.get_block_ids(reqs[r])[group_of[name]] for r in order]
             width = max(len(t) for t in tables)
             table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
-            q = torch.randn(len(order), Q_HEADS, D)
-            window = getattr(spec, "sliding_window", None) \
-                if spec.kind == "sliding_window" else None
+            q = torch.randn(len(order), 2 * spec.num_kv_heads, D)  # GQA, 2 per KV head
+            # a sliding layer planned as full attention still attends over its window
+            window = getattr(spec, "sliding_window", None)
             ks, vs = scales_of(layer, kv_dtype)
             got = paged_decode_attention_ref(q, layer.key, layer.value, table, seq_lens,
                                              kv_cache_dtype=kv_dtype, k_scale=ks,
