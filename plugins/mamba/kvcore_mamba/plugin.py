@@ -8,7 +8,6 @@ from typing import Any
 
 from kvcore import hookimpl
 from kvcore.registry import SpecType
-
 from kvcore_mamba.spec import MambaSpec
 
 
