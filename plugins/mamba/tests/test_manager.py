@@ -201,6 +201,9 @@ def test_issue_plan_69_blocks_per_request():
     # 3 x 2 + cdiv(32768, 528) = 69 blocks per request; 2200 / 69 = 31.88
     assert cfg.stats["max_concurrency"] == pytest.approx(2200 / 69, rel=1e-9)
     assert round(cfg.stats["max_concurrency"], 2) == 31.88
+    assert cfg.stats["blocks_per_request"] == 69
+    # int(2200 x 32768 / 69) = int(1,044,776.8)
+    assert cfg.stats["kv_cache_capacity_tokens"] == 1_044_776
 
 
 def test_none_mode_runtime_on_the_jamba_plan():
