@@ -132,6 +132,8 @@ class SingleTypeManager:
         self.hash_stride = self.block_size // hash_block_size
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_blocks: dict[str, int] = {}
+        #: leading table entries already replaced by the null block (skipping kinds)
+        self.num_skipped_blocks: dict[str, int] = {}
 
     # ---- sizing --------------------------------------------------------------------
     def num_required_blocks(self, request: Any, num_tokens: int) -> int:
@@ -243,8 +245,9 @@ class SingleTypeManager:
             return 0
         n = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size,
                 len(table))
+        start = self.num_skipped_blocks.get(request_id, 0)
         count = 0
-        for i in range(n - 1, -1, -1):
+        for i in range(n - 1, start - 1, -1):
             b = table[i]
             if b.is_null:
                 break
@@ -262,14 +265,18 @@ class SingleTypeManager:
             return
         n = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size,
                 len(table))
+        start = self.num_skipped_blocks.get(request_id, 0)
+        if n <= start:
+            return
         removed = []
         null = self.null_block
-        for i in range(n - 1, -1, -1):
+        for i in range(n - 1, start - 1, -1):
             b = table[i]
             if b.is_null:
                 break
             removed.append(b)
             table[i] = null
+        self.num_skipped_blocks[request_id] = n
         if removed:
             self.pool.free_blocks(removed)
 
@@ -278,6 +285,7 @@ class SingleTypeManager:
         """Release the request's table, last block first."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_blocks.pop(request_id, None)
+        self.num_skipped_blocks.pop(request_id, None)
         if table:
             table.reverse()
             self.pool.free_blocks(table)
