@@ -136,7 +136,7 @@ def reshape_and_cache_kernel(
 
 
 @triton.jit
-def _load_one(cache_ptr, scale_ptr, out_ptr, blk, n_valid, out_row0, head_start,
+def _load_one(cache_ptr, scale_ptr, out_ptr, blk, off, out_row, head_start,
               stride_cb, stride_cn, stride_ch, stride_sb, stride_sn, stride_sh,
               stride_ot, stride_oh, num_heads,
               HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -145,21 +145,18 @@ def _load_one(cache_ptr, scale_ptr, out_ptr, blk, n_valid, out_row0, head_start,
     chans = tl.arange(0, BLOCK_D)
     hmask = heads < num_heads
     mask = hmask[:, None] & (chans[None, :] < HEAD_SIZE)
-    if MODE == 1:
-        scale = tl.load(scale_ptr)
-    for n in range(0, n_valid):
-        x = tl.load(cache_ptr + blk * stride_cb + n * stride_cn
-                    + heads[:, None] * stride_ch + chans[None, :], mask=mask, other=0.0)
-        if MODE == 0:
-            y = x
-        elif MODE == 1:
-            y = x.to(tl.float32) * scale
-        else:
-            s = tl.load(scale_ptr + blk * stride_sb + n * stride_sn + heads * stride_sh,
-                        mask=hmask, other=0.0)
-            y = x.to(tl.float32) * s[:, None]
-        tl.store(out_ptr + (out_row0 + n) * stride_ot + heads[:, None] * stride_oh
-                 + chans[None, :], _cast_out(y, out_ptr, ROUND_BF16), mask=mask)
+    x = tl.load(cache_ptr + blk * stride_cb + off * stride_cn
+                + heads[:, None] * stride_ch + chans[None, :], mask=mask, other=0.0)
+    if MODE == 0:
+        y = x
+    elif MODE == 1:
+        y = x.to(tl.float32) * tl.load(scale_ptr)
+    else:
+        s = tl.load(scale_ptr + blk * stride_sb + off * stride_sn + heads * stride_sh,
+                    mask=hmask, other=0.0)
+        y = x.to(tl.float32) * s[:, None]
+    tl.store(out_ptr + out_row * stride_ot + heads[:, None] * stride_oh + chans[None, :],
+             _cast_out(y, out_ptr, ROUND_BF16), mask=mask)
 
 
 @triton.jit
@@ -175,23 +172,23 @@ def gather_cache_kernel(
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, MODE: tl.constexpr,
     ROUND_BF16: tl.constexpr,
 ):
-    """grid = (batch, max_blocks_per_req, cdiv(num_heads, BLOCK_H)): one block of one
-    request, every valid token of it."""
-    b = tl.program_id(0).to(tl.int64)
-    j = tl.program_id(1)
+    """grid = (max_blocks_per_req x block_size, batch, cdiv(num_heads, BLOCK_H)): one
+    token position of one request (positions past its length return at once), the
+    mirror of the store kernel (one token per program keeps many loads in flight)."""
+    pos = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
     head_start = tl.program_id(2) * BLOCK_H
     seq_len = tl.load(seq_lens_ptr + b)
-    start = j * block_size
-    if start >= seq_len:
+    if pos >= seq_len:
         return
-    n_valid = tl.minimum(seq_len - start, block_size)
-    blk = tl.load(block_table_ptr + b * stride_bt + j).to(tl.int64)
-    row0 = tl.load(cu_seq_lens_ptr + b).to(tl.int64) + start
-    _load_one(key_cache_ptr, k_scale_ptr, key_out_ptr, blk, n_valid, row0, head_start,
+    blk = tl.load(block_table_ptr + b * stride_bt + pos // block_size).to(tl.int64)
+    off = pos % block_size
+    row = tl.load(cu_seq_lens_ptr + b).to(tl.int64) + pos
+    _load_one(key_cache_ptr, k_scale_ptr, key_out_ptr, blk, off, row, head_start,
               stride_kcb, stride_kcn, stride_kch, stride_ksb, stride_ksn, stride_ksh,
               stride_kot, stride_koh, num_heads, HEAD_SIZE, BLOCK_H, BLOCK_D, MODE,
               ROUND_BF16)
-    _load_one(value_cache_ptr, v_scale_ptr, value_out_ptr, blk, n_valid, row0, head_start,
+    _load_one(value_cache_ptr, v_scale_ptr, value_out_ptr, blk, off, row, head_start,
               stride_vcb, stride_vcn, stride_vch, stride_vsb, stride_vsn, stride_vsh,
               stride_vot, stride_voh, num_heads, HEAD_SIZE_V, BLOCK_H, BLOCK_DV, MODE,
               ROUND_BF16)

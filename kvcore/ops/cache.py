@@ -411,7 +411,10 @@ def gather_cache(key_cache: Any, value_cache: Any, block_table: Any, seq_lens: A
         block_table = block_table.contiguous()
     block_d, block_dv = _next_pow2(head_size), _next_pow2(head_size_v)
     block_h = max(1, min(_next_pow2(num_heads), 4096 // max(block_d, block_dv)))
-    grid = (batch, max_blocks, -(-num_heads // block_h))
+    if batch > 65535:
+        raise KVCoreError(f"gather_cache: batch {batch} exceeds the 65,535 requests one "
+                          f"launch handles (grid axis 1)", field="block_table")
+    grid = (max_blocks * block_size, batch, -(-num_heads // block_h))
     tk.gather_cache_kernel[grid](
         key_cache, value_cache, ks if ks is not None else key_cache,
         vs if vs is not None else value_cache, key, value,
