@@ -205,6 +205,7 @@ def plan(
     except Exception as exc:  # SpecError from validation
         raise ConfigError(str(exc), **getattr(exc, "extra", {})) from exc
 
+    layer_specs = {name: spec.with_plan_context(ctx) for name, spec in layer_specs.items()}
     grouping: GroupingResult = group_layers(
         layer_specs, ctx=ctx, kernel_block_size=kernel_block_size,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,

@@ -209,6 +209,13 @@ class KVCacheSpec:
         records the window."""
         return self if self.scales_with_block_size else None
 
+    def with_plan_context(self: S, ctx: PlanContext) -> S:
+        """Called by planning before grouping with the plan's context, so a spec can
+        take plan-wide options it does not carry itself (e.g. a Mamba state taking
+        ``mamba_cache_mode`` from the plan options, or ``max_model_len`` as the block
+        size of a one-state-per-request cache).  Default: unchanged."""
+        return self
+
     def with_attention_block_size(self: S, block_size: int) -> S:
         """Called by grouping after page-size unification with the attention block size
         of the model; a state spec whose block table is indexed by token position (e.g.

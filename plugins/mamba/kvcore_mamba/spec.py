@@ -158,6 +158,22 @@ class MambaSpec(KVCacheSpec):
             return self
         return dataclasses.replace(self, block_size=block_size)
 
+    def with_plan_context(self, ctx: PlanContext) -> MambaSpec:
+        """Take the plan's options: a plan-wide ``mamba_cache_mode`` of ``align`` or
+        ``all`` applies to a state left at ``none`` (a specs file may set the mode only
+        in its options), the plan's speculative tokens add state blocks, and in ``none``
+        mode the block size is ``max_model_len`` (one state block covers the request)."""
+        spec = self
+        if ctx.mamba_cache_mode != "none" and spec.mamba_cache_mode == "none":
+            spec = spec.with_mode(ctx.mamba_cache_mode)
+        if ctx.num_speculative_tokens and not spec.num_speculative_blocks:
+            spec = spec.with_mode(spec.mamba_cache_mode,
+                                  num_speculative_blocks=ctx.num_speculative_tokens)
+        if spec.mamba_cache_mode == "none" and spec.block_size != ctx.max_model_len \
+                and ctx.max_model_len > 0:
+            spec = spec.with_mode("none", block_size=ctx.max_model_len)
+        return spec
+
     def with_mode(self, mamba_cache_mode: str, num_speculative_blocks: int | None = None,
                   block_size: int | None = None) -> MambaSpec:
         """The same state with another cache mode (and optionally speculative blocks and
