@@ -1,7 +1,10 @@
-"""Kernel tests: Triton runs in its interpreter on the CPU (set before triton loads).
+"""Kernel tests: Triton runs in its interpreter on the CPU.
 
-Test modules that need torch call ``pytest.importorskip("torch")`` so that the core-only
-environment (no torch) skips them cleanly; triton-only tests use :data:`needs_triton`.
+``TRITON_INTERPRET`` must be set before triton is first imported, hence here, at the
+top of the conftest.  (The tests use CPU tensors; on a GPU machine the compiled kernels
+are checked by ``benchmarks/gpu/run_all.py --verify``.)  Test modules that need torch start with
+``pytest.importorskip("torch")``, so the core-only environment (no torch, no triton)
+skips them cleanly; tests that need triton carry a ``skipif`` on it.
 """
 
 from __future__ import annotations
@@ -9,13 +12,3 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import importlib.util  # noqa: E402
-
-import pytest  # noqa: E402
-
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-
-needs_triton = pytest.mark.skipif(not (HAS_TORCH and HAS_TRITON),
-                                  reason="torch and triton are not installed")
