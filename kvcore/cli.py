@@ -119,6 +119,9 @@ def _add_plan(sub: Any) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=8192, metavar="N")
     p.add_argument("--max-num-encoder-input-tokens", type=int, metavar="N")
     p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"])
+    p.add_argument("--mamba-ssm-cache-dtype", metavar="D",
+                   help="recurrent-state dtype of Mamba/linear-attention layers (default: "
+                        "the config's)")
     p.add_argument("--num-speculative-tokens", type=int, default=0, metavar="N")
     p.add_argument("--include-mtp", action="store_true",
                    help="plan the multi-token-prediction layers too")
@@ -191,6 +194,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         mamba_cache_mode=args.mamba_cache_mode,
         num_speculative_tokens=args.num_speculative_tokens,
         include_mtp_layers=args.include_mtp,
+        mamba_ssm_cache_dtype=args.mamba_ssm_cache_dtype,
         enable_prefix_caching=not args.no_prefix_caching, **extra)
     return config, args.model
 

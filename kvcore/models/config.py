@@ -48,6 +48,9 @@ class CacheConfig:
         Draft tokens per step.
     include_mtp_layers:
         Plan the multi-token-prediction layers too.
+    mamba_ssm_cache_dtype:
+        Overrides the config's recurrent-state dtype (vLLM ``--mamba-ssm-cache-dtype``);
+        None = the config's ``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype``.
     """
 
     block_size: int | None = None
@@ -57,6 +60,7 @@ class CacheConfig:
     mamba_cache_mode: str = "none"
     num_speculative_tokens: int = 0
     include_mtp_layers: bool = False
+    mamba_ssm_cache_dtype: str | None = None
 
     def block_size_or(self, default: int) -> int:
         return default if self.block_size is None else self.block_size

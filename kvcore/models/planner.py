@@ -98,6 +98,7 @@ def plan_model(
     num_speculative_tokens: int = 0,
     include_mtp_layers: bool = False,
     enable_prefix_caching: bool = True,
+    mamba_ssm_cache_dtype: str | None = None,
     **plan_options: Any,
 ) -> KVCacheConfig:
     """Plan the KV cache of a model (a config.json path, a folder, an embedded name, or a
@@ -128,7 +129,8 @@ def plan_model(
                         pipeline_parallel_size=pipeline_parallel_size,
                         mamba_cache_mode=mamba_cache_mode,
                         num_speculative_tokens=num_speculative_tokens,
-                        include_mtp_layers=include_mtp_layers)
+                        include_mtp_layers=include_mtp_layers,
+                        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     specs = layer_specs_for(cfg, cache)
     if max_model_len is None:
         max_model_len = default_max_model_len(cfg)

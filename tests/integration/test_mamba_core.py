@@ -27,3 +27,18 @@ def test_options_mode_applies_to_mamba_layers():
     assert align.stats["blocks_per_request"] == 63 + 2
     state = next(g for g in none.kv_cache_groups if g.kind == "mamba")
     assert state.block_size == 32_768          # none mode: one state block per request
+
+
+def test_ssm_cache_dtype_override_doubles_a_bf16_ssm_state():
+    from kvcore import plan_model
+
+    base = plan_model("qwen3-next-80b-a3b-thinking", max_model_len=4096)
+    f32 = plan_model("qwen3-next-80b-a3b-thinking", max_model_len=4096,
+                     mamba_ssm_cache_dtype="float32")
+    g = next(g for g in base.kv_cache_groups if g.kind == "mamba").spec
+    g32 = next(g for g in f32.kv_cache_groups if g.kind == "mamba").spec
+    assert g32.dtypes[-1] == "float32" and g.dtypes[-1] == "bfloat16"
+    # the recurrent state (last tensor) doubles; the conv state is unchanged
+    import math
+    ssm = math.prod(g.shapes[-1])
+    assert g32.real_page_size_bytes - g.real_page_size_bytes == ssm * 2

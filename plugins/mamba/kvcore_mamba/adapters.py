@@ -97,6 +97,9 @@ class _Ctx:
     def __init__(self, mc: Any, cc: Any) -> None:
         self.mc = mc
         self.raw: dict[str, Any] = mc.raw
+        override = getattr(cc, "mamba_ssm_cache_dtype", None)
+        if override:  # the engine's --mamba-ssm-cache-dtype wins over the config
+            self.raw = {**mc.raw, "mamba_ssm_cache_dtype": override}
         self.tp = int(getattr(cc, "tensor_parallel_size", 1) or 1)
         self.mode = getattr(cc, "mamba_cache_mode", "none") or "none"
         self.num_spec = int(getattr(cc, "num_speculative_tokens", 0) or 0)
