@@ -117,3 +117,57 @@ def test_errors():
     caches = allocate_tensors(one_layer(spec, num_blocks=None, size=2 * spec.page_size_bytes),
                               "cpu", num_blocks=2)
     assert caches["l0"].key.shape[0] == 2
+
+
+def _extent(view):
+    """(first byte, one past the last byte) a view reaches inside its storage."""
+    isz = view.element_size()
+    start = view.storage_offset() * isz
+    last = sum((n - 1) * s for n, s in zip(view.shape, view.stride())) * isz
+    return start, start + last + isz
+
+
+@pytest.mark.parametrize(("model", "kv_dtype", "layout"), [
+    ("llama-3.1-8b", "auto", None),
+    ("gemma-2-2b-it", "int8_per_token_head", None),
+    ("gpt-oss-20b", "fp8", None),
+    ("gemma-2-2b-it", "auto", "BLHNC"),
+    ("qwen3-next-80b-a3b-thinking", "auto", None),
+])
+def test_real_model_plans_allocate_on_meta(model, kv_dtype, layout):
+    import kvcore
+
+    options = {"kv_cache_layout": layout} if layout else {}
+    cfg = kvcore.plan_model(model, kv_cache_memory_bytes=1 << 30, max_model_len=4096,
+                            kv_cache_dtype=kv_dtype, **options)
+    caches = allocate_tensors(cfg, "meta")  # full-size views, no memory
+    assert caches.total_bytes <= 1 << 30
+    if layout == "BLHNC":  # block-outermost: every layer's page inside one block span
+        assert len(caches.buffers) == 1
+        assert caches.buffers[0].numel() == cfg.num_blocks * cfg.bytes_per_block
+    for i, t in enumerate(cfg.kv_cache_tensors):
+        buf = caches.buffers[caches.tensor_buffers[i]]
+        for name in t.shared_by:
+            layer = caches[name]
+            for view in (layer.raw, layer.key, layer.value, layer.key_scale,
+                         layer.value_scale):
+                if view is not None:
+                    lo, hi = _extent(view)
+                    assert 0 <= lo and hi <= buf.numel(), (name, lo, hi, buf.numel())
+            spec = layer.spec
+            if spec.kind in ("full_attention", "sliding_window"):
+                assert layer.key.shape == (cfg.num_blocks, spec.block_size,
+                                           spec.num_kv_heads, spec.head_size)
+                assert (layer.key_scale is not None) == kv_dtype.endswith("token_head")
+    # layers of one group never share bytes of one block
+    buffer_of = {n: caches.tensor_buffers[i] for i, t in enumerate(cfg.kv_cache_tensors)
+                 for n in t.shared_by}
+    for group in cfg.kv_cache_groups:
+        spans = {}
+        for name in group.layer_names:
+            raw = caches[name].raw
+            start = raw.storage_offset() + raw.stride(0)  # block 1
+            spans.setdefault(buffer_of[name], []).append((start, start + raw.shape[1]))
+        for items in spans.values():
+            items.sort()
+            assert all(a[1] <= b[0] for a, b in zip(items, items[1:]))
