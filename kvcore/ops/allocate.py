@@ -36,7 +36,7 @@ from kvcore.specs import AttentionSpec, KVCacheSpec
 __all__ = ["allocate_tensors", "AllocatedKVCache", "LayerKVCache"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LayerKVCache:
     """The views of one layer into its buffer.
 
@@ -73,7 +73,7 @@ class LayerKVCache:
         return None if self.layout is None else self.layout.kv_cache_dtype
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AllocatedKVCache(Mapping[str, LayerKVCache]):
     """Buffers and per-layer views; a mapping ``layer name -> LayerKVCache``.
 

@@ -101,7 +101,7 @@ def paged_decode_attention_ref(query: Any, key_cache: Any, value_cache: Any,
     block_table : torch.Tensor
         ``[batch, max_blocks_per_req]`` int.
     seq_lens : torch.Tensor
-        ``[batch]`` int, tokens of each request including the query token.
+        ``[batch]`` int, tokens of each request including the query token (>= 1).
     kv_cache_dtype, k_scale, v_scale :
         As for :func:`kvcore.ops.gather_cache` (values are dequantized).
     scale : float, optional
