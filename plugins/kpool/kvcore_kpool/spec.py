@@ -135,6 +135,15 @@ class KPoolTailSpec(KVCacheSpec):
         """None: a ring is not attention (it cannot be planned as full attention)."""
         return None
 
+    def with_plan_context(self, ctx: PlanContext) -> KPoolTailSpec:
+        """The ring sized for the plan's ``num_speculative_tokens`` when it exceeds the
+        spec's own (e.g. a specs file planned with speculation); raises SpecError when
+        the larger ring no longer divides ``block_size``."""
+        n = getattr(ctx, "num_speculative_tokens", 0) or 0
+        if n <= self.num_speculative_tokens:
+            return self
+        return dataclasses.replace(self, num_speculative_tokens=n)
+
     def with_attention_block_size(self, block_size: int) -> KPoolTailSpec:
         """The same ring with the model's attention block size (padding kept: the page
         does not change); raises SpecError when the ring does not divide it."""

@@ -92,3 +92,22 @@ def test_roundtrip():
     d = s.to_dict()
     assert d["type"] == "kpool_tail" and d["kpool"] == 4
     assert KVCacheSpec.from_dict(d) == s
+
+
+def test_plan_wide_speculation_enlarges_the_ring():
+    from kvcore.planning import plan
+    from kvcore.specs import FullAttentionSpec
+
+    s = KPoolTailSpec(block_size=64, kpool=16)
+    assert s.with_plan_context(PlanContext(max_model_len=64)) is s
+    assert s.with_plan_context(
+        PlanContext(max_model_len=64, num_speculative_tokens=3)).ring_size == 32
+    specs = {"a": FullAttentionSpec(block_size=64, num_kv_heads=1, head_size=128), "t": s}
+    cfg = plan(specs, max_model_len=1024, num_speculative_tokens=3)
+    tail = next(g.spec for g in cfg.kv_cache_groups if g.kind == "kpool_tail")
+    assert tail.ring_size == 32 and tail.real_page_size_bytes == 32 * 128 * 4
+    # 17 draft tokens: ring 64; with attention block 32 that cannot divide -> error
+    small = {"a": FullAttentionSpec(block_size=32, num_kv_heads=1, head_size=128),
+             "t": KPoolTailSpec(block_size=32, kpool=16)}
+    with pytest.raises(SpecError, match="64"):
+        plan(small, max_model_len=1024, num_speculative_tokens=17)
