@@ -32,8 +32,10 @@ def test_cpu_quick_run_writes_json(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "0"}  # CPU: the torch references
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--plugins", "none",
-         "--out", str(out)], capture_output=True, text=True, env=env, timeout=240)
+         "--verify", "--out", str(out)], capture_output=True, text=True, env=env,
+        timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "verify: skipped" in proc.stdout  # no Triton path on a CPU without interpreter
     assert "GB/s" in proc.stdout and "% of copy" in proc.stdout
     data = json.loads(out.read_text())
     assert data["copy_bandwidth_gb_per_s"] > 0 and data["quick"] is True
