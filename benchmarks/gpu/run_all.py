@@ -13,8 +13,12 @@ on one GPU.  ``--device cpu --quick`` runs tiny shapes on the CPU (a smoke test 
 harness and the benchmark modules; the figures mean nothing).
 ``--verify`` first runs each core Triton kernel and its torch reference on the device
 and compares the bytes (the CPU test suite only reaches the kernels through the Triton
-interpreter).  ``--require-store-fraction F`` exits 1 when a core ``store`` kernel (the K/V writes of
-``reshape_and_cache`` at prefill size) reaches less than F of the copy bandwidth.
+interpreter).  ``--require-store-fraction F`` exits 1 when a core ``store`` kernel (the
+K/V writes of ``reshape_and_cache`` at prefill size) reaches less than F of the copy
+bandwidth.  The issue-10 acceptance run on a GPU machine:
+
+    TRITON_INTERPRET=0 python benchmarks/gpu/run_all.py --verify \
+        --require-store-fraction 0.8 --out gpu_results.json
 
 Plugin contract
 ---------------
