@@ -245,8 +245,11 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
         print(f"cross-attention per request: {_fmt(out['cross_attention_bytes_per_request'])}")
     if out["state_bytes_per_request"]:
         print(f"recurrent state per request: {_fmt(out['state_bytes_per_request'])}")
-    print(f"bytes per block id (all groups): {_fmt(out['bytes_per_block'])}; padding waste "
-          f"per block id: {_fmt(out['padding_bytes_per_block'])}")
+    print(f"bytes per block id (all groups): {_fmt(out['bytes_per_block'])}")
+    if out["padding_bytes_per_request"]:
+        print(f"padding from page unification: {_fmt(out['padding_bytes_per_request'])} per "
+              f"request of max_model_len (largest per block id: "
+              f"{_fmt(out['padding_bytes_per_block'])})")
     print(f"one request of max_model_len {out['max_model_len']:,}: "
           f"{out['blocks_per_request']:,} blocks; needs "
           f"{_fmt(out['kv_cache_memory_bytes_for_one_request'])} with the null block")

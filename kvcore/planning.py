@@ -265,6 +265,14 @@ def plan(
                 state_bytes += ls.max_memory_usage_bytes(ctx, plan_len)
     padding = max((sum(g.spec_of(n).padding_bytes for n in g.layer_names) for g in groups),
                   default=0)
+    # What padding really costs one request: each group's padding times the blocks a
+    # request holds in that group (a one-block state padded to a large page costs one
+    # block, not one per token block).
+    padding_req = 0
+    for g in groups:
+        specs = g.layer_specs if g.layer_specs is not None else (g.spec,)
+        blocks = max(sp.max_num_blocks_per_req(ctx, plan_len) for sp in specs)
+        padding_req += blocks * sum(g.spec_of(n).padding_bytes for n in g.layer_names)
 
     # ---- blocks ----
     num_blocks: int | None = None
@@ -350,6 +358,7 @@ def plan(
         "cross_attention_bytes_per_request": cross_bytes,
         "state_bytes_per_request": state_bytes,
         "padding_bytes_per_block": padding,
+        "padding_bytes_per_request": padding_req,
         "blocks_per_request": blocks_req,
         "kv_cache_memory_bytes_for_one_request": (blocks_req + 1) * max(stage_bpb),
         "kv_cache_memory_bytes": budgets[0] if budgets and len(budgets) == 1 else budgets,
@@ -439,6 +448,7 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
         "cross_attention_bytes_per_request": s.get("cross_attention_bytes_per_request"),
         "state_bytes_per_request": s.get("state_bytes_per_request"),
         "padding_bytes_per_block": s.get("padding_bytes_per_block"),
+        "padding_bytes_per_request": s.get("padding_bytes_per_request"),
         "blocks_per_request": s.get("blocks_per_request"),
         "kv_cache_memory_bytes_for_one_request":
             s.get("kv_cache_memory_bytes_for_one_request"),

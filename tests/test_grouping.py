@@ -298,3 +298,12 @@ def test_batched_concurrency_shares_the_step():
     full_only = plan({f"l{i}": fa for i in range(4)}, max_model_len=4096,
                      kv_cache_memory_bytes=10**9)
     assert full_only.max_concurrency_batched == pytest.approx(full_only.max_concurrency)
+
+
+def test_padding_per_request_counts_state_blocks_once(state_spec):
+    """A small one-block state padded to a big attention page costs its padding once per
+    request, not once per attention block."""
+    layers = {"a": attn(128, heads=8), "m": state_spec(block_size=16, state_bytes=1000)}
+    config = plan(layers, max_model_len=1600, kv_cache_memory_bytes=10**9)
+    assert config.stats["padding_bytes_per_block"] == 65_536 - 1000
+    assert config.stats["padding_bytes_per_request"] == 1 * (65_536 - 1000)
