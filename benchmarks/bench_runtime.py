@@ -16,6 +16,19 @@ wall time covers everything else (lookups, allocation, output-token hashing, fre
 ``--repeat N`` the best of N fresh replays is reported.  ``--results`` writes one line
 per request (id, num_cached_tokens, admit_step, finish_step), as in the workload's
 results file.
+
+Measured (kvcore 0.1.0, CPython 3.11.7, 2-core AMD EPYC VM shared with other jobs, load
+average about 2; ``--repeat 5``, best run; the results file is byte-identical to
+``vllm-results-seed0.jsonl``)::
+
+    $ python3 benchmarks/bench_runtime.py --workload tests/runtime/data/workload-seed0.jsonl --repeat 5
+    2000 requests, 5127 steps, 860096 of 4579394 prompt tokens hit (18.78 %)
+    requests/s (wall):                4,844
+    allocate_slots calls/s:       1,496,270 (318477 calls, 0.213 s)
+
+(vLLM 0.32's manager: 1,086 requests/s and about 220,000 allocate_slots calls/s on
+this workload.)  Under heavy load from other jobs (load average 6 to 7) the same
+command gave 1,300 to 2,500 requests/s and 360,000 to 830,000 calls/s.
 """
 
 from __future__ import annotations
