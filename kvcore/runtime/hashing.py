@@ -184,7 +184,9 @@ class Request:
     max_tokens: most output tokens (used by ``full_sequence_must_fit``).
     block_size, hash: the hash block size and function
         (:attr:`KVCacheManager.hash_block_size` and its ``hash``).
-    lora_name, cache_salt, mm_features: extra keys (see the module docstring).
+    lora_name, cache_salt, mm_features: extra keys (see the module docstring);
+        ``mm_features`` lists ``(offset, length, identifier)`` per multimodal input
+        (``mm_hashes`` gives the identifiers).
     num_encoder_tokens: encoder output length (cross-attention), 0 if none.
     """
 
@@ -216,6 +218,11 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
+
+    @property
+    def mm_hashes(self) -> list[str]:
+        """Identifiers of the multimodal inputs (from ``mm_features``)."""
+        return [ident for _, _, ident in self.mm_features or ()]
 
     @property
     def num_output_tokens(self) -> int:
