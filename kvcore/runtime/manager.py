@@ -137,6 +137,18 @@ class KVCacheManager:
             self._f_gid = m0.group_id
         self._pool = self.block_pool
         self._fq = self.block_pool.free_queue
+        # running requests of several groups: per manager, which base-class rules hold
+        base = SingleTypeManager
+        self._plans = [
+            (m, m.block_size,
+             all(getattr(type(m), f) is getattr(base, f) for f in (
+                 "num_required_blocks", "get_num_blocks_to_allocate",
+                 "allocate_new_blocks")),
+             m.skips_blocks and all(getattr(type(m), f) is getattr(base, f) for f in (
+                 "num_blocks_freed_by_skipping", "remove_skipped_blocks")),
+             m.enable_caching and type(m).cache_blocks is base.cache_blocks)
+            for m in self.managers]
+        self._tables0 = self.managers[0].req_to_blocks if n else {}
 
     # ---- requests ------------------------------------------------------------------
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
@@ -222,9 +234,67 @@ class KVCacheManager:
                                                      n_full, self._f_gid, 1, request, bs)
                         ncached[rid] = n_full
                 return result
+        if not full_sequence_must_fit and not new_computed_blocks \
+                and rid in self._tables0 and num_new_tokens > 0:
+            return self._allocate_running(request, rid, num_computed, num_new_tokens,
+                                          need)
         num_tokens = len(request.all_token_ids)
         return self._allocate_general(request, num_new_tokens, num_computed, num_tokens,
                                       need, new_computed_blocks, full_sequence_must_fit)
+
+    def _allocate_running(self, request: Any, rid: str, num_computed: int,
+                          num_new_tokens: int, need: int) -> KVCacheBlocks | None:
+        """A running request without new hits (several groups or a plugin manager):
+        the general rules, with the calls that cannot change anything left out."""
+        plans = self._plans
+        counts = []
+        skips = []
+        total = 0
+        freed = 0
+        for m, bs, plain_alloc, plain_skip, _ in plans:
+            if plain_alloc:
+                table = m.req_to_blocks.get(rid)
+                n = (need + bs - 1) // bs - (len(table) if table else 0)
+                if n < 0:
+                    n = 0
+            else:
+                n = m.get_num_blocks_to_allocate(request, need, ())
+            counts.append(n)
+            total += n
+            skip = False
+            if m.skips_blocks:
+                if not plain_skip or m.get_num_skipped_tokens(num_computed) // bs \
+                        > m.num_skipped_blocks.get(rid, 0):
+                    freed += m.num_blocks_freed_by_skipping(rid, num_computed)
+                    skip = True
+            skips.append(skip)
+        if total > self._fq.num_free_blocks + freed:
+            return None
+        for (m, _, _, _, _), skip in zip(plans, skips):
+            if skip:
+                m.remove_skipped_blocks(rid, num_computed)
+        new_blocks: list[list[KVCacheBlock]] | None = None
+        for g, ((m, _, plain_alloc, _, _), n) in enumerate(zip(plans, counts)):
+            if n or not plain_alloc:
+                new = m.allocate_new_blocks(request, need)
+                if new:
+                    if new_blocks is None:
+                        new_blocks = [[] for _ in plans]
+                    new_blocks[g] = new
+        if self.enable_caching:
+            n_cache = num_computed + num_new_tokens
+            num_tokens = len(request.all_token_ids)
+            if n_cache > num_tokens:
+                n_cache = num_tokens
+            for m, bs, _, _, plain_cache in plans:
+                if plain_cache:
+                    if n_cache // bs > m.num_cached_blocks.get(rid, 0):
+                        m.cache_blocks(request, n_cache)
+                elif m.enable_caching:
+                    m.cache_blocks(request, n_cache)
+        if new_blocks is None:
+            return self._empty
+        return KVCacheBlocks(new_blocks)
 
     def _allocate_general(self, request: Any, num_new_tokens: int, num_computed: int,
                           num_tokens: int, need: int,
