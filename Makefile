@@ -1,0 +1,66 @@
+# kvcore: the README's two commands and a few helpers.
+#
+#   make demo     install the core (with the `cli` extra) and the five plugins, then run
+#                 the main job: plan the KV cache of Llama-3.1-8B in 20 GiB
+#   make test     install everything (test, kernels and dev extras), then run ruff, mypy,
+#                 the core's and every plugin's tests, and the packaging checks (six
+#                 wheels, each installed into a fresh venv); see scripts/run_tests.py
+#   make wheels   build the six wheels into dist/
+#   make bench    run the CPU benchmarks under benchmarks/
+#
+# Variables: PYTHON (default python3), PYTEST_ARGS (extra pytest arguments for every
+# pytest stage, e.g. PYTEST_ARGS='-m "not slow"' skips the packaging checks' tests).
+# pip takes torch==2.13.0 (CPU) from the machine's local wheel through pip's configured
+# find-links; the kernels extra admits it (torch>=2.4,<2.15).
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+PLUGINS := mla mamba turboquant rswa kpool
+# the directory pip puts console scripts in (the `kvcore` command)
+SCRIPTS_DIR = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+
+export PIP_ROOT_USER_ACTION := ignore
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help demo install install-test test lint typecheck unit packaging wheels bench
+
+help:
+	@echo "make demo    # set up and plan Llama-3.1-8B's KV cache in 20 GiB"
+	@echo "make test    # set up everything and run every check and test"
+	@echo "make wheels  # build the six wheels into dist/"
+	@echo "make bench   # run the CPU benchmarks"
+
+install:
+	$(PIP) install -q -e ".[cli]" $(foreach p,$(PLUGINS),-e plugins/$(p))
+
+demo: install
+	"$(SCRIPTS_DIR)/kvcore" plan llama-3.1-8b --kv-cache-memory 20GiB --max-model-len 8192
+
+install-test:
+	$(PIP) install -q -e ".[cli,test,kernels,dev]" \
+		$(foreach p,$(PLUGINS),-e "plugins/$(p)[test,kernels]")
+
+test: install-test
+	$(PYTHON) scripts/run_tests.py
+
+# single stages (after `make install-test`)
+lint:
+	$(PYTHON) scripts/run_tests.py --only ruff
+typecheck:
+	$(PYTHON) scripts/run_tests.py --only mypy
+unit:
+	$(PYTHON) scripts/run_tests.py --skip packaging
+packaging:
+	$(PYTHON) scripts/run_tests.py --only packaging
+
+wheels:
+	$(PYTHON) scripts/build_wheels.py --out dist
+
+# CPU benchmarks (benchmarks/gpu/ needs a GPU machine: python benchmarks/gpu/run_all.py)
+bench: install
+	$(PYTHON) benchmarks/bench_runtime.py \
+		--workload tests/runtime/data/workload-seed0.jsonl --repeat 3
