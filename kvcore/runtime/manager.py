@@ -113,6 +113,9 @@ class KVCacheManager:
             kv_cache_config, self.block_pool, max_model_len=max_model_len,
             enable_caching=enable_caching, use_eagle=use_eagle,
             max_num_batched_tokens=max_num_batched_tokens)
+        base_cap = SingleTypeManager.max_cache_hit_tokens
+        self._hit_cappers = [m for m in self.coordinator.managers
+                             if type(m).max_cache_hit_tokens is not base_cap]
         self.enable_caching = bool(self.coordinator.caching_managers)
         self.managers: list[SingleTypeManager] = self.coordinator.managers
         self.hash_block_size = self.coordinator.hash_block_size
@@ -167,8 +170,12 @@ class KVCacheManager:
         if not self.enable_caching:
             return self._empty, 0
         num_tokens = len(request.all_token_ids)
-        blocks, n = self.coordinator.find_longest_cache_hit(request.block_hashes,
-                                                            num_tokens - 1)
+        limit = num_tokens - 1
+        for m in self._hit_cappers:
+            cap = m.max_cache_hit_tokens(request)
+            if cap is not None and cap < limit:
+                limit = max(cap, 0)
+        blocks, n = self.coordinator.find_longest_cache_hit(request.block_hashes, limit)
         st = self._stats
         st.requests += 1
         st.queries += num_tokens

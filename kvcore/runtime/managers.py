@@ -60,6 +60,9 @@ attention:
     whole model.  If it is independent of the prefix (cross attention: the encoder
     output) set ``limits_prefix_hits = False`` and hits are decided by the other groups.
 
+``max_cache_hit_tokens(request) -> int | None``
+    An upper bound on the request's hit, applied before the search (default None).
+
 ``cache_blocks(request, num_tokens)`` / ``free(request_id)``
     Enter newly full blocks in the cache / release the table tail first.  Rarely
     overridden.
@@ -205,6 +208,14 @@ class SingleTypeManager:
 
     def num_hashed_blocks(self, block_hashes: Sequence[bytes]) -> int:
         return len(block_hashes) // self.hash_stride
+
+    def max_cache_hit_tokens(self, request: Any) -> int | None:
+        """The most tokens of ``request`` this kind may serve from the prefix cache, or
+        None for no limit beyond the usual one.  A kind whose cached content is valid
+        only for part of a sequence overrides it (R-SWA: only prompt blocks hold
+        prefix-determined K/V, so a resumed request must not hit past its prompt).
+        Applied by :meth:`KVCacheManager.get_computed_blocks` before the search."""
+        return None
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                extra_tokens: int = 0) -> list[KVCacheBlock]:

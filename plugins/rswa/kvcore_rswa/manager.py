@@ -100,6 +100,15 @@ class RSWAManager(FullAttentionManager):
             num_tokens = p
         super().cache_blocks(request, num_tokens)
 
+    def max_cache_hit_tokens(self, request: Any) -> int | None:
+        """Only blocks wholly inside a prompt hold K/V that the prefix alone determines,
+        so a request (a resumed one included, whose token list already holds its own
+        output) never hits past its own prompt's last whole block."""
+        p = getattr(request, "num_prompt_tokens", None)
+        if p is None:
+            return None
+        return int(p) // self.block_size * self.block_size
+
     def free(self, request_id: str) -> None:
         self.num_prompt_tokens.pop(request_id, None)
         super().free(request_id)

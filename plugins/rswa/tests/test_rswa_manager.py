@@ -217,3 +217,22 @@ def test_property_visible_positions_always_kept(prompt, window, block, steps):
         req.append_output_token_ids(2)
     mgr.free(req)
     assert mgr.usage == 0.0
+
+
+def test_resumed_request_never_hits_past_its_prompt():
+    """A preempted request is resumed with its own output in its token list.  Blocks
+    another request cached as *prompt* may hold the same tokens, but their K/V saw the
+    whole prefix while this request's output positions must see only the window: the
+    hit stops at this request's last whole prompt block."""
+    B = 16
+    mgr = make_manager(block=B, num_blocks=400)
+    history = tokens(1000, 7)
+    x = mgr.make_request("x", history)          # caches 62 prompt blocks
+    mgr.allocate_slots(x, 1000)
+    x.num_computed_tokens = 1000
+    r = mgr.make_request("r", history[:500])    # prompt 500 tokens (31 whole blocks)
+    for t in history[500:]:                     # its output equals x's prompt tail
+        r.append_output_token_ids(t)
+    assert r.num_prompt_tokens == 500 and len(r.all_token_ids) == 1000
+    _, n = mgr.get_computed_blocks(r)
+    assert n == 496                              # not 992
