@@ -26,6 +26,7 @@ from kvcore.errors import (
 from kvcore.hookspecs import hookimpl, hookspec
 from kvcore.quant import KVQuantMode, QuantScheme
 from kvcore.registry import SpecType, get_registry
+from kvcore.runtime import KVCacheBlocks, KVCacheManager, Request
 from kvcore.grouping import GroupingResult, group_layers
 from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
@@ -65,6 +66,10 @@ __all__ = [
     "KVCacheConfig",
     "KVCacheGroupSpec",
     "KVCacheTensor",
+    # runtime
+    "KVCacheManager",
+    "KVCacheBlocks",
+    "Request",
     # models
     "ModelConfig",
     "CacheConfig",
