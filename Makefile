@@ -21,6 +21,8 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 PLUGINS := mla mamba turboquant rswa kpool
 # the directory pip puts console scripts in (the `kvcore` command)
+# when make started (seconds since the epoch): run_tests.py reports the wall time since
+STARTED := $(shell date +%s)
 SCRIPTS_DIR = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 
 export PIP_ROOT_USER_ACTION := ignore
@@ -45,7 +47,7 @@ install-test:
 		$(foreach p,$(PLUGINS),-e "plugins/$(p)[test,kernels]")
 
 test: install-test
-	$(PYTHON) scripts/run_tests.py
+	$(PYTHON) scripts/run_tests.py --started $(STARTED)
 
 # single stages (after `make install-test`)
 lint:

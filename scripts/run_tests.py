@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -135,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip", nargs="*", default=[], choices=STAGES, metavar="STAGE")
     parser.add_argument("--only", nargs="*", default=[], choices=STAGES, metavar="STAGE")
+    parser.add_argument("--started", type=float, default=None, metavar="EPOCH",
+                        help="when the whole run (installs included) began, for the "
+                             "summary's wall time")
     args = parser.parse_args(argv)
-    pytest_args += os.environ.get("PYTEST_ARGS", "").split()
+    pytest_args += shlex.split(os.environ.get("PYTEST_ARGS", ""))
     python = os.environ.get("PYTHON") or sys.executable
     env = dict(os.environ)
     env.setdefault("TRITON_INTERPRET", "1")
@@ -159,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             detail += f" ({r.note})"
         print(f"{r.stage:<11} {r.status:<7} {r.seconds:7.1f} s  {detail}")
     print(f"{'all':<11} {'':<7} {total:7.1f} s")
+    if args.started is not None:
+        print(f"{'wall':<11} {'':<7} {time.time() - args.started:7.1f} s  "
+              "(since make started: installs included)")
     failed = [r.stage for r in results if r.status == "failed"]
     if failed:
         print(f"FAILED stages: {', '.join(failed)}")
