@@ -3,7 +3,9 @@ KV cache of a model and report prefix-cache hits, block usage, rejections and
 preemptions.
 
 The KV cache is planned with :func:`kvcore.plan_model` (same options as ``kvcore
-plan``); the runtime is :class:`kvcore.runtime.KVCacheManager` with prefix caching; the
+plan``; the budget is 16 GiB per rank unless ``--kv-cache-memory`` is given, and
+``--num-blocks`` is passed as ``num_gpu_blocks_override`` with no default budget);
+the runtime is :class:`kvcore.runtime.KVCacheManager` with prefix caching; the
 scheduling model is the one documented in :mod:`kvcore.sim.replay` (arrival order,
 closed loop, at most ``--max-num-seqs`` running, whole prompts per step, FCFS with
 head-of-line blocking, recompute preemption of the newest request).  Trace formats and
@@ -23,10 +25,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["add_subparser", "run", "simulate"]
+from kvcore.sim.traces import TRACE_FORMATS
+
+__all__ = ["add_subparser", "run", "simulate", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
+
+#: budget per rank when neither --kv-cache-memory nor --num-blocks is given (16 GiB)
+DEFAULT_KV_CACHE_MEMORY_BYTES = 16 << 30
 
 
 def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,12 +48,13 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("model", help="config.json path, folder, or embedded name")
     p.add_argument("--trace", required=True,
                    help="Mooncake JSONL, Azure LLM inference CSV or kvcore JSONL")
-    p.add_argument("--trace-format", default="auto",
-                   choices=["auto", "mooncake", "azure", "kvcore"])
-    p.add_argument("--kv-cache-memory", default="16GiB",
-                   help="KV-cache budget per rank (default 16GiB; 20GiB, 20GB, bytes)")
+    p.add_argument("--trace-format", default="auto", choices=list(TRACE_FORMATS))
+    p.add_argument("--kv-cache-memory", default=None,
+                   help="KV-cache budget per rank (default 16GiB unless --num-blocks is "
+                        "given; 20GiB, 20GB, bytes)")
     p.add_argument("--num-blocks", type=int, default=None,
-                   help="override the planned block count (counts the null block)")
+                   help="use this many blocks, counting the null block, instead of the "
+                        "budget's (the planner's num_gpu_blocks_override)")
     p.add_argument("--max-model-len", type=int, default=None,
                    help="tokens per request (default: the config's maximum); longer "
                         "requests are rejected")
@@ -69,21 +81,34 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
              max_num_batched_tokens: int = 8192, enable_prefix_caching: bool = True,
              trace_format: str = "auto", limit: int | None = None,
              progress: Any = None, sample_every: int | None = None,
+             requests: Sequence[Any] | None = None,
              ) -> tuple[dict[str, Any], Any]:
     """Plan, replay, and return ``(report dict, ReplayResult)`` (see the module
-    docstring for the fields).  Raises the planner's errors and ConfigError."""
+    docstring for the fields).
+
+    ``num_blocks`` is passed to the planner as ``num_gpu_blocks_override`` (blocks,
+    counting the null block).  ``requests`` (already read :class:`TraceRequest` objects)
+    skips reading ``trace`` again.  Raises ConfigError (bad option or trace, naming the
+    field) and the planner's errors (NotEnoughMemoryError, ...).
+    """
     import kvcore
     from kvcore.errors import ConfigError
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.replay import Job, replay
     from kvcore.sim.traces import mooncake_ideal_hit_ratio, read_trace
 
-    if max_num_seqs < 1:
-        raise ConfigError(f"max_num_seqs must be >= 1, got {max_num_seqs}",
-                          field="max_num_seqs", value=max_num_seqs)
-    traces = read_trace(trace, trace_format)
+    for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("limit", limit, 0),
+                             ("num_blocks", num_blocks, 2)):
+        if value is None and name != "max_num_seqs":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            what = " (the null block plus at least one usable block)" \
+                if name == "num_blocks" else ""
+            raise ConfigError(f"{name} must be an integer >= {low}{what}, got {value!r}",
+                              field=name, value=value)
+    traces = list(requests) if requests is not None else read_trace(trace, trace_format)
     if limit is not None:
-        traces = traces[:max(0, limit)]
+        traces = traces[:limit]
     opts: dict[str, Any] = {}
     if num_blocks is not None:
         opts["num_gpu_blocks_override"] = num_blocks
@@ -134,17 +159,56 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     return report, res
 
 
-def _plot(res: Any, path: str, title: str) -> None:
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend; ConfigError naming the install command if
+    matplotlib is missing."""
+    from kvcore.errors import ConfigError
+
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        from kvcore.errors import ConfigError
+        raise ConfigError("--plot needs matplotlib, which is not installed: pip install "
+                          "matplotlib (or pip install 'kvcore[plot]')", field="plot",
+                          value="matplotlib") from exc
+    return plt
 
-        raise ConfigError("--plot needs matplotlib (pip install 'kvcore[plot]')",
-                          field="plot") from exc
+
+def check_plot_path(path: str) -> None:
+    """Fail before the replay if ``--plot path`` cannot be written: matplotlib missing,
+    no such folder, a folder at ``path``, an unwritable folder or a file type matplotlib
+    cannot write.  Raises ConfigError with ``field="plot"``."""
+    from kvcore.errors import ConfigError
+
+    plt = _pyplot()
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"--plot {path}: the folder {str(parent)!r} does not exist; "
+                          f"create it or give a path in an existing folder",
+                          field="plot", value=path)
+    if p.is_dir():
+        raise ConfigError(f"--plot {path}: is a folder; give a file name such as "
+                          f"{str(p / 'simulate.png')!r}", field="plot", value=path)
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"--plot {path}: the folder {str(parent)!r} is not writable",
+                          field="plot", value=path)
+    ext = p.suffix[1:].lower()
+    if ext:
+        known = plt.figure().canvas.get_supported_filetypes()
+        plt.close("all")
+        if ext not in known:
+            raise ConfigError(f"--plot {path}: matplotlib cannot write .{ext} files; use "
+                              f"one of: " + ", ".join(f".{e}" for e in sorted(known)),
+                              field="plot", value=path)
+
+
+def _plot(res: Any, path: str, title: str) -> None:
+    from kvcore.errors import ConfigError
+
+    plt = _pyplot()
     steps = [s for s, _, _ in res.samples]
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.plot(steps, [100 * u for _, u, _ in res.samples], label="block usage (%)")
@@ -156,17 +220,67 @@ def _plot(res: Any, path: str, title: str) -> None:
     ax.set_title(title)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
+                          value=path) from exc
+    finally:
+        plt.close(fig)
+
+
+def _gib_ceil(n: int) -> str:
+    """``n`` bytes rounded up to 0.01 GiB, as a ``--kv-cache-memory`` value."""
+    return f"{math.ceil(n / (1 << 30) * 100) / 100:.2f}GiB"
+
+
+def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) -> Any:
+    """The planner's NotEnoughMemoryError reworded with the simulate flags that fix it:
+    which of --num-blocks, --kv-cache-memory or the 16 GiB default was too small, and
+    the --num-blocks / --kv-cache-memory / --max-model-len values that would plan."""
+    from kvcore.errors import NotEnoughMemoryError
+
+    extra = dict(exc.extra)
+    mml = extra.get("max_model_len")
+    fits = extra.get("estimated_max_model_len")
+    src = " (the config's maximum)" if args.max_model_len is None else ""
+    one = f"one request of max_model_len {mml}{src}" if mml else "one request"
+    fix_len = f", or --max-model-len {fits} or less" if fits else ""
+    if args.num_blocks is not None:
+        need = extra.get("min_num_blocks")
+        fix = f"pass --num-blocks {need} or more" if need else "pass more --num-blocks"
+        msg = (f"--num-blocks {args.num_blocks} (counting the null block) is too few for "
+               f"{one}: {fix}{fix_len}")
+        extra["field"] = "num_blocks"
+    else:
+        need_b = extra.get("min_kv_cache_memory_bytes")
+        fix = (f"pass --kv-cache-memory {_gib_ceil(need_b)} or more" if need_b
+               else "pass a larger --kv-cache-memory")
+        which = ("the default KV-cache budget of 16 GiB per rank (--kv-cache-memory not "
+                 "given)" if args.kv_cache_memory is None
+                 else f"--kv-cache-memory {args.kv_cache_memory} ({budget} B)")
+        msg = f"{which} is too small for {one}: {fix}{fix_len}"
+        extra["field"] = "kv_cache_memory"
+    extra.setdefault("planner_message", exc.message)
+    return NotEnoughMemoryError(msg, **extra)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``kvcore simulate`` (returns the exit status)."""
     from kvcore.cli import parse_size
-
-    budget = parse_size(args.kv_cache_memory) if args.kv_cache_memory else None
+    from kvcore.errors import NotEnoughMemoryError
     from kvcore.sim.traces import read_trace
 
+    # cheap checks first: nothing below is worth a replay that cannot be saved
+    if args.plot:
+        check_plot_path(args.plot)
+    if args.kv_cache_memory is not None:
+        budget: int | None = parse_size(args.kv_cache_memory)
+    elif args.num_blocks is not None:
+        budget = None  # the block count is the user's; no budget to contradict it
+    else:
+        budget = DEFAULT_KV_CACHE_MEMORY_BYTES
+    traces = read_trace(args.trace, args.trace_format)
     total = None
     bar = None
     progress_cb = None
@@ -179,8 +293,8 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             use_rich = False
     if not args.json:
-        n = len(read_trace(args.trace, args.trace_format))
-        total = min(n, args.limit) if args.limit is not None else n
+        n = len(traces)
+        total = min(n, args.limit) if args.limit is not None and args.limit >= 0 else n
     if use_rich:
         from rich.progress import (
             BarColumn,
@@ -214,13 +328,14 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=not args.no_prefix_caching,
-            trace_format=args.trace_format, limit=args.limit, progress=progress_cb)
+            trace_format=args.trace_format, limit=args.limit, progress=progress_cb,
+            requests=traces)
+    except NotEnoughMemoryError as exc:
+        raise _explain_not_enough(exc, args, budget) from exc
     finally:
         if bar is not None:
             bar.stop()
     if args.plot:
-        from pathlib import Path
-
         _plot(res, args.plot, f"{args.model} on {Path(args.trace).name}")
         report["plot"] = args.plot
     if args.json:

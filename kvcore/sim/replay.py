@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcore.errors import ConfigError
 from kvcore.sim.traces import TraceRequest
 
 __all__ = ["Job", "ReplayResult", "prepare_jobs", "replay"]
@@ -49,6 +50,12 @@ class Job:
                  "finish_step", "num_cached_tokens", "preemptions", "rejected", "done")
 
     def __init__(self, trace: TraceRequest) -> None:
+        if trace.prompt_len < 1 or trace.output_len < 0:
+            raise ConfigError(
+                f"request {trace.request_id!r}: prompt_len must be >= 1 and output_len "
+                f">= 0, got prompt_len {trace.prompt_len}, output_len {trace.output_len}",
+                field="prompt_len" if trace.prompt_len < 1 else "output_len",
+                value=trace.prompt_len if trace.prompt_len < 1 else trace.output_len)
         self.trace = trace
         self.request: Any = None
         self.outputs: list[int] | None = None
