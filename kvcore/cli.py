@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -53,6 +55,9 @@ def parse_size(text: str | int, field: str = "kv_cache_memory") -> int:
                 f"unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB "
                 f"(powers of 1024), e.g. 20GiB", field=field, value=str(text))
         value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not math.isfinite(value) or value > 1 << 62:
+        raise ConfigError(f"{field}: {text!r} is not a usable size (too large)",
+                          field=field, value=str(text))
     if value < 0:
         raise ConfigError(f"{field}: the size must not be negative, got {text!r}",
                           field=field, value=str(text))
@@ -161,20 +166,47 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
     if args.specs:
         if args.model:
             raise ConfigError("give either MODEL or --specs FILE, not both", field="specs")
-        path = Path(args.specs)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror}", field="specs") from exc
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})",
-                              field="specs") from exc
-        if isinstance(data, dict) and isinstance(data.get("options"), dict):
-            opts = data["options"]
-            if budget is not None:
-                opts["kv_cache_memory_bytes"] = budget
-            if max_len is not None:
-                opts["max_model_len"] = max_len
+        from kvcore.models.config import read_json_file
+
+        data = read_json_file(args.specs, "specs")
+        if not isinstance(data, dict):
+            raise ConfigError(f"{args.specs}: a specs file holds a JSON object with "
+                              f"'options' and 'layers'", field="specs")
+        model_only = [flag for flag, used in (
+            ("--tp", args.tp != 1), ("--pp", args.pp != 1),
+            ("--block-size", args.block_size is not None),
+            ("--kv-cache-dtype", args.kv_cache_dtype != "auto"),
+            ("--include-mtp", args.include_mtp),
+            ("--num-speculative-tokens", args.num_speculative_tokens != 0),
+            ("--mamba-ssm-cache-dtype", args.mamba_ssm_cache_dtype is not None)) if used]
+        if model_only:
+            raise ConfigError(
+                f"{', '.join(model_only)} shape(s) the layers built from a model config; "
+                f"a specs file lists its layers explicitly (set those fields per layer, "
+                f"or tensor_parallel_size / stages in its options)", field="specs")
+        opts = data.get("options")
+        if opts is None:
+            opts = data["options"] = {}
+        if not isinstance(opts, dict):
+            raise ConfigError("'options' must be an object", field="options")
+        if budget is not None:
+            opts["kv_cache_memory_bytes"] = budget
+        if max_len is not None:
+            opts["max_model_len"] = max_len
+        for flag, key in (("kernel_block_size", "kernel_block_size"),
+                          ("kv_cache_layout", "kv_cache_layout"),
+                          ("num_gpu_blocks_override", "num_gpu_blocks_override"),
+                          ("max_num_encoder_input_tokens", "max_num_encoder_input_tokens")):
+            if getattr(args, flag) is not None:
+                opts[key] = getattr(args, flag)
+        if args.max_num_batched_tokens != 8192:
+            opts["max_num_batched_tokens"] = args.max_num_batched_tokens
+        if args.mamba_cache_mode != "none":
+            opts["mamba_cache_mode"] = args.mamba_cache_mode
+        if args.disable_hybrid_kv_cache_manager:
+            opts["disable_hybrid_kv_cache_manager"] = True
+        if args.no_prefix_caching:
+            opts["enable_prefix_caching"] = False
         return plan_from_specs_file(data), None
     if not args.model:
         raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
@@ -245,7 +277,13 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
         print(f"cross-attention per request: {_fmt(out['cross_attention_bytes_per_request'])}")
     if out["state_bytes_per_request"]:
         print(f"recurrent state per request: {_fmt(out['state_bytes_per_request'])}")
-    print(f"bytes per block id (all groups): {_fmt(out['bytes_per_block'])}")
+    per_stage = out.get("bytes_per_block_per_stage")
+    if per_stage:
+        print(f"bytes per block id, per stage (rank): "
+              f"{', '.join(_fmt(b) for b in per_stage)} (whole model: "
+              f"{_fmt(out['bytes_per_block'])})")
+    else:
+        print(f"bytes per block id (all groups): {_fmt(out['bytes_per_block'])}")
     if out["padding_bytes_per_request"]:
         print(f"padding from page unification: {_fmt(out['padding_bytes_per_request'])} per "
               f"request of max_model_len (largest per block id: "
@@ -261,8 +299,9 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
         text = ", ".join(_fmt(b) for b in budget) if isinstance(budget, list) else _fmt(budget)
         print(f"budget: {text}")
     print(f"num_blocks: {out['num_blocks']:,} (block 0 is the null block)")
-    print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
-          f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens")
+    if out["max_concurrency"] is not None:
+        print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
+              f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens")
     batched = out.get("max_concurrency_batched")
     if batched is not None and out["max_concurrency"] and \
             abs(batched - out["max_concurrency"]) > 0.005 * out["max_concurrency"]:
@@ -271,9 +310,12 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
               f"reserves a full step for every request, as vLLM does)")
     if out.get("longest_max_model_len") is not None:
         longest = out["longest_max_model_len"]
-        capped = s.get("plan_context") is not None and longest >= s.get("max_model_len_limit", 1 << 62)
-        print(f"longest max_model_len that fits: {longest:,} tokens"
-              + (" (the config's max_position_embeddings; more memory is left)" if capped else ""))
+        capped = longest >= s.get("max_model_len_limit", 1 << 62)
+        why = {"model": " (the model's max_position_embeddings; more memory is left)",
+               "requested": " (the requested max_model_len; more memory is left)",
+               "search": " (kvcore's search limit; more memory is left)"}.get(
+            s.get("max_model_len_limit_source", ""), "") if capped else ""
+        print(f"longest max_model_len that fits: {longest:,} tokens{why}")
 
 
 def _print_tensors(out: dict[str, Any]) -> None:
@@ -362,10 +404,43 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 # ---- entry point -----------------------------------------------------------------------------
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with kvcore's error rule: one line (JSON under --json), exit 2."""
+
+    json_errors = False
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        if _Parser.json_errors:
+            print(json.dumps({"error": {"type": "UsageError", "message": message,
+                                        "command": self.prog}}))
+        else:
+            print(f"{self.prog}: error: {message} (see {self.prog} --help)",
+                  file=sys.stderr)
+        raise SystemExit(2)
+
+
+#: options whose value may look like a negative number or start with '-'
+_VALUE_OPTIONS = ("--kv-cache-memory", "--max-model-len")
+
+
+def _join_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in _VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kvcore import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kvcore", description="Lay out, size and manage the KV cache of LLM serving "
         "engines.")
     parser.add_argument("--version", action="version", version=f"kvcore {__version__}")
@@ -386,8 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input)."""
+    argv = _join_values(list(sys.argv[1:] if argv is None else argv))
+    _Parser.json_errors = "--json" in argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return int(exc.code or 0)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -400,6 +480,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"kvcore {args.command}: error: {exc.message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `kvcore plan ... --json | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return 0
     except KeyboardInterrupt:
         return 130
 

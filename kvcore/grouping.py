@@ -53,6 +53,9 @@ DEFAULT_LAYOUT = "LBNHC"
 
 def is_block_outermost(kv_cache_layout: str | None) -> bool:
     """True when ``B`` (block) comes before ``L`` (layer) in the layout string."""
+    if kv_cache_layout is not None and not isinstance(kv_cache_layout, str):
+        raise ConfigError(f"kv_cache_layout must be a string such as LBNHC or BLHNC, got "
+                          f"{kv_cache_layout!r}", field="kv_cache_layout")
     layout = (kv_cache_layout or DEFAULT_LAYOUT).upper()
     if sorted(layout) != sorted("LBNHC"):
         raise ConfigError(
@@ -269,6 +272,9 @@ def group_layers(
         No layers, a bad kernel_block_size or layout, or hybrid disabled on a model with
         state layers.
     """
+    from kvcore.planning import _check_layers
+
+    layer_specs = _check_layers(layer_specs)
     if not layer_specs:
         raise ConfigError("no layers to plan: the model has no KV-cache layers",
                           field="layers")
@@ -319,12 +325,24 @@ def group_layers(
         return GroupingResult((_packed_group(items),), "packed", skipped,
                               ("one grouping type and block size: one packed group",))
 
-    if block_outermost:
-        groups = _hybrid_groups(items)
-        return GroupingResult(tuple(groups), "block-packed", skipped,
-                              ("block-outermost layout: pages packed inside each block id",))
-
     mapping, whole, unify_notes = unify_page_sizes(specs, kernel_block_size)
+    packed_result = None
+    if block_outermost:
+        # Pages need not be equal: keep each layer's page (attention blocks still raised
+        # so a page holds a state, as in the padded layout), pack pages inside a block id.
+        raised = {s: (mapping[s].copy_with_new_block_size(mapping[s].block_size)
+                      if mapping[s].scales_with_block_size else s) for s in specs}
+        blocks = {raised[s].block_size for s in specs if raised[s].scales_with_block_size}
+        packed_items = []
+        for n, s in items:
+            r = raised[s]
+            if len(blocks) == 1 and not r.scales_with_block_size:
+                r = r.with_attention_block_size(next(iter(blocks)))
+            packed_items.append((n, r))
+        packed_result = GroupingResult(
+            tuple(_hybrid_groups(packed_items)), "block-packed", skipped,
+            ("block-outermost layout: pages packed inside each block id",))
+
     attn_blocks = {mapping[s].block_size for s in specs if mapping[s].scales_with_block_size}
     unified = []
     for n, s in items:
@@ -334,6 +352,13 @@ def group_layers(
         unified.append((n, u))
     hybrid = _hybrid_groups(unified)
     result = GroupingResult(tuple(hybrid), "hybrid", skipped, tuple(notes + unify_notes))
+    if packed_result is not None:
+        # the padded layout is also valid block-outermost: keep the better of the two
+        if _candidate_cost(list(packed_result.groups), ctx, kv_cache_memory_bytes) <= \
+                _candidate_cost(hybrid, ctx, kv_cache_memory_bytes):
+            return packed_result
+        result = GroupingResult(result.groups, result.strategy, skipped, result.notes + (
+            "block-outermost layout: padded pages beat packing here",))
     has_states = any(not s.scales_with_block_size for s in specs)
     if whole or has_states:
         return result

@@ -99,6 +99,12 @@ class KVCacheTensor:
     block_stride:
         Bytes from block i to block i+1 in the buffer (the page size for the default
         layer-outermost layout; the bytes of a whole block id for a block-outermost one).
+
+    In a block-outermost layout every entry is a view into ONE buffer of
+    ``num_blocks x block_stride`` bytes (layers of different groups overlap, as they
+    do not use a block id at the same time); ``size`` is then the bytes the layer's
+    pages span, and the sizes add up to more than the buffer.  The plan's
+    ``kv_cache_memory_bytes_used`` gives the real total.
     """
 
     size: int

@@ -25,6 +25,7 @@ Conventions (those of vLLM v1's ``get_kv_cache_configs``, and of the planner vec
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,10 +63,68 @@ def format_bytes(n: float) -> str:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    """``value`` as an int >= minimum (numpy integers accepted); ConfigError otherwise."""
+    what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if isinstance(value, bool):
         raise ConfigError(f"{name} must be {what}, got {value!r}", field=name, value=value)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{name} must be {what}, got {value!r}", field=name,
+                          value=repr(value)) from None
+    if number < minimum:
+        raise ConfigError(f"{name} must be {what}, got {value!r}", field=name, value=number)
+    return number
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}", field=name,
+                          value=repr(value))
     return value
+
+
+def _check_layers(layer_specs: Any) -> dict[str, KVCacheSpec]:
+    if not isinstance(layer_specs, Mapping):
+        raise ConfigError(f"layer specs must be a mapping {{layer name: KVCacheSpec}}, got "
+                          f"{type(layer_specs).__name__}", field="layers")
+    for name, spec in layer_specs.items():
+        if not isinstance(name, str) or not isinstance(spec, KVCacheSpec):
+            raise ConfigError(f"layer {name!r}: expected a KVCacheSpec, got "
+                              f"{type(spec).__name__} (build one with a spec class or "
+                              f"KVCacheSpec.from_dict)", field="layers", layer=str(name))
+    return dict(layer_specs)
+
+
+def _check_stages(stages: Any, names: list[str]) -> list[list[str]]:
+    """Each layer in exactly one stage; ConfigError naming the problem otherwise."""
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence) or not stages:
+        raise ConfigError(f"stages must be a non-empty list of lists of layer names, got "
+                          f"{stages!r}", field="stages")
+    out: list[list[str]] = []
+    seen: dict[str, int] = {}
+    known = set(names)
+    for i, stage in enumerate(stages):
+        if isinstance(stage, (str, bytes)) or not isinstance(stage, Sequence) or \
+                not all(isinstance(n, str) for n in stage):
+            raise ConfigError(f"stages[{i}] must be a list of layer names, got {stage!r}",
+                              field="stages")
+        for n in stage:
+            if n not in known:
+                raise ConfigError(f"stages[{i}] lists layer {n!r}, which is not among the "
+                                  f"layers", field="stages", layer=n)
+            if n in seen:
+                raise ConfigError(f"layer {n!r} is in stages[{seen[n]}] and stages[{i}]; "
+                                  f"each layer belongs to exactly one stage", field="stages",
+                                  layer=n)
+            seen[n] = i
+        out.append(list(stage))
+    missing = [n for n in names if n not in seen]
+    if missing:
+        raise ConfigError(f"stages leave out {len(missing)} layer(s), e.g. {missing[0]!r}; "
+                          f"each layer belongs to exactly one stage", field="stages",
+                          layer=missing[0])
+    return out
 
 
 def _stage_bytes_per_block(groups: Sequence[KVCacheGroupSpec], layers: set[str]) -> int:
@@ -169,12 +228,47 @@ def plan(
         The budget cannot hold one request of ``max_model_len``; carries
         ``min_kv_cache_memory_bytes`` and ``estimated_max_model_len``.
     """
-    if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or \
-            (max_model_len <= 0 and max_model_len != -1):
-        raise ConfigError(f"max_model_len must be a positive int or -1 (the longest that "
-                          f"fits), got {max_model_len!r}", field="max_model_len",
-                          value=max_model_len)
+    layer_specs = _check_layers(layer_specs)
+    try:
+        max_model_len = _check_int("max_model_len", max_model_len, -1)
+    except ConfigError:
+        max_model_len = 0
+    if max_model_len == 0:
+        raise ConfigError("max_model_len must be a positive int or -1 (the longest that "
+                          "fits)", field="max_model_len")
     limit = _check_int("max_model_len_limit", max_model_len_limit or (1 << 24), 1)
+    notes: list[str] = []
+    limit_source = "model" if max_model_len_limit else "search"
+    if max_model_len > limit:
+        if max_model_len_limit:
+            notes.append(f"max_model_len {max_model_len} exceeds the model's "
+                         f"max_position_embeddings {limit}")
+        limit = max_model_len
+        limit_source = "requested"
+    enable_prefix_caching = _check_bool("enable_prefix_caching", enable_prefix_caching)
+    disable_hybrid_kv_cache_manager = _check_bool("disable_hybrid_kv_cache_manager",
+                                                  disable_hybrid_kv_cache_manager)
+    for name, value in (("max_num_batched_tokens", max_num_batched_tokens),
+                        ("tensor_parallel_size", tensor_parallel_size),
+                        ("pipeline_parallel_size", pipeline_parallel_size),
+                        ("decode_context_parallel_size", decode_context_parallel_size)):
+        _check_int(name, value, 1)
+    for name, value in (("max_num_encoder_input_tokens", max_num_encoder_input_tokens),
+                        ("num_speculative_tokens", num_speculative_tokens)):
+        _check_int(name, value, 0)
+    if kv_cache_layout is not None and not isinstance(kv_cache_layout, str):
+        raise ConfigError(f"kv_cache_layout must be a string such as LBNHC or BLHNC, got "
+                          f"{kv_cache_layout!r}", field="kv_cache_layout")
+    if pipeline_parallel_size > len(layer_specs):
+        raise ConfigError(f"pipeline_parallel_size {pipeline_parallel_size} exceeds the "
+                          f"{len(layer_specs)} KV-cache layers; each stage needs at least "
+                          f"one layer", field="pipeline_parallel_size",
+                          value=pipeline_parallel_size)
+    if max_num_encoder_input_tokens == 0 and any(
+            s.kind == "cross_attention" for s in layer_specs.values()):
+        raise ConfigError("cross_attention layers are sized by the encoder input of one "
+                          "request: set max_num_encoder_input_tokens (e.g. 1500 audio "
+                          "frames for Whisper)", field="max_num_encoder_input_tokens")
     budgets: list[int] | None
     if kv_cache_memory_bytes is None:
         budgets = None
@@ -212,6 +306,9 @@ def plan(
         kv_cache_layout=kv_cache_layout,
         kv_cache_memory_bytes=budgets[0] if budgets else None)
     groups = grouping.groups
+    if not groups:
+        raise ConfigError("no layer needs a KV cache (every layer is encoder-only "
+                          "attention): there is nothing to plan", field="layers")
     block_outermost = is_block_outermost(kv_cache_layout)
     layout = (kv_cache_layout or "LBNHC").upper()
     bytes_per_block = grouping.bytes_per_block
@@ -220,15 +317,21 @@ def plan(
     # ---- pipeline stages ----
     stage_layers: list[list[str]]
     if stages is not None:
-        stage_layers = [list(s) for s in stages]
-        known = set(layer_specs)
-        for s in stage_layers:
-            for n in s:
-                if n not in known:
-                    raise ConfigError(f"stages lists layer {n!r}, which is not among the "
-                                      f"layers", field="stages", layer=n)
+        stage_layers = _check_stages(stages, list(layer_specs))
+        if pipeline_parallel_size > 1 and len(stage_layers) != pipeline_parallel_size:
+            raise ConfigError(f"stages lists {len(stage_layers)} stages but "
+                              f"pipeline_parallel_size is {pipeline_parallel_size}",
+                              field="stages")
+    elif budgets is not None and len(budgets) > 1 and pipeline_parallel_size > 1 and \
+            len(budgets) != pipeline_parallel_size:
+        raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} budgets for "
+                          f"pipeline_parallel_size {pipeline_parallel_size}; give one budget "
+                          f"or one per stage", field="kv_cache_memory_bytes")
     elif budgets is not None and len(budgets) > 1:
         names = list(layer_specs)
+        if len(budgets) > len(names):
+            raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} stage budgets "
+                              f"for {len(names)} layers", field="kv_cache_memory_bytes")
         k = len(budgets)
         stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
                         for i in range(k)]
@@ -261,8 +364,9 @@ def plan(
                 cross_bytes += ls.max_memory_usage_bytes(ctx, plan_len)
             elif ls.scales_with_block_size:
                 bytes_per_token += ls.bytes_per_token
-            else:
-                state_bytes += ls.max_memory_usage_bytes(ctx, plan_len)
+            else:  # real bytes (padding is reported on its own)
+                state_bytes += ls.max_num_blocks_per_req(ctx, plan_len) * \
+                    ls.real_page_size_bytes
     padding = max((sum(g.spec_of(n).padding_bytes for n in g.layer_names) for g in groups),
                   default=0)
     # What padding really costs one request: each group's padding times the blocks a
@@ -311,6 +415,15 @@ def plan(
             budget = budgets[limiting] if budgets else num_blocks * bpb
             fits = _longest_len(groups, ctx, usable, plan_len)
             stage = f" (pipeline stage {limiting})" if len(stage_layers) > 1 else ""
+            if num_gpu_blocks_override is not None:
+                raise NotEnoughMemoryError(
+                    f"one request of max_model_len {plan_len} needs {blocks_req} blocks "
+                    f"plus the null block, more than num_gpu_blocks_override "
+                    f"{num_gpu_blocks_override} gives; at least {blocks_req + 1} blocks "
+                    f"are needed, and the longest max_model_len {num_blocks} blocks allow "
+                    f"is {fits}",
+                    min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=fits,
+                    min_num_blocks=blocks_req + 1, max_model_len=plan_len)
             raise NotEnoughMemoryError(
                 f"one request of max_model_len {plan_len} needs {needed} B "
                 f"({format_bytes(needed)}) of KV cache{stage} ({blocks_req} blocks of "
@@ -368,7 +481,9 @@ def plan(
         "has_mixed_precision_kv_cache": mixed,
         "needs_kv_cache_zeroing": has_state or mixed,
         "strategy": grouping.strategy,
-        "notes": list(grouping.notes),
+        "notes": list(grouping.notes) + notes,
+        "bytes_per_block_per_stage": stage_bpb if len(stage_layers) > 1 else None,
+        "kv_cache_memory_bytes_used": (num_blocks or 0) * max(stage_bpb),
         "skipped_layers": list(grouping.skipped_layers),
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_num_encoder_input_tokens": max_num_encoder_input_tokens,
@@ -377,6 +492,7 @@ def plan(
         "pipeline_parallel_size": max(pipeline_parallel_size, len(stage_layers)),
         "plan_context": ctx,
         "max_model_len_limit": limit,
+        "max_model_len_limit_source": limit_source,
     }
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
                          kv_cache_groups=groups, max_model_len=plan_len,
@@ -453,6 +569,7 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
         "kv_cache_memory_bytes_for_one_request":
             s.get("kv_cache_memory_bytes_for_one_request"),
         "kv_cache_memory_bytes": s.get("kv_cache_memory_bytes"),
+        "kv_cache_memory_bytes_used": s.get("kv_cache_memory_bytes_used"),
         "kv_cache_layout": config.kv_cache_layout,
         "has_mamba_layers": s.get("has_mamba_layers"),
         "has_mixed_precision_kv_cache": s.get("has_mixed_precision_kv_cache"),
@@ -463,7 +580,8 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
     bpt = out["bytes_per_token"]
     if isinstance(bpt, float) and bpt.is_integer():
         out["bytes_per_token"] = int(bpt)
-    for key in ("num_blocks_per_stage", "stages", "skipped_layers"):
+    for key in ("num_blocks_per_stage", "bytes_per_block_per_stage", "stages",
+                "skipped_layers"):
         if s.get(key):
             out[key] = s[key]
     return out

@@ -146,8 +146,24 @@ def test_block_outermost_layout_packs_without_padding(state_spec):
                   kv_cache_layout="BLHNC")
     assert config.stats["strategy"] == "block-packed"
     assert config.stats["padding_bytes_per_block"] == 0
-    assert config.bytes_per_block == 100_000
-    assert all(t.block_stride == 100_000 for t in config.kv_cache_tensors)
+    # the attention block is still raised (16 -> 32 tokens) so a page holds the state;
+    # the state keeps its 100,000 B page inside the 131,072 B block id
+    assert config.bytes_per_block == 131_072
+    assert all(t.block_stride == 131_072 for t in config.kv_cache_tensors)
+    assert {g.kind: g.page_size_bytes for g in config.kv_cache_groups} == {
+        "full_attention": 131_072, "test_state": 100_000}
+
+
+def test_block_outermost_never_worse_than_padding(state_spec):
+    """Packing without raising the attention block size would make every attention
+    block id carry a state page; kvcore keeps the better of packed and padded."""
+    layers = {f"a{i}": attn(128, heads=8) for i in range(4)}
+    layers.update({f"m{i}": state_spec(block_size=16, state_bytes=1_000_000)
+                   for i in range(12)})
+    opts = dict(max_model_len=32_768, kv_cache_memory_bytes=40 * 2**30)
+    padded = plan(layers, **opts)
+    packed = plan(layers, kv_cache_layout="BLHNC", **opts)
+    assert packed.max_concurrency >= padded.max_concurrency
     with pytest.raises(ConfigError, match="kv_cache_layout"):
         plan(layers, max_model_len=1024, kv_cache_layout="XYZ")
 

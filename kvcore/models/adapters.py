@@ -88,6 +88,17 @@ class _Builder:
         self.block_size = cache.block_size_or(DEFAULT_BLOCK_SIZE)
         self.kv_cache_dtype = resolve_kv_cache_dtype(model, cache)
         self.where = model.source or model.name or model.model_type
+        self.check_tp(model.num_attention_heads
+                      if model.model_type != "whisper" else model.get("decoder_attention_heads"))
+
+    def check_tp(self, num_attention_heads: int | None) -> None:
+        """Query heads must split evenly over tensor-parallel ranks (vLLM's rule)."""
+        tp = self.cache.tensor_parallel_size
+        if tp > 1 and num_attention_heads and num_attention_heads % tp:
+            raise ConfigError(
+                f"{self.where}: num_attention_heads {num_attention_heads} cannot be split "
+                f"over tensor_parallel_size {tp} (it must divide the head count)",
+                field="tensor_parallel_size", value=tp)
 
     def common(self, num_kv_heads: int, head_size: int, head_size_v: int | None = None
                ) -> dict[str, Any]:
@@ -162,6 +173,11 @@ def _llama_like(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
     b = _Builder(m, c)
     if m.layer_types:
         return _from_layer_types(m, b, m.layer_types, kv, hd)
+    if m.model_type == "gpt_oss":
+        # transformers' GptOssConfig default: even layers sliding, odd layers full
+        types = tuple("sliding_attention" if (i + 1) % 2 else "full_attention"
+                      for i in range(n))
+        return _from_layer_types(m, b, types, kv, hd)
     window = m.sliding_window
     if m.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         if not m.get("use_sliding_window", False):
@@ -245,14 +261,19 @@ def _mimo(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
 
 
 def _whisper(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
-    n = m.get("decoder_layers") or m.num_hidden_layers
+    n = m.get("decoder_layers", m.num_hidden_layers)
     heads = m.get("decoder_attention_heads")
     d_model = m.get("d_model")
+    enc = m.get("max_source_positions")
     for key, value in (("decoder_layers", n), ("decoder_attention_heads", heads),
-                       ("d_model", d_model)):
+                       ("d_model", d_model), ("max_source_positions", enc)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"{m.source or m.name}: field {key!r} = {value!r} must be a "
                               f"positive int", field=key)
+    assert isinstance(d_model, int) and isinstance(heads, int)
+    if d_model % heads:
+        raise ConfigError(f"{m.source or m.name}: d_model {d_model} is not a multiple of "
+                          f"decoder_attention_heads {heads}", field="d_model")
     assert isinstance(n, int) and isinstance(heads, int) and isinstance(d_model, int)
     b = _Builder(m, c)
     hd = d_model // heads

@@ -86,6 +86,7 @@ class ModelConfig:
     sliding_window: int | None = None
     kv_cache_dtype: str | None = None
     source: str = ""
+    head_dim_derived: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.raw.get(key, default)
@@ -110,6 +111,12 @@ class ModelConfig:
                     "head_dim"):
             value = getattr(self, key)
             if value is None:
+                if key == "head_dim":
+                    raise ConfigError(
+                        f"{self._where()}: missing field 'head_dim', and it cannot be "
+                        f"derived as hidden_size / num_attention_heads "
+                        f"({self.hidden_size!r} / {self.num_attention_heads!r})",
+                        field="head_dim")
                 raise ConfigError(f"{self._where()}: missing field {key!r}", field=key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(
@@ -126,35 +133,71 @@ def _reject_constant(value: str) -> float:
     return {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}[value]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+#: the largest JSON file kvcore reads (real configs are a few KiB)
+MAX_JSON_BYTES = 64 << 20
+#: sanity bounds for config integers (the largest real models are far below)
+MAX_LAYERS = 100_000
+MAX_HEADS = 1 << 20
+
+
+def read_json_file(path: Path | str, what: str = "config") -> Any:
+    """Read a JSON file (non-strict: ``Infinity``, ``NaN``) with a size cap.
+
+    Raises ConfigError (unreadable, too large, not UTF-8, not JSON, nested too deeply,
+    an integer too long to convert) naming the file.
+    """
+    path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}",
+                          path=str(path)) from exc
+    if len(raw) > MAX_JSON_BYTES:
+        raise ConfigError(f"{path}: the {what} file is larger than {MAX_JSON_BYTES >> 20} MiB;"
+                          f" a config.json is a few KiB", path=str(path))
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the {what} file is not UTF-8 text (byte {exc.start}: "
+                          f"{raw[exc.start:exc.start + 1]!r})", path=str(path)) from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
             path=str(path)) from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: JSON nested too deeply", path=str(path)) from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise ConfigError(f"{path}: not valid JSON ({exc})", path=str(path)) from exc
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    data = read_json_file(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config.json must hold a JSON object, got "
                           f"{type(data).__name__}", path=str(path))
     return data
 
 
-def _positive_int_or_none(raw: dict[str, Any], key: str, where: str) -> int | None:
+def _positive_int_or_none(raw: dict[str, Any], key: str, where: str,
+                          maximum: int | None = None) -> int | None:
     value = raw.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must be an int",
-                          field=key, value=repr(value))
-    if value < 0:
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must not be negative",
+            value = int(value)
+        else:
+            raise ConfigError(f"{where}: field {key!r} = {value!r} must be an int",
+                              field=key, value=repr(value))
+    if value <= 0:
+        raise ConfigError(f"{where}: field {key!r} = {value!r} must be a positive int",
                           field=key, value=value)
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}: field {key!r} = {value} is implausibly large "
+                          f"(at most {maximum})", field=key, value=value)
     return value
 
 
@@ -227,15 +270,21 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
                           field="model_type")
     raw["model_type"] = model_type
 
-    layers = _positive_int_or_none(raw, "num_hidden_layers", where)
-    heads = _positive_int_or_none(raw, "num_attention_heads", where)
-    kv_heads = _positive_int_or_none(raw, "num_key_value_heads", where)
+    layers = _positive_int_or_none(raw, "num_hidden_layers", where, MAX_LAYERS)
+    heads = _positive_int_or_none(raw, "num_attention_heads", where, MAX_HEADS)
+    kv_heads = _positive_int_or_none(raw, "num_key_value_heads", where, MAX_HEADS)
     if kv_heads is None:
         kv_heads = heads
-    hidden = _positive_int_or_none(raw, "hidden_size", where)
-    head_dim = _positive_int_or_none(raw, "head_dim", where)
-    if head_dim is None and hidden and heads:
-        head_dim = hidden // heads
+    if kv_heads is not None and heads is not None and kv_heads > heads:
+        raise ConfigError(f"{where}: num_key_value_heads {kv_heads} exceeds "
+                          f"num_attention_heads {heads} (each KV head serves one or more "
+                          f"query heads)", field="num_key_value_heads", value=kv_heads)
+    hidden = _positive_int_or_none(raw, "hidden_size", where, 1 << 24)
+    head_dim = _positive_int_or_none(raw, "head_dim", where, 1 << 16)
+    head_dim_derived = False
+    if head_dim is None and hidden and heads and hidden % heads == 0:
+        head_dim = hidden // heads  # HF's default; MLA configs do not use it
+        head_dim_derived = True
     dtype = raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
     if not isinstance(dtype, str):
         raise ConfigError(f"{where}: field 'torch_dtype' = {dtype!r} must be a string",
@@ -274,6 +323,7 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
         sliding_window=sliding,
         kv_cache_dtype=_kv_cache_dtype_from(raw, companion, where),
         source=source,
+        head_dim_derived=head_dim_derived,
     )
 
 

@@ -136,11 +136,13 @@ def plan_model(
         max_model_len = default_max_model_len(cfg)
         if max_model_len is None:
             raise ConfigError(f"{cfg.source or cfg.name}: the config has no "
-                              f"max_position_embeddings; pass max_model_len",
+                              f"max_position_embeddings; give the length with "
+                              f"--max-model-len N (max_model_len=N in Python)",
                               field="max_position_embeddings")
     if max_num_encoder_input_tokens is None:
         enc = cfg.get("max_source_positions")
-        max_num_encoder_input_tokens = enc if isinstance(enc, int) else 0
+        max_num_encoder_input_tokens = enc if isinstance(enc, int) and \
+            not isinstance(enc, bool) and enc > 0 else 0
     is_enc_dec = any(s.kind == "cross_attention" for s in specs.values())
     config = plan(
         specs,
