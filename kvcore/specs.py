@@ -113,6 +113,33 @@ def _check_positive_int(obj: Any, name: str) -> None:
     _check_int(obj, name, minimum=1)
 
 
+_SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "bool": (bool,), "str": (str,), "float": (int, float),
+}
+
+
+def _check_field_types(obj: Any) -> None:
+    """Check the fields whose annotation is a plain int / bool / str (optionally
+    ``| None``); raises SpecError naming the field.  Other annotations are left to the
+    class's own validation."""
+    for f in fields(obj):
+        ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        optional = ann.endswith(" | None")
+        base = ann[: -len(" | None")] if optional else ann
+        types = _SIMPLE_TYPES.get(base)
+        if types is None:
+            continue
+        value = getattr(obj, f.name)
+        if value is None and optional:
+            continue
+        ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+        if not ok:
+            raise SpecError(
+                f"{type(obj).__name__}.{f.name} must be {base}"
+                f"{' or null' if optional else ''}, got {value!r}", field=f.name,
+                value=repr(value))
+
+
 @dataclass(frozen=True, kw_only=True)
 class KVCacheSpec:
     """Base of every KV-cache spec.
@@ -144,6 +171,7 @@ class KVCacheSpec:
     page_size_padded: int | None = None
 
     def __post_init__(self) -> None:
+        _check_field_types(self)
         _check_positive_int(self, "block_size")
         if self.page_size_padded is not None:
             _check_int(self, "page_size_padded", minimum=0)
