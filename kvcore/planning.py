@@ -520,7 +520,7 @@ def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
     specs: dict[str, KVCacheSpec] = {}
     for name, d in layers.items():
         try:
-            specs[name] = KVCacheSpec.from_dict(dict(d))
+            specs[name] = KVCacheSpec.from_dict(d)
         except ConfigError:
             raise
         except Exception as exc:

@@ -72,6 +72,9 @@ class QuantScheme:
         The spec kind a full-attention layer with this kv_cache_dtype becomes (e.g.
         ``turboquant_full_attention``), when the scheme needs its own kind; None keeps
         the layer's kind.
+    kinds:
+        The only spec kinds this format exists for (e.g. ``fp8_ds_mla``: MLA latents);
+        empty = any attention kind.  A layer of another kind raises SpecError.
     """
 
     name: str
@@ -82,6 +85,7 @@ class QuantScheme:
     storage_dtype: str | None = None
     description: str = ""
     spec_kind: str | None = None
+    kinds: tuple[str, ...] = ()
     distribution: str = field(default="kvcore", compare=False)
 
     @property

@@ -26,6 +26,7 @@ kind                                    blocks one request of ``max_len`` tokens
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -294,7 +295,7 @@ class KVCacheSpec:
         """
         from kvcore.registry import get_registry
 
-        if not isinstance(data, dict) or "type" not in data:
+        if not isinstance(data, Mapping) or "type" not in data:
             raise SpecError(f"a layer spec must be an object with a 'type' field, got "
                             f"{data!r}", field="type")
         cls = get_registry().spec_class(data["type"])
@@ -373,6 +374,11 @@ class AttentionSpec(KVCacheSpec):
         from kvcore.registry import get_registry
 
         scheme = get_registry().kv_cache_dtype(self.kv_cache_dtype)
+        if scheme.kinds and self.kind not in scheme.kinds:
+            raise SpecError(
+                f"kv_cache_dtype {scheme.name!r} is a storage format for "
+                f"{' / '.join(scheme.kinds)} layers only, not for {self.kind} layers",
+                field="kv_cache_dtype", value=scheme.name)
         object.__setattr__(self, "kv_cache_dtype", scheme.name)
         super().__post_init__()
 

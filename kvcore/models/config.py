@@ -92,7 +92,8 @@ class ModelConfig:
         return self.raw.get(key, default)
 
     def require(self, key: str, kind: type | tuple[type, ...] = int) -> Any:
-        """``raw[key]``, checked; raises ConfigError naming the field."""
+        """``raw[key]``, checked (an int must be positive); raises ConfigError naming
+        the field."""
         if key not in self.raw or self.raw[key] is None:
             raise ConfigError(
                 f"{self._where()}: missing field {key!r} (needed for model_type "
@@ -102,6 +103,9 @@ class ModelConfig:
             raise ConfigError(
                 f"{self._where()}: field {key!r} = {value!r} is not "
                 f"{getattr(kind, '__name__', kind)}", field=key, value=repr(value))
+        if kind is int and value <= 0:
+            raise ConfigError(f"{self._where()}: field {key!r} = {value!r} must be a "
+                              f"positive int", field=key, value=value)
         return value
 
     def require_attention(self) -> tuple[int, int, int, int]:

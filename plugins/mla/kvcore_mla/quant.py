@@ -30,6 +30,7 @@ MLA_SCHEMES: tuple[QuantScheme, ...] = (
         key_bytes=lambda d, _dtype: ds_mla_record_bytes(d),
         value_bytes=lambda _d, _dtype: 0,
         storage_dtype="uint8",
+        kinds=("mla_attention", "sliding_window_mla"),
         description="DeepSeek-V3.2 MLA record: fp8 NoPE + float32 scale per 128 values "
                     "+ bf16 RoPE (656 B/token for head 576)",
         distribution="kvcore-mla",
@@ -39,6 +40,7 @@ MLA_SCHEMES: tuple[QuantScheme, ...] = (
         key_bytes=lambda d, _dtype: ds_mla_v4_record_bytes(d),
         value_bytes=lambda _d, _dtype: 0,
         storage_dtype="uint8",
+        kinds=("mla_attention", "sliding_window_mla"),
         description="DeepSeek-V4 MLA record: fp8 NoPE + ue8m0 scale per 64 values + "
                     "bf16 RoPE (584 B/state for head 512)",
         distribution="kvcore-mla",
