@@ -23,15 +23,15 @@ from kvcore.errors import (
     UnknownKVCacheDtypeError,
     UnknownModelTypeError,
 )
-from kvcore.hookspecs import hookimpl, hookspec
-from kvcore.quant import KVQuantMode, QuantScheme
-from kvcore.registry import SpecType, get_registry
-from kvcore.runtime import KVCacheBlocks, KVCacheManager, Request
 from kvcore.grouping import GroupingResult, group_layers
+from kvcore.hookspecs import hookimpl, hookspec
 from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
 from kvcore.models.planner import plan_model
 from kvcore.planning import plan, plan_from_specs_file, plan_to_dict
+from kvcore.quant import KVQuantMode, QuantScheme
+from kvcore.registry import SpecType, get_registry
+from kvcore.runtime import KVCacheBlocks, KVCacheManager, Request
 from kvcore.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,

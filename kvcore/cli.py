@@ -23,7 +23,6 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError

@@ -11,9 +11,10 @@ import pytest
 # the interpreter must be chosen before triton is imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from kvcore_test_state import StateSpec  # noqa: E402
+
 from kvcore import hookimpl  # noqa: E402
 from kvcore.registry import SpecType  # noqa: E402
-from kvcore_test_state import StateSpec  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 

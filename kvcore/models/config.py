@@ -103,7 +103,7 @@ class ModelConfig:
             raise ConfigError(
                 f"{self._where()}: field {key!r} = {value!r} is not "
                 f"{getattr(kind, '__name__', kind)}", field=key, value=repr(value))
-        if kind is int and value <= 0:
+        if kind is int and isinstance(value, int) and value <= 0:
             raise ConfigError(f"{self._where()}: field {key!r} = {value!r} must be a "
                               f"positive int", field=key, value=value)
         return value
