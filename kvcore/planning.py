@@ -405,7 +405,7 @@ def plan(
                     min_kv_cache_memory_bytes=(blocks_per_request(groups, ctx, 1) + 1) * bpb,
                     estimated_max_model_len=0)
             plan_len = fit_len
-            ctx = PlanContext(**{**ctx.__dict__, "max_model_len": plan_len})
+            ctx = dataclasses.replace(ctx, max_model_len=plan_len)
             blocks_req = blocks_per_request(groups, ctx, plan_len)
             estimated = plan_len
         elif blocks_req > usable:
