@@ -2,7 +2,7 @@
 #
 #   make demo     install the core (with the `cli` extra) and the five plugins, then run
 #                 the main job: plan the KV cache of Llama-3.1-8B in 20 GiB
-#   make test     install everything (test, kernels and dev extras), then run ruff, mypy,
+#   make test     install everything (test, kernels, dev and plot extras), then run ruff, mypy,
 #                 the core's and every plugin's tests, and the packaging checks (six
 #                 wheels, each installed into a fresh venv); see scripts/run_tests.py
 #   make wheels   build the six wheels into dist/
@@ -43,7 +43,7 @@ demo: install
 	"$(SCRIPTS_DIR)/kvcore" plan llama-3.1-8b --kv-cache-memory 20GiB --max-model-len 8192
 
 install-test:
-	$(PIP) install -q -e ".[cli,test,kernels,dev]" \
+	$(PIP) install -q -e ".[cli,test,kernels,dev,plot]" \
 		$(foreach p,$(PLUGINS),-e "plugins/$(p)[test,kernels]")
 
 test: install-test

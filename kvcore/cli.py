@@ -78,7 +78,8 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 
         table = Table(title=title, title_justify="left")
         for i, col in enumerate(columns):
-            table.add_column(col, justify="left" if i == 1 or not i else "right")
+            table.add_column(col, justify="left" if i == 1 or not i else "right",
+                             overflow="fold")
         for row in rows:
             table.add_row(*[str(c) for c in row])
         console.print(table)
@@ -387,17 +388,20 @@ def _model_kinds(name: str) -> tuple[str, str]:
 
 def _cmd_models(args: argparse.Namespace) -> int:
     from kvcore.models import embedded_names
+    from kvcore.models.embedded import embedded_config_path, provenance_note
 
     rows = []
     for name in embedded_names():
         model_type, kinds = _model_kinds(name)
-        rows.append([name, model_type, kinds])
+        path = embedded_config_path(name)
+        rows.append([name, model_type, kinds, provenance_note(path.stem) if path else ""])
     if args.json:
-        print(json.dumps({"models": [{"name": n, "model_type": t, "attention": k}
-                                     for n, t, k in rows]}, indent=2))
+        print(json.dumps({"models": [{"name": n, "model_type": t, "attention": k,
+                                      "note": note} for n, t, k, note in rows]}, indent=2))
         return 0
-    _table("embedded model configs (kvcore plan NAME)", ["name", "model_type",
-                                                         "layers per kind"], rows)
+    _table("embedded model configs (kvcore plan NAME; provenance in "
+           "kvcore/models/configs/SOURCES.md)",
+           ["name", "model_type", "layers per kind", "note"], rows)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Per-layer specs -> KV-cache groups (layers sharing one block table).
 
-The rule (DESIGN.md section 3; the behaviour of vLLM v1's ``get_kv_cache_groups`` and
+The rule (docs/DESIGN.md section 3; the behaviour of vLLM v1's ``get_kv_cache_groups`` and
 ``unify_kv_cache_spec_page_size``, with its failure cases fixed):
 
 1. ``disable_hybrid_kv_cache_manager``: sliding-window and chunked-local layers are

@@ -500,7 +500,7 @@ def plan(
 
 
 def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
-    """Plan from a specs file (DESIGN.md section 5): ``{"options": {...}, "layers":
+    """Plan from a specs file (docs/DESIGN.md section 5): ``{"options": {...}, "layers":
     {name: spec dict}}``.  Raises ConfigError naming an unknown option or bad layer."""
     from kvcore.specs import KVCacheSpec
 
@@ -536,7 +536,7 @@ def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
 
 
 def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
-    """The JSON form of a plan (DESIGN.md section 5)."""
+    """The JSON form of a plan (docs/DESIGN.md section 5)."""
     s = config.stats
     groups = []
     for g in config.kv_cache_groups:

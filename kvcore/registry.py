@@ -144,7 +144,7 @@ class Registry:
                 if dist is not None and dist not in self.distributions:
                     raise MissingPluginError(
                         f"layer type {kind_or_cls!r} is provided by the plugin {dist}, "
-                        f"which is not installed (pip install {dist})",
+                        f"{missing_plugin_hint(dist)}",
                         kind=kind_or_cls, distribution=dist)
                 raise SpecError(
                     f"unknown layer type {kind_or_cls!r}; known types: "
@@ -198,8 +198,8 @@ class Registry:
         for pattern, dist in PLUGIN_KV_CACHE_DTYPES.items():
             if fnmatch.fnmatchcase(str(key), pattern) and dist not in self.distributions:
                 raise MissingPluginError(
-                    f"kv_cache_dtype {name!r} is provided by the plugin {dist}, which is "
-                    f"not installed (pip install {dist})",
+                    f"kv_cache_dtype {name!r} is provided by the plugin {dist}, "
+                    f"{missing_plugin_hint(dist)}",
                     kv_cache_dtype=name, distribution=dist)
         why = self.explain_kv_cache_dtype(str(key)) if self.explain_kv_cache_dtype else None
         raise UnknownKVCacheDtypeError(
@@ -222,6 +222,25 @@ def _compact(names: list[str], limit: int = 24) -> str:
     text = ", ".join(shown[:limit])
     extra = sum(max(0, c - 3) for c in families.values()) + max(0, len(shown) - limit)
     return text + (f" and {extra} more (kvcore plugins lists all)" if extra else "")
+
+
+def missing_plugin_hint(dist: str) -> str:
+    """Why a known plugin's distribution is not loaded, and what to do."""
+    try:
+        from importlib_metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        from importlib.metadata import PackageNotFoundError, version  # type: ignore
+    import os
+
+    try:
+        version(dist)
+    except PackageNotFoundError:
+        name = dist.removeprefix("kvcore-")
+        return (f"which is not installed (pip install {dist}; from a kvcore source "
+                f"checkout: pip install ./plugins/{name})")
+    env = [v for v in ("KVCORE_DISABLE_PLUGIN_AUTOLOAD", "KVCORE_PLUGINS") if v in os.environ]
+    why = f" ({' / '.join(env)} is set)" if env else ""
+    return f"which is installed but not loaded{why}"
 
 
 _lock = threading.RLock()

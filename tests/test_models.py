@@ -57,7 +57,7 @@ def test_whisper_large_v3():
     ("gemma-3-27b-it", {"sliding_window": 52, "full_attention": 10}),
     ("gemma-4-26b-a4b", {"sliding_window": 25, "full_attention": 5}),
     ("llama-4-scout-17b-16e-instruct", {"chunked_local_attention": 36, "full_attention": 12}),
-    ("llama-4-scout-17b-16e", {"chunked_local_attention": 3, "full_attention": 1}),
+    ("llama-4-scout-17b-16e-4layer", {"chunked_local_attention": 3, "full_attention": 1}),
     ("mimo-v2-flash", {"sliding_window": 39, "full_attention": 9}),
 ])
 def test_layer_kinds(name, expected):
@@ -197,3 +197,15 @@ def test_missing_file_and_unknown_name(tmp_path):
         load_model_config("no-such-model")
     with pytest.raises(ConfigError, match="no config.json"):
         load_model_config(tmp_path)
+
+
+def test_fixture_config_does_not_take_the_real_name():
+    names = embedded_names()
+    assert "llama-4-scout-17b-16e-4layer" in names
+    assert "llama-4-scout-17b-16e" not in names     # the 4-layer fixture is not the model
+    assert load_model_config("llama-4-scout-17b-16e-4layer").num_hidden_layers == 4
+
+
+def test_header_name_is_the_name_typed(cli):
+    code, out, _ = cli("plan", "gemma-3-27b-it")
+    assert code == 0 and out.splitlines()[0].startswith("kvcore plan: gemma-3-27b-it (")

@@ -195,3 +195,24 @@ def test_scheme_spec_kind_used_by_core_adapters(registered):
     specs = layer_specs_for(load_model_config("llama-3.1-8b"),
                             CacheConfig(kv_cache_dtype="test_int2k"))
     assert {type(s) for s in specs.values()} == {DoubledSpec}
+
+
+def test_missing_plugin_message_says_why(monkeypatch):
+    """Installed but disabled is not 'not installed'."""
+    from importlib.util import find_spec
+
+    from kvcore.errors import MissingPluginError
+
+    monkeypatch.setenv("KVCORE_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugins.reload_plugins()
+    try:
+        with pytest.raises(MissingPluginError) as e:
+            get_registry().spec_class("mla_attention")
+        if find_spec("kvcore_mla") is not None:
+            assert "installed but not loaded" in str(e.value)
+            assert "KVCORE_DISABLE_PLUGIN_AUTOLOAD" in str(e.value)
+        else:
+            assert "not installed" in str(e.value) and "./plugins/mla" in str(e.value)
+    finally:
+        monkeypatch.delenv("KVCORE_DISABLE_PLUGIN_AUTOLOAD")
+        plugins.reload_plugins()

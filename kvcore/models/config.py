@@ -346,14 +346,17 @@ def load_model_config(model: str | Path) -> ModelConfig:
         path = path / "config.json"
         if not path.exists():
             raise ConfigError(f"{model}: the folder holds no config.json", path=text)
+        name = path.parent.name
     elif not path.exists():
         found = embedded_config_path(text)
         if found is None:
             raise ConfigError(
                 f"{text!r} is neither a config.json path, a folder holding one, nor an "
                 f"embedded model; embedded: {', '.join(embedded_names())}", model=text)
-        path, name = found, text
-    name = path.stem if path.name != "config.json" else path.parent.name
+        path = found
+        name = text
+    else:
+        name = path.stem if path.name != "config.json" else path.parent.name
     data = _read_json(path)
     companion = None
     for cand in (path.with_name(path.name.replace(".json", ".hf_quant_config.json")),

@@ -10,20 +10,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CONFIG_DIR", "embedded_names", "embedded_config_path", "short_name"]
+__all__ = ["CONFIG_DIR", "embedded_names", "embedded_config_path", "short_name",
+           "provenance_note"]
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
-_SUFFIXES = (".aiconfigurator-trimmed", ".aiconfigurator", ".nxdi-4layer",
-             ".transformers-4.56-resaved")
+#: provenance suffix -> (what replaces it in the short name, a note for `kvcore models`)
+_SUFFIXES: dict[str, tuple[str, str]] = {
+    ".aiconfigurator-trimmed": ("", "trimmed copy (text_config only)"),
+    ".aiconfigurator": ("", "copy from aiconfigurator; may differ from the HF file"),
+    # a test fixture must not take a real model's name
+    ".nxdi-4layer": ("-4layer", "4-layer test fixture with the model's structure"),
+    ".transformers-4.56-resaved": ("", "re-saved by transformers 4.56"),
+}
 
 
 def short_name(stem: str) -> str:
-    """The model name of a file stem (provenance suffix dropped)."""
-    for suffix in _SUFFIXES:
+    """The model name of a file stem (provenance suffix dropped; a fixture keeps a
+    marker, e.g. ``llama-4-scout-17b-16e-4layer``)."""
+    for suffix, (replacement, _) in _SUFFIXES.items():
         if stem.endswith(suffix):
-            return stem[: -len(suffix)]
+            return stem[: -len(suffix)] + replacement
     return stem
+
+
+def provenance_note(stem: str) -> str:
+    """A short note on where an embedded file came from ("" for an HF file)."""
+    for suffix, (_, note) in _SUFFIXES.items():
+        if stem.endswith(suffix):
+            return note
+    return ""
 
 
 def _files() -> list[Path]:

@@ -54,11 +54,12 @@ def layer_specs_for(model: ModelConfig, cache: CacheConfig) -> dict[str, KVCache
         if dists:
             missing = [d for d in dists if d not in _installed_distributions()]
             need = missing or list(dists)
+            from kvcore.registry import missing_plugin_hint
+
+            hints = "; ".join(f"{d}, {missing_plugin_hint(d)}" for d in need)
             raise MissingPluginError(
                 f"model_type {mt!r} is served by the plugin{'s' if len(need) > 1 else ''} "
-                f"{' and '.join(need)}, which {'are' if len(need) > 1 else 'is'} not "
-                f"installed (pip install {' '.join(need)})", model_type=mt,
-                distribution=need[0], distributions=need)
+                f"{hints}", model_type=mt, distribution=need[0], distributions=need)
     raise UnknownModelTypeError(
         f"{model.source or model.name}: model_type {model.model_type!r} is not supported by "
         f"the installed adapters; supported: {', '.join(supported_model_types())}",

@@ -138,7 +138,7 @@ def attention_page_layout(spec: Any, kv_cache_layout: str = "LBNHC") -> Attentio
         An attention spec (``num_kv_heads``, ``head_size``, ``effective_head_size_v``,
         ``dtype``, ``kv_cache_dtype``, ``block_size``).
     kv_cache_layout:
-        Five-letter axis order over L, B, H, N, C (DESIGN.md section 5); the order of
+        Five-letter axis order over L, B, H, N, C (docs/DESIGN.md section 5); the order of
         N and H picks ``NHC`` or ``HNC``; C must come last.
 
     Raises

@@ -1,5 +1,5 @@
 """The runtime: block pool with prefix caching, per-kind managers, coordinators and
-:class:`KVCacheManager` (DESIGN.md section 7).  Imports no torch."""
+:class:`KVCacheManager` (docs/DESIGN.md section 7).  Imports no torch."""
 
 from __future__ import annotations
 

@@ -352,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
                      f"{100 * report['ideal_prefix_hit_ratio']:.2f} %"))
     rows += [
         ("peak block usage", f"{100 * report['peak_usage']:.1f} % of "
-                             f"{report['num_blocks'] - 1:,} blocks"),
+                             f"{report['num_blocks'] - 1:,} usable blocks"),
         ("rejected", f"{report['rejected']:,}"),
         ("preempted", f"{report['preempted']:,}"),
         ("steps", f"{report['steps']:,}"),
