@@ -43,7 +43,7 @@ demo: install
 	"$(SCRIPTS_DIR)/kvcore" plan llama-3.1-8b --kv-cache-memory 20GiB --max-model-len 8192
 
 install-test:
-	$(PIP) install -q -e ".[cli,test,kernels,dev,plot]" \
+	$(PIP) install -q -c scripts/constraints.txt -e ".[cli,test,kernels,dev,plot]" \
 		$(foreach p,$(PLUGINS),-e "plugins/$(p)[test,kernels]")
 
 test: install-test
