@@ -148,7 +148,8 @@ class KVCacheManager:
                  "num_required_blocks", "get_num_blocks_to_allocate",
                  "allocate_new_blocks")),
              m.skips_blocks and all(getattr(type(m), f) is getattr(base, f) for f in (
-                 "num_blocks_freed_by_skipping", "remove_skipped_blocks")),
+                 "num_blocks_freed_by_skipping", "remove_skipped_blocks",
+                 "skipped_block_range")),
              m.enable_caching and type(m).cache_blocks is base.cache_blocks)
             for m in self.managers]
         self._tables0 = self.managers[0].req_to_blocks if n else {}

@@ -31,6 +31,8 @@ attention:
     *before* any manager changes state (``allocate_slots`` is all-or-nothing).
 
 ``get_num_skipped_tokens(num_computed_tokens) -> int`` and ``skips_blocks = True``
+(or ``skipped_block_range(request_id, num_computed_tokens) -> (start, end)`` for a kind
+that frees blocks in the middle of its table)
     Tokens that no future token attends to (a sliding window: ``num_computed_tokens -
     sliding_window + 1``; a local chunk: the start of the current chunk).  The base class
     then **removes blocks that left the window**: each block wholly before that point is
@@ -247,6 +249,15 @@ class SingleTypeManager:
         """Leading tokens no future token attends to (0 for full attention)."""
         return 0
 
+    def skipped_block_range(self, request_id: str, num_computed_tokens: int
+                            ) -> tuple[int, int]:
+        """Table indices ``[start, end)`` whose blocks no future token reads: the blocks
+        wholly before the skipped point, from the first one not yet skipped.  A kind
+        that frees another range (R-SWA: the gap between prompt and window) overrides
+        this alone."""
+        n = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
+        return self.num_skipped_blocks.get(request_id, 0), n
+
     def num_blocks_freed_by_skipping(self, request_id: str, num_computed_tokens: int) -> int:
         """Blocks :meth:`remove_skipped_blocks` would return to the free queue."""
         if not self.skips_blocks:
@@ -254,11 +265,9 @@ class SingleTypeManager:
         table = self.req_to_blocks.get(request_id)
         if not table:
             return 0
-        n = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size,
-                len(table))
-        start = self.num_skipped_blocks.get(request_id, 0)
+        start, end = self.skipped_block_range(request_id, num_computed_tokens)
         count = 0
-        for i in range(n - 1, start - 1, -1):
+        for i in range(min(end, len(table)) - 1, start - 1, -1):
             b = table[i]
             if b.is_null:
                 break
@@ -267,27 +276,26 @@ class SingleTypeManager:
         return count
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free the blocks wholly before the skipped point, replacing them with the null
+        """Free the blocks of :meth:`skipped_block_range`, replacing them with the null
         block (tail first; stops at the first null block, which marks earlier skips)."""
         if not self.skips_blocks:
             return
         table = self.req_to_blocks.get(request_id)
         if not table:
             return
-        n = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size,
-                len(table))
-        start = self.num_skipped_blocks.get(request_id, 0)
-        if n <= start:
+        start, end = self.skipped_block_range(request_id, num_computed_tokens)
+        end = min(end, len(table))
+        if end <= start:
             return
         removed = []
         null = self.null_block
-        for i in range(n - 1, start - 1, -1):
+        for i in range(end - 1, start - 1, -1):
             b = table[i]
             if b.is_null:
                 break
             removed.append(b)
             table[i] = null
-        self.num_skipped_blocks[request_id] = n
+        self.num_skipped_blocks[request_id] = end
         if removed:
             self.pool.free_blocks(removed)
 

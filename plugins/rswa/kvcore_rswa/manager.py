@@ -63,35 +63,11 @@ class RSWAManager(FullAttentionManager):
             self.num_prompt_tokens[rid] = None if p is None else int(p)
         return super().allocate_new_blocks(request, num_tokens)
 
-    def num_blocks_freed_by_skipping(self, request_id: str, num_computed_tokens: int) -> int:
-        first, last = self._gap(request_id, num_computed_tokens)
-        table = self.req_to_blocks.get(request_id) or []
-        count = 0
-        for i in range(last - 1, first - 1, -1):
-            b = table[i]
-            if b.is_null:
-                break
-            if b.ref_cnt == 1:
-                count += 1
-        return count
-
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free the gap's blocks, tail first, putting the null block in their place
-        (stops at the first null block: everything before it was freed earlier)."""
-        first, last = self._gap(request_id, num_computed_tokens)
-        if last <= first:
-            return
-        table = self.req_to_blocks[request_id]
-        null = self.null_block
-        removed = []
-        for i in range(last - 1, first - 1, -1):
-            b = table[i]
-            if b.is_null:
-                break
-            removed.append(b)
-            table[i] = null
-        if removed:
-            self.pool.free_blocks(removed)
+    def skipped_block_range(self, request_id: str, num_computed_tokens: int
+                            ) -> tuple[int, int]:
+        """The gap between the prompt's last block and the decode window; the base
+        class frees it tail first and puts the null block in its place."""
+        return self._gap(request_id, num_computed_tokens)
 
     def cache_blocks(self, request: Any, num_tokens: int) -> None:
         """Cache only blocks wholly inside the prompt."""
