@@ -34,6 +34,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvcore.errors import ConfigError, SpecMergeError
 from kvcore.kv_cache_config import KVCacheGroupSpec
@@ -46,6 +47,7 @@ __all__ = [
     "unify_page_sizes",
     "is_block_outermost",
     "blocks_per_request",
+    "check_layer_specs",
 ]
 
 DEFAULT_LAYOUT = "LBNHC"
@@ -111,6 +113,21 @@ def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
         specs = g.layer_specs if g.layer_specs is not None else (g.spec,)
         total += max(s.max_num_blocks_per_req(ctx, max_len) for s in specs)
     return total
+
+
+def check_layer_specs(layer_specs: Any) -> dict[str, KVCacheSpec]:
+    """``layer_specs`` as a dict, checked: a mapping of layer names to KVCacheSpec
+    instances; raises ConfigError naming the offending layer."""
+    if not isinstance(layer_specs, Mapping):
+        raise ConfigError(f"layer specs must be a mapping {{layer name: KVCacheSpec}}, got "
+                          f"{type(layer_specs).__name__}", field="layers")
+    for name, spec in layer_specs.items():
+        if not isinstance(name, str) or not isinstance(spec, KVCacheSpec):
+            raise ConfigError(f"layer {name!r}: expected a KVCacheSpec, got "
+                              f"{type(spec).__name__} (build one with a spec class or "
+                              f"KVCacheSpec.from_dict)", field="layers", layer=str(name))
+    return dict(layer_specs)
+
 
 
 # ---- page-size unification ---------------------------------------------------------
@@ -272,9 +289,7 @@ def group_layers(
         No layers, a bad kernel_block_size or layout, or hybrid disabled on a model with
         state layers.
     """
-    from kvcore.planning import _check_layers
-
-    layer_specs = _check_layers(layer_specs)
+    layer_specs = check_layer_specs(layer_specs)
     if not layer_specs:
         raise ConfigError("no layers to plan: the model has no KV-cache layers",
                           field="layers")

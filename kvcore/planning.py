@@ -33,6 +33,7 @@ from kvcore.errors import ConfigError, NotEnoughMemoryError
 from kvcore.grouping import (
     GroupingResult,
     blocks_per_request,
+    check_layer_specs,
     group_layers,
     is_block_outermost,
 )
@@ -82,18 +83,6 @@ def _check_bool(name: str, value: Any) -> bool:
         raise ConfigError(f"{name} must be true or false, got {value!r}", field=name,
                           value=repr(value))
     return value
-
-
-def _check_layers(layer_specs: Any) -> dict[str, KVCacheSpec]:
-    if not isinstance(layer_specs, Mapping):
-        raise ConfigError(f"layer specs must be a mapping {{layer name: KVCacheSpec}}, got "
-                          f"{type(layer_specs).__name__}", field="layers")
-    for name, spec in layer_specs.items():
-        if not isinstance(name, str) or not isinstance(spec, KVCacheSpec):
-            raise ConfigError(f"layer {name!r}: expected a KVCacheSpec, got "
-                              f"{type(spec).__name__} (build one with a spec class or "
-                              f"KVCacheSpec.from_dict)", field="layers", layer=str(name))
-    return dict(layer_specs)
 
 
 def _check_stages(stages: Any, names: list[str]) -> list[list[str]]:
@@ -228,7 +217,7 @@ def plan(
         The budget cannot hold one request of ``max_model_len``; carries
         ``min_kv_cache_memory_bytes`` and ``estimated_max_model_len``.
     """
-    layer_specs = _check_layers(layer_specs)
+    layer_specs = check_layer_specs(layer_specs)
     try:
         max_model_len = _check_int("max_model_len", max_model_len, -1)
     except ConfigError:
