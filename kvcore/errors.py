@@ -21,6 +21,8 @@ __all__ = [
     "ConfigError",
     "UnknownModelTypeError",
     "NotEnoughMemoryError",
+    "BlockPoolError",
+    "RequestError",
 ]
 
 
@@ -78,3 +80,18 @@ class NotEnoughMemoryError(KVCoreError):
     ``extra`` carries ``min_kv_cache_memory_bytes`` (the smallest budget that plans) and
     ``estimated_max_model_len`` (the longest length the given budget allows).
     """
+
+
+class BlockPoolError(KVCoreError):
+    """A block-table operation that would corrupt the block pool: freeing a block that
+    is not held (a duplicate in one free, or a ref count going below 0), a block object
+    that is not one of the pool's (``block_id`` names it), a manager returning blocks it
+    did not take from the pool, or asking for more blocks than are free.  ``extra``
+    carries ``block_id`` and, where known, ``kind`` (the group's spec kind, i.e. the
+    plugin whose manager did it)."""
+
+
+class RequestError(KVCoreError):
+    """A request the planned KV cache cannot serve (e.g. an encoder input longer than
+    the plan's ``max_num_encoder_input_tokens``); the message names the field, the
+    value and the planned limit."""
