@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.specs import KVCacheSpec
 
-__all__ = ["KVCacheGroupSpec", "KVCacheTensor", "KVCacheConfig"]
+__all__ = ["KVCacheGroupSpec", "KVCacheTensor", "KVCacheConfig", "PlanStats"]
 
 
 @dataclass(frozen=True)
@@ -134,11 +136,13 @@ class KVCacheConfig:
     max_model_len: int = 0
     bytes_per_block: int = 0
     kv_cache_layout: str = "LBNHC"
-    stats: dict[str, Any] = field(default_factory=dict, compare=False)
+    stats: PlanStats = field(default_factory=lambda: PlanStats(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kv_cache_tensors", tuple(self.kv_cache_tensors))
         object.__setattr__(self, "kv_cache_groups", tuple(self.kv_cache_groups))
+        if isinstance(self.stats, dict):  # older callers passed a plain dict
+            object.__setattr__(self, "stats", PlanStats.from_mapping(self.stats))
 
     @property
     def groups(self) -> tuple[KVCacheGroupSpec, ...]:
@@ -147,6 +151,166 @@ class KVCacheConfig:
     def __getattr__(self, name: str) -> Any:
         # plan statistics (max_concurrency, kv_cache_capacity_tokens, ...) as attributes
         stats = self.__dict__.get("stats")
-        if stats is not None and name in stats:
-            return stats[name]
+        if stats is not None and name in PlanStats.field_names():
+            return getattr(stats, name)
         raise AttributeError(name)
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` with tuples as lists, dataclasses as dicts and non-finite floats (an
+    unbounded figure) as None, so ``json.dumps`` accepts it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _json_value(getattr(value, f.name))
+                for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return value
+
+
+@dataclass
+class PlanStats:
+    """What a plan means for users: capacity, per-request figures and how it was chosen.
+
+    Every figure is per rank.  Sizes in bytes, lengths in tokens, counts in blocks.
+    ``None`` means "not computed" (no memory budget) or "not bounded by the KV cache"
+    (a model without KV-cache layers); :meth:`to_dict` writes it as JSON ``null``.
+
+    Read a figure as an attribute (``stats.max_concurrency``, or
+    ``config.max_concurrency`` on the :class:`KVCacheConfig`); the mapping forms
+    ``stats["max_concurrency"]``, ``stats.get(...)`` and ``key in stats`` (True when
+    the field is set, i.e. not None) keep older callers working.
+
+    Adding a figure (e.g. the GPU-planning issue's): add a typed field with a default
+    here, in the section of the step that computes it, and set it in that step
+    (``plan()`` in :mod:`kvcore.planning`, or :func:`kvcore.models.planner.plan_model`);
+    :meth:`to_dict` and the attribute reads pick it up without further changes; add it
+    to :func:`kvcore.planning.plan_to_dict` only if ``kvcore plan --json`` prints it at
+    the top level.
+
+    Attributes (planning)
+    ---------------------
+    max_concurrency:
+        ``num_blocks / blocks_per_request`` (vLLM's convention: neither the null block
+        nor reserved sink blocks subtracted).
+    max_concurrency_batched:
+        kvcore's tighter figure: one request prefilling a whole step, the others
+        decoding; the null block and reserved blocks are subtracted.
+    kv_cache_capacity_tokens:
+        ``int(max_concurrency x max_model_len)``.
+    estimated_max_model_len, longest_max_model_len:
+        The planned length when it fits; the longest length the blocks allow (null
+        block and reserved blocks subtracted).
+    bytes_per_token:
+        Real K/V bytes per token over every layer whose page grows with the block size.
+    blocks_per_request:
+        Blocks one request of ``max_model_len`` needs, summed over the groups.
+    num_reserved_blocks:
+        Blocks the runtime takes once for all requests (attention sinks:
+        ``cdiv(sink_len, block_size)`` per sink group), besides the null block.
+    prefix_hit_alignment_tokens:
+        Prefix-cache hits are multiples of this (lcm of the caching groups' block
+        sizes); None when no group prefix caches.
+    strategy, runner_up_strategy, runner_up_score, candidates_scored:
+        The layout the search chose, the second best and its score, and how many
+        candidate layouts were scored.
+    """
+
+    # ---- capacity -----------------------------------------------------------------
+    max_concurrency: float | None = None
+    max_concurrency_batched: float | None = None
+    kv_cache_capacity_tokens: int | None = None
+    estimated_max_model_len: int | None = None
+    longest_max_model_len: int | None = None
+    # ---- per request ----------------------------------------------------------------
+    bytes_per_token: float = 0.0
+    cross_attention_bytes_per_request: int = 0
+    state_bytes_per_request: int = 0
+    padding_bytes_per_block: int = 0
+    padding_bytes_per_request: int = 0
+    blocks_per_request: int = 0
+    kv_cache_memory_bytes_for_one_request: int = 0
+    num_reserved_blocks: int = 0
+    prefix_hit_alignment_tokens: int | None = None
+    # ---- budget and stages ----------------------------------------------------------
+    kv_cache_memory_bytes: int | list[int] | None = None
+    kv_cache_memory_bytes_used: int = 0
+    num_blocks_per_stage: list[int] | None = None
+    bytes_per_block_per_stage: list[int] | None = None
+    stages: list[list[str]] | None = None
+    # ---- layers ---------------------------------------------------------------------
+    has_mamba_layers: bool = False
+    has_mixed_precision_kv_cache: bool = False
+    needs_kv_cache_zeroing: bool = False
+    skipped_layers: list[str] = field(default_factory=list)
+    # ---- the search -----------------------------------------------------------------
+    strategy: str = ""
+    runner_up_strategy: str | None = None
+    runner_up_score: dict[str, Any] | None = None
+    candidates_scored: int = 0
+    notes: list[str] = field(default_factory=list)
+    # ---- options the plan was made with -------------------------------------------
+    max_num_batched_tokens: int = 8192
+    max_num_encoder_input_tokens: int = 0
+    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    plan_context: Any = None
+    max_model_len_limit: int | None = None
+    max_model_len_limit_source: str = ""
+    # ---- the model (set by plan_model) ---------------------------------------------
+    model: str | None = None
+    model_type: str | None = None
+    model_source: str | None = None
+    kv_cache_dtype: str | None = None
+    model_dtype: str | None = None
+    layers_per_kind: dict[str, int] | None = None
+    num_layers: int | None = None
+
+    @classmethod
+    def field_names(cls) -> frozenset[str]:
+        names = cls.__dict__.get("_field_names")
+        if names is None:
+            names = frozenset(f.name for f in dataclasses.fields(cls))
+            cls._field_names = names  # type: ignore[attr-defined]
+        return names
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> PlanStats:
+        """A PlanStats from a ``{field: value}`` mapping (unknown keys: AttributeError)."""
+        stats = cls()
+        stats.update(data)
+        return stats
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (tuples as lists, the plan context as a dict,
+        unbounded figures as None)."""
+        return {f.name: _json_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    # ---- mapping compatibility ----------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.field_names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.update({key: value})
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.field_names() and getattr(self, str(key)) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None) if key in self.field_names() else None
+        return default if value is None else value
+
+    def update(self, data: Any = (), **kw: Any) -> None:
+        """Set fields from a mapping; an unknown name raises AttributeError naming it."""
+        items = dict(data, **kw)
+        for key, value in items.items():
+            if key not in self.field_names():
+                raise AttributeError(f"PlanStats has no field {key!r}; add it to the class "
+                                     f"(see its docstring)")
+            setattr(self, key, value)

@@ -37,7 +37,7 @@ from kvcore.grouping import (
     group_layers,
     is_block_outermost,
 )
-from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, PlanStats
 from kvcore.specs import KVCacheSpec, PlanContext
 
 __all__ = ["plan", "plan_from_specs_file", "plan_to_dict", "format_bytes",
@@ -485,7 +485,8 @@ def plan(
     }
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
                          kv_cache_groups=groups, max_model_len=plan_len,
-                         bytes_per_block=bytes_per_block, kv_cache_layout=layout, stats=stats)
+                         bytes_per_block=bytes_per_block, kv_cache_layout=layout,
+                         stats=PlanStats.from_mapping(stats))
 
 
 def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
