@@ -18,50 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
+from kvcore.units import length_arg, parse_length, parse_size
 
 __all__ = ["main", "parse_size", "build_parser"]
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "t": 1000**4, "tb": 1000**4,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}
-
-
-def parse_size(text: str | int, field: str = "kv_cache_memory") -> int:
-    """Bytes from ``"20GiB"``, ``"20GB"``, ``"1.5 GiB"``, ``"4e9"`` or ``"8000000000"``.
-
-    Decimal units (KB, MB, GB, TB) are powers of 1000, binary ones (KiB ... TiB) of 1024.
-    Raises ConfigError naming the field for a malformed or negative size.
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        value: float = text
-    else:
-        m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*",
-                         str(text))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ConfigError(
-                f"{field}: cannot read {text!r} as a size; use bytes or a number with a "
-                f"unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB "
-                f"(powers of 1024), e.g. 20GiB", field=field, value=str(text))
-        value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if not math.isfinite(value) or value > 1 << 62:
-        raise ConfigError(f"{field}: {text!r} is not a usable size (too large)",
-                          field=field, value=str(text))
-    if value < 0:
-        raise ConfigError(f"{field}: the size must not be negative, got {text!r}",
-                          field=field, value=str(text))
-    return int(value)
-
 
 def _console() -> Any:
     try:
@@ -112,30 +77,39 @@ def _add_plan(sub: Any) -> None:
                    help="KV-cache budget per rank (20GiB, 20GB, bytes); a comma list gives "
                         "one budget per pipeline stage")
     p.add_argument("--max-model-len", metavar="N|auto",
-                   help="tokens per request (default: the config's max_position_embeddings;"
-                        " auto or -1: the longest that fits)")
+                   type=length_arg("max_model_len", allow_auto=True),
+                   help="tokens per request, with vLLM's suffixes (128K = 131,072, 128k = "
+                        "128,000; default: the config's max_position_embeddings; auto or "
+                        "-1: the longest that fits)")
     p.add_argument("--kv-cache-dtype", default="auto", metavar="D",
                    help="auto, bfloat16, fp8, int8_per_token_head, nvfp4, ... "
                         "(default auto: the config's declared KV quantization or the model "
                         "dtype)")
-    p.add_argument("--block-size", type=int, metavar="N", help="tokens per block")
-    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel size")
-    p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline-parallel size")
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192, metavar="N")
-    p.add_argument("--max-num-encoder-input-tokens", type=int, metavar="N")
+    p.add_argument("--block-size", type=length_arg("block_size"), metavar="N",
+                   help="tokens per block")
+    p.add_argument("--tp", type=length_arg("tensor_parallel_size"), default=1, metavar="N",
+                   help="tensor-parallel size")
+    p.add_argument("--pp", type=length_arg("pipeline_parallel_size"), default=1,
+                   metavar="N", help="pipeline-parallel size")
+    p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
+                   default=8192, metavar="N")
+    p.add_argument("--max-num-encoder-input-tokens",
+                   type=length_arg("max_num_encoder_input_tokens", minimum=0), metavar="N")
     p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"])
     p.add_argument("--mamba-ssm-cache-dtype", metavar="D",
                    help="recurrent-state dtype of Mamba/linear-attention layers (default: "
                         "the config's)")
-    p.add_argument("--num-speculative-tokens", type=int, default=0, metavar="N")
+    p.add_argument("--num-speculative-tokens", default=0, metavar="N",
+                   type=length_arg("num_speculative_tokens", minimum=0))
     p.add_argument("--include-mtp", action="store_true",
                    help="plan the multi-token-prediction layers too")
-    p.add_argument("--kernel-block-size", type=int, metavar="N")
+    p.add_argument("--kernel-block-size", type=length_arg("kernel_block_size"), metavar="N")
     p.add_argument("--kv-cache-layout", metavar="LAYOUT",
                    help="physical axis order, e.g. LBNHC (default) or BLHNC")
     p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
     p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument("--num-gpu-blocks-override", type=int, metavar="N")
+    p.add_argument("--num-gpu-blocks-override", type=length_arg("num_gpu_blocks_override"),
+                   metavar="N")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--show-tensors", action="store_true", help="list the KV-cache tensors")
     p.set_defaults(func=_cmd_plan)
@@ -151,18 +125,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         budget = parts[0] if len(parts) == 1 else parts
     max_len: int | None = None
     if args.max_model_len is not None:
-        text = str(args.max_model_len).strip().lower()
-        if text in ("auto", "-1"):
-            max_len = -1
-        else:
-            try:
-                max_len = int(text)
-            except ValueError:
-                raise ConfigError(f"--max-model-len: {args.max_model_len!r} is not an int "
-                                  f"or 'auto'", field="max_model_len") from None
-            if max_len <= 0:
-                raise ConfigError(f"--max-model-len must be positive or auto, got {max_len}",
-                                  field="max_model_len", value=max_len)
+        max_len = parse_length(args.max_model_len, "max_model_len", allow_auto=True)
     if args.specs:
         if args.model:
             raise ConfigError("give either MODEL or --specs FILE, not both", field="specs")
@@ -413,12 +376,22 @@ class _Parser(argparse.ArgumentParser):
     json_errors = False
 
     def error(self, message: str) -> Any:  # type: ignore[override]
+        from kvcore.units import shorten_message
+
+        message = shorten_message(f"{message} (see {self.prog} --help)")
+        payload: dict[str, Any] = {"type": "UsageError", "message": message,
+                                   "command": self.prog}
+        # an option's type (kvcore.units) raised a KVCoreError: keep its field and value
+        cause = sys.exc_info()[1]
+        while cause is not None and not isinstance(cause, KVCoreError):
+            cause = cause.__context__
+        if isinstance(cause, KVCoreError):
+            for key, value in cause.to_dict().items():
+                payload.setdefault(key, value)
         if _Parser.json_errors:
-            print(json.dumps({"error": {"type": "UsageError", "message": message,
-                                        "command": self.prog}}))
+            print(json.dumps({"error": payload}))
         else:
-            print(f"{self.prog}: error: {message} (see {self.prog} --help)",
-                  file=sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -462,13 +435,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str | None
+                    ) -> argparse.ArgumentParser:
+    """The subparser of ``command`` (the top-level parser when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]  # type: ignore[no-any-return]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input)."""
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
     _Parser.json_errors = "--json" in argv
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the command's own parser, pointing to its --help
+            _command_parser(parser, getattr(args, "command", None)).error(
+                f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return int(exc.code or 0)
     if not getattr(args, "command", None):

@@ -1,7 +1,8 @@
 """kvcore's error classes.
 
 Every error kvcore raises on bad input is a :class:`KVCoreError` (a ``ValueError``), so a
-caller can catch one class; each subclass names what was wrong.  ``to_dict()`` gives the
+caller can catch one class; each subclass names what was wrong.  Long values are cut in
+the middle in messages and extra fields (:func:`kvcore.units.shorten_message`).  ``to_dict()`` gives the
 JSON form the CLI prints under ``--json`` (``{"type", "message", ...extra fields}``).
 """
 
@@ -30,9 +31,14 @@ class KVCoreError(ValueError):
     """Base class of kvcore's input errors.  ``extra`` holds machine-readable fields."""
 
     def __init__(self, message: str, **extra: Any) -> None:
+        from kvcore.units import shorten, shorten_message
+
+        message = shorten_message(str(message))  # a 5,000-digit value is cut in the middle
         super().__init__(message)
         self.message = message
-        self.extra = extra
+        self.extra = {k: shorten(v, 128) if isinstance(v, str) or isinstance(v, int) and
+                      not isinstance(v, bool) and v.bit_length() > 256 else v
+                      for k, v in extra.items()}
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "message": self.message, **self.extra}

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcore.sim.traces import TRACE_FORMATS
+from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
 
@@ -52,20 +53,23 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-memory", default=None,
                    help="KV-cache budget per rank (default 16GiB unless --num-blocks is "
                         "given; 20GiB, 20GB, bytes)")
-    p.add_argument("--num-blocks", type=int, default=None,
+    p.add_argument("--num-blocks", type=length_arg("num_blocks", minimum=2), default=None,
                    help="use this many blocks, counting the null block, instead of the "
                         "budget's (the planner's num_gpu_blocks_override)")
-    p.add_argument("--max-model-len", type=int, default=None,
-                   help="tokens per request (default: the config's maximum); longer "
-                        "requests are rejected")
-    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--max-model-len", type=length_arg("max_model_len"), default=None,
+                   help="tokens per request, with vLLM's suffixes (128K = 131,072; "
+                        "default: the config's maximum); longer requests are rejected")
+    p.add_argument("--block-size", type=length_arg("block_size"), default=None)
     p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--tp", type=int, default=1, dest="tensor_parallel_size")
-    p.add_argument("--max-num-seqs", type=int, default=64,
+    p.add_argument("--tp", type=length_arg("tensor_parallel_size"), default=1,
+                   dest="tensor_parallel_size")
+    p.add_argument("--max-num-seqs", type=length_arg("max_num_seqs"), default=64,
                    help="most requests running at once (default 64)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
+                   default=8192)
     p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument("--limit", type=int, default=None, help="replay the first N requests")
+    p.add_argument("--limit", type=length_arg("limit", minimum=0), default=None,
+                   help="replay the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="plot block usage and prefix-hit ratio over the replay "
@@ -267,7 +271,6 @@ def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``kvcore simulate`` (returns the exit status)."""
-    from kvcore.cli import parse_size
     from kvcore.errors import NotEnoughMemoryError
     from kvcore.sim.traces import read_trace
 

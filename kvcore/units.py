@@ -1,0 +1,380 @@
+"""Sizes (bytes) and lengths (tokens): parsing, plausibility bounds, and short echoes
+of long values in messages.  Shared by ``kvcore plan``, ``kvcore simulate`` and the
+Python API, so that one rule holds everywhere.
+
+Sizes (:func:`parse_size`) are whole bytes, or a number with a unit:
+
+* ``B``; decimal ``KB MB GB TB PB`` (powers of 1000) and binary ``KiB MiB GiB TiB PiB``
+  (powers of 1024), case-insensitive, a space allowed before the unit;
+* vLLM's one-letter suffixes (``human_readable_int`` in vLLM 0.32's
+  ``vllm/utils/argparse_utils.py``, which ``--kv-cache-memory-bytes`` uses): lower-case
+  ``k m g t`` are powers of 1000, upper-case ``K M G T`` powers of 1024, so ``20G`` is
+  20 GiB and ``20g`` 20 GB.  As in vLLM, a decimal number takes no binary one-letter
+  suffix (``1.5G`` is refused; write ``1.5GiB``).
+
+A bare number is bytes and must be whole: ``0.9`` is refused (sizes are bytes or take
+units; a fraction of GPU memory is ``--gpu-memory-utilization``).
+
+Lengths (:func:`parse_length`) are whole token counts with vLLM's suffixes: ``k`` =
+1,000, ``K`` = 1,024, ``m`` = 10^6, ``M`` = 2^20 (``g``/``G``, ``t``/``T`` likewise);
+``25.6k`` = 25,600, ``128K`` = 131,072; ``auto`` / ``-1`` where the caller allows it
+(vLLM's ``human_readable_int_or_auto``).  Arithmetic is exact (decimal), where vLLM
+multiplies a float.
+
+Every size and length is bounded (:data:`BOUNDS`, one place): a value above its bound
+is refused as implausible, so no later arithmetic or output meets a 400-digit number.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from kvcore.errors import ConfigError
+
+__all__ = [
+    "BOUNDS",
+    "MAX_BYTES",
+    "MAX_TOKENS",
+    "MAX_BLOCKS",
+    "MAX_TOKEN_ID",
+    "bound",
+    "check_int",
+    "parse_size",
+    "parse_length",
+    "shorten",
+    "shorten_message",
+    "length_arg",
+    "size_arg",
+]
+
+#: the largest size kvcore accepts (1 PiB; a GPU holds at most a few hundred GiB)
+MAX_BYTES = 1 << 50
+#: the longest length in tokens kvcore accepts (2^32; the longest contexts are ~10^7)
+MAX_TOKENS = 1 << 32
+#: the most blocks kvcore accepts (2^40)
+MAX_BLOCKS = 1 << 40
+#: token ids are stored as signed 64-bit integers (``array('q')`` in block hashing)
+MAX_TOKEN_ID = (1 << 63) - 1
+
+#: plausibility bound of every size, length and count kvcore reads (inclusive).  Keys are
+#: the field names of the options and of config.json; :func:`bound` falls back to a
+#: bound by the field's unit (bytes, tokens, blocks) for a name not listed.
+BOUNDS: dict[str, int] = {
+    # sizes (bytes)
+    "kv_cache_memory": MAX_BYTES,
+    "kv_cache_memory_bytes": MAX_BYTES,
+    "gpu_memory": MAX_BYTES,
+    "overhead": MAX_BYTES,
+    "page_size_bytes": MAX_BYTES,
+    "page_size_padded": MAX_BYTES,
+    # lengths (tokens)
+    "max_model_len": MAX_TOKENS,
+    "max_model_len_limit": MAX_TOKENS,
+    "max_num_batched_tokens": MAX_TOKENS,
+    "max_num_encoder_input_tokens": MAX_TOKENS,
+    "max_position_embeddings": MAX_TOKENS,
+    "max_target_positions": MAX_TOKENS,
+    "max_source_positions": MAX_TOKENS,
+    "max_seq_len": MAX_TOKENS,
+    "seq_length": MAX_TOKENS,
+    "n_positions": MAX_TOKENS,
+    "sliding_window": MAX_TOKENS,
+    "sliding_window_size": MAX_TOKENS,
+    "attention_chunk_size": MAX_TOKENS,
+    "chunk_size": MAX_TOKENS,
+    "mamba_chunk_size": MAX_TOKENS,
+    "block_size": 1 << 20,
+    "kernel_block_size": 1 << 20,
+    # counts
+    "num_gpu_blocks_override": MAX_BLOCKS,
+    "num_blocks": MAX_BLOCKS,
+    "num_hidden_layers": 100_000,
+    "num_layers": 100_000,
+    "n_layer": 100_000,
+    "n_layers": 100_000,
+    "decoder_layers": 100_000,
+    "encoder_layers": 100_000,
+    "num_nextn_predict_layers": 100_000,
+    "first_k_dense_replace": 100_000,
+    "max_window_layers": 100_000,
+    "sliding_window_pattern": 100_000,
+    "num_attention_heads": 1 << 20,
+    "num_key_value_heads": 1 << 20,
+    "decoder_attention_heads": 1 << 20,
+    "n_head": 1 << 20,
+    "n_heads": 1 << 20,
+    "num_heads": 1 << 20,
+    "head_dim": 1 << 16,
+    "head_size": 1 << 16,
+    "v_head_dim": 1 << 16,
+    "hidden_size": 1 << 24,
+    "d_model": 1 << 24,
+    "intermediate_size": 1 << 28,
+    "vocab_size": 1 << 32,
+    "tensor_parallel_size": 1 << 16,
+    "pipeline_parallel_size": 1 << 16,
+    "num_speculative_tokens": 1 << 10,
+    "max_num_seqs": 1 << 24,
+}
+
+_UNIT_BOUNDS = (("bytes", MAX_BYTES), ("memory", MAX_BYTES), ("tokens", MAX_TOKENS),
+                ("len", MAX_TOKENS), ("blocks", MAX_BLOCKS), ("size", 1 << 24),
+                ("dim", 1 << 16), ("heads", 1 << 20), ("layers", 100_000))
+
+
+def bound(field: str) -> int:
+    """The plausibility bound (inclusive) of a field: :data:`BOUNDS`, else by the unit
+    its name ends with (``*_bytes`` 1 PiB, ``*_tokens`` 2^32, ``*_blocks`` 2^40 ...),
+    else 2^40."""
+    key = field.lstrip("-").replace("-", "_").rsplit(".", 1)[-1]
+    if key in BOUNDS:
+        return BOUNDS[key]
+    for suffix, limit in _UNIT_BOUNDS:
+        if key.endswith(suffix):
+            return limit
+    return 1 << 40
+
+
+# ---- echoing values in messages ----------------------------------------------------------
+
+#: the longest value echoed in full in a message
+SHORT_LIMIT = 64
+
+
+def shorten(value: Any, limit: int = SHORT_LIMIT) -> str:
+    """``repr(value)`` (a str as is), cut in the middle when longer than ``limit``:
+    ``'123456...(5,000 characters)...7890'``.  Never raises (a repr that raises or a
+    huge int gives its type and size)."""
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            abs(value).bit_length() > 4 * limit:
+        return f"<int of about {int(abs(value).bit_length() * 0.30103):,} digits>"
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        return f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    head = max(8, limit * 2 // 3)
+    tail = max(4, limit // 4)
+    return f"{text[:head]}...({len(text):,} characters)...{text[-tail:]}"
+
+
+_LONG_RUN = re.compile(r"\S{" + str(2 * SHORT_LIMIT + 1) + ",}")
+
+
+def shorten_message(message: str, limit: int = 2 * SHORT_LIMIT) -> str:
+    """A message with every run of more than ``limit`` non-space characters (a huge
+    number, a long path or token) cut in the middle by :func:`shorten`."""
+    if len(message) <= limit:
+        return message
+    return _LONG_RUN.sub(lambda m: shorten(m.group(0)), message)
+
+
+# ---- integers ----------------------------------------------------------------------------
+
+def check_int(value: Any, field: str, *, minimum: int | None = 1,
+              maximum: int | None = None, where: str = "",
+              allow_integral_float: bool = False) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (``maximum`` None: :func:`bound`
+    of ``field``).
+
+    Accepts Python and numpy integers (anything with ``__index__``) and, with
+    ``allow_integral_float``, floats with an integer value (JSON's ``4096.0`` or
+    ``1e4``).  bool is refused.  Raises ConfigError naming the field, the value (cut)
+    and the valid range; ``where`` (a file or model) prefixes the message.
+    """
+    pre = f"{where}: " if where else ""
+    if maximum is None:
+        maximum = bound(field)
+    shown = shorten(value)
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, float) and allow_integral_float:
+        number = int(value) if value == value and abs(value) != float("inf") \
+            and value.is_integer() else None
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = None
+    low = "" if minimum is None else ("a positive int" if minimum == 1 else
+                                      f"an int >= {minimum:,}")
+    if number is None:
+        raise ConfigError(f"{pre}{field} = {shown} must be {low or 'an int'}, got "
+                          f"{type(value).__name__}", field=field, value=shown,
+                          expected="int")
+    if minimum is not None and number < minimum:
+        raise ConfigError(f"{pre}{field} = {shown} must be {low}", field=field,
+                          value=shown, minimum=minimum)
+    if number > maximum:
+        raise ConfigError(f"{pre}{field} = {shown} is implausibly large "
+                          f"(at most {maximum:,})", field=field, value=shown,
+                          maximum=maximum)
+    return number
+
+
+# ---- sizes -------------------------------------------------------------------------------
+
+_SIZE_UNITS: dict[str, int] = {
+    "b": 1,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4, "pb": 1000**5,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
+}
+#: vLLM's one-letter suffixes (case-sensitive): lower case decimal, upper case binary
+_LETTER_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_LETTER_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+_NUMBER = re.compile(r"\s*([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]{1,4}))?"
+                     r"\s*([A-Za-z]*)\s*")
+
+_SIZE_HELP = ("use whole bytes or a number with a unit: KB, MB, GB, TB (powers of 1000), "
+              "KiB, MiB, GiB, TiB (powers of 1024), or vLLM's k/m/g/t (1000) and K/M/G/T "
+              "(1024), e.g. 20GiB")
+
+
+def parse_size(text: Any, field: str = "kv_cache_memory", *,
+               maximum: int | None = None) -> int:
+    """Bytes from ``"20GiB"``, ``"20GB"``, ``"1.5 GiB"``, ``"20G"`` (vLLM: GiB),
+    ``"4e9"``, ``"8000000000"`` or an int (see the module docstring for the units).
+
+    Returns int bytes in ``[0, maximum]`` (default :func:`bound` of ``field``, 1 PiB),
+    rounded down to a whole byte.  Raises ConfigError naming the field and the value
+    for a malformed, fractional unitless, negative or implausibly large size.
+    """
+    limit = bound(field) if maximum is None else maximum
+    if isinstance(text, bool):
+        raise ConfigError(f"{field}: {text!r} is not a size; {_SIZE_HELP}", field=field,
+                          value=str(text))
+    if not isinstance(text, str):
+        try:
+            return check_int(text, field, minimum=0, maximum=limit)
+        except ConfigError:
+            if not isinstance(text, float):
+                raise
+            text = repr(text)
+    shown = shorten(text)
+    m = _NUMBER.fullmatch(text)
+    if not m:
+        raise ConfigError(f"{field}: cannot read {shown} as a size; {_SIZE_HELP}",
+                          field=field, value=shown)
+    sign, digits, exp, unit = m.groups()
+    try:
+        number = Decimal(digits) * (Decimal(10) ** int(exp or 0))
+    except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
+        raise ConfigError(f"{field}: cannot read {shown} as a size; {_SIZE_HELP}",
+                          field=field, value=shown) from None
+    if unit in _LETTER_BINARY:
+        if number != number.to_integral_value():
+            raise ConfigError(
+                f"{field}: {shown}: a decimal number takes no binary one-letter suffix "
+                f"(as in vLLM); write {digits}{unit}iB or {digits}{unit.lower()} "
+                f"(powers of 1000)", field=field, value=shown)
+        mult = _LETTER_BINARY[unit]
+    elif unit in _LETTER_DECIMAL:
+        mult = _LETTER_DECIMAL[unit]
+    elif unit.lower() in _SIZE_UNITS:
+        mult = _SIZE_UNITS[unit.lower()]
+    elif unit == "":
+        mult = 0
+    else:
+        raise ConfigError(f"{field}: cannot read {shown} as a size (unknown unit "
+                          f"{shorten(unit)}); {_SIZE_HELP}", field=field, value=shown)
+    if mult == 0:  # bare number: whole bytes
+        if number != number.to_integral_value():
+            raise ConfigError(
+                f"{field}: {shown} is not a whole number of bytes; sizes are bytes or take "
+                f"units (e.g. 20GiB); for a fraction of GPU memory use "
+                f"--gpu-memory-utilization", field=field, value=shown)
+        mult = 1
+    value = number * mult
+    if sign == "-" and value != 0:
+        raise ConfigError(f"{field}: the size must not be negative, got {shown}",
+                          field=field, value=shown)
+    if value > limit:
+        raise ConfigError(f"{field}: {shown} is not a usable size (too large: at most "
+                          f"{limit:,} bytes)", field=field, value=shown, maximum=limit)
+    return int(value)
+
+
+# ---- lengths -----------------------------------------------------------------------------
+
+_LENGTH_HELP = ("use a whole number of tokens, optionally with vLLM's suffixes k = 1,000, "
+                "K = 1,024, m = 10^6, M = 2^20 (g/G, t/T likewise), e.g. 128K")
+_LENGTH = re.compile(r"\s*([+-]?)([0-9]+(?:\.[0-9]+)?)([kKmMgGtT]?)\s*")
+
+
+def parse_length(text: Any, field: str = "max_model_len", *, allow_auto: bool = False,
+                 minimum: int = 1, maximum: int | None = None) -> int:
+    """Tokens from ``"8192"``, ``"128K"`` (131,072), ``"128k"`` (128,000), ``"25.6k"``
+    (25,600), ``"1M"`` or an int; ``"auto"`` / ``-1`` give -1 when ``allow_auto``.
+
+    vLLM 0.32's rule (``human_readable_int``): lower-case suffixes are powers of 1000,
+    upper-case powers of 1024, and a decimal number takes only a decimal suffix; the
+    result must be a whole number.  Returns an int in ``[minimum, maximum]`` (default
+    :func:`bound` of ``field``).  Raises ConfigError naming the field and the value.
+    """
+    limit = bound(field) if maximum is None else maximum
+    auto = " or auto" if allow_auto else ""
+    if not isinstance(text, str):
+        if allow_auto and not isinstance(text, bool) and text == -1:
+            return -1
+        return check_int(text, field, minimum=minimum, maximum=limit)
+    shown = shorten(text)
+    if allow_auto and text.strip().lower() in ("auto", "-1"):
+        return -1
+    m = _LENGTH.fullmatch(text)
+    if not m:
+        raise ConfigError(f"{field}: cannot read {shown} as a length{auto}; "
+                          f"{_LENGTH_HELP}", field=field, value=shown)
+    sign, digits, suffix = m.groups()
+    number = Decimal(digits)
+    if suffix in _LETTER_BINARY and "." in digits:
+        raise ConfigError(
+            f"{field}: {shown}: decimals are not allowed with binary suffixes like "
+            f"{suffix} (as in vLLM); did you mean {digits}{suffix.lower()}?",
+            field=field, value=shown)
+    value = number * (_LETTER_BINARY.get(suffix) or _LETTER_DECIMAL.get(suffix) or 1)
+    if sign == "-":
+        value = -value
+    if value != value.to_integral_value():
+        raise ConfigError(f"{field}: {shown} is not a whole number of tokens; "
+                          f"{_LENGTH_HELP}", field=field, value=shown)
+    if value < minimum:
+        low = "positive" if minimum == 1 else f">= {minimum:,}"
+        raise ConfigError(f"{field} must be {low}{auto}, got {shown}", field=field,
+                          value=shown, minimum=minimum)
+    if value > limit:
+        raise ConfigError(f"{field}: {shown} is implausibly large (at most {limit:,} "
+                          f"tokens)", field=field, value=shown, maximum=limit)
+    return int(value)
+
+
+# ---- argparse types ----------------------------------------------------------------------
+
+def _arg_type(parse: Any, name: str) -> Any:
+    def convert(text: str) -> Any:
+        import argparse
+
+        try:
+            return parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    convert.__name__ = name  # argparse names the type in its fallback message
+    return convert
+
+
+def length_arg(field: str, *, allow_auto: bool = False, minimum: int = 1,
+               maximum: int | None = None) -> Any:
+    """An argparse ``type=`` that reads a length or count with :func:`parse_length`
+    (a ConfigError becomes argparse's one-line usage error naming the option)."""
+    return _arg_type(lambda t: parse_length(t, field, allow_auto=allow_auto,
+                                            minimum=minimum, maximum=maximum), field)
+
+
+def size_arg(field: str) -> Any:
+    """An argparse ``type=`` that reads a size with :func:`parse_size`."""
+    return _arg_type(lambda t: parse_size(t, field), field)
