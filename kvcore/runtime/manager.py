@@ -116,6 +116,9 @@ class KVCacheManager:
         base_cap = SingleTypeManager.max_cache_hit_tokens
         self._hit_cappers = [m for m in self.coordinator.managers
                              if type(m).max_cache_hit_tokens is not base_cap]
+        base_chunk = SingleTypeManager.max_prefill_chunk_tokens
+        self._chunk_cappers = [m for m in self.coordinator.managers
+                               if type(m).max_prefill_chunk_tokens is not base_chunk]
         self.enable_caching = bool(self.coordinator.caching_managers)
         self.managers: list[SingleTypeManager] = self.coordinator.managers
         self.hash_block_size = self.coordinator.hash_block_size
@@ -182,6 +185,32 @@ class KVCacheManager:
         st.queries += num_tokens
         st.hits += n
         return KVCacheBlocks(blocks), n
+
+    def max_prefill_chunk_tokens(self, request: Any, num_new_tokens: int,
+                                 num_new_computed_tokens: int = 0) -> int:
+        """How many of ``num_new_tokens`` prefill tokens the request may compute this
+        step so that every group can keep what it caches (the chunk cap).
+
+        Call it after :meth:`get_computed_blocks` and before :meth:`allocate_slots`,
+        with the scheduler's chunk (``num_new_tokens``) and the hit
+        (``num_new_computed_tokens``), and schedule the returned number (1 to
+        ``num_new_tokens``; ``num_new_tokens`` when no group caps, e.g. without state
+        layers).  Each group answers through
+        :meth:`SingleTypeManager.max_prefill_chunk_tokens` (a Mamba group in ``align``
+        mode ends a chunk on the block boundary whose state is cached, as vLLM's
+        ``Scheduler._mamba_block_aligned_split`` does); the answers are applied until
+        every group agrees.  Decode steps and requests past their prompt are never cut.
+        """
+        n = num_new_tokens
+        if n <= 0 or not self._chunk_cappers:
+            return n
+        start = request.num_computed_tokens + num_new_computed_tokens
+        while True:
+            m_prev = n
+            for m in self._chunk_cappers:
+                n = max(1, min(n, m.max_prefill_chunk_tokens(request, start, n)))
+            if n == m_prev:
+                return n
 
     # ---- allocation ----------------------------------------------------------------
     def allocate_slots(self, request: Any, num_new_tokens: int,
@@ -266,7 +295,9 @@ class KVCacheManager:
                 if n < 0:
                     n = 0
             else:
-                n = m.get_num_blocks_to_allocate(request, need, ())
+                n = m.get_num_blocks_to_allocate(
+                    request, min(num_computed + num_new_tokens, need)
+                    if m.excludes_lookahead_tokens else need, ())
             counts.append(n)
             total += n
             skip = False
@@ -284,7 +315,9 @@ class KVCacheManager:
         new_blocks: list[list[KVCacheBlock]] | None = None
         for g, ((m, _, plain_alloc, _, _), n) in enumerate(zip(plans, counts)):
             if n or not plain_alloc:
-                new = m.allocate_new_blocks(request, need)
+                new = m.allocate_new_blocks(
+                    request, min(num_computed + num_new_tokens, need)
+                    if m.excludes_lookahead_tokens else need)
                 if new:
                     if new_blocks is None:
                         new_blocks = [[] for _ in plans]
@@ -325,7 +358,10 @@ class KVCacheManager:
         total = 0
         freed = 0
         for g, m in enumerate(managers):
-            total += m.get_num_blocks_to_allocate(request, check_len, hit[g] if hit else ())
+            total += m.get_num_blocks_to_allocate(
+                request, min(num_computed + num_new_tokens, need)
+                if m.excludes_lookahead_tokens and not full_sequence_must_fit
+                else check_len, hit[g] if hit else ())
             if m.skips_blocks:
                 freed += m.num_blocks_freed_by_skipping(rid, num_computed)
         if total > self.block_pool.free_queue.num_free_blocks + freed:
@@ -339,7 +375,9 @@ class KVCacheManager:
         for m in managers:
             if m.skips_blocks:
                 m.remove_skipped_blocks(rid, num_computed)
-        new_blocks = [m.allocate_new_blocks(request, need) for m in managers]
+        new_blocks = [m.allocate_new_blocks(
+            request, min(num_computed + num_new_tokens, need)
+            if m.excludes_lookahead_tokens else need) for m in managers]
         self._requests[rid] = request
         if self.enable_caching:
             n_cache = num_computed + num_new_tokens

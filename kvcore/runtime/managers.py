@@ -65,6 +65,13 @@ that frees blocks in the middle of its table)
 ``max_cache_hit_tokens(request) -> int | None``
     An upper bound on the request's hit, applied before the search (default None).
 
+``max_prefill_chunk_tokens(request, num_computed_tokens, num_new_tokens) -> int``
+    The chunk cap: how many of the prefill tokens one step may compute (default all).
+
+``excludes_lookahead_tokens = True``
+    The sizing and allocation methods get ``num_computed + num_new_tokens`` without the
+    lookahead slots (a Mamba state, which keeps its own speculative blocks).
+
 ``cache_blocks(request, num_tokens)`` / ``free(request_id)``
     Enter newly full blocks in the cache / release the table tail first.  Rarely
     overridden.
@@ -112,6 +119,13 @@ class SingleTypeManager:
     skips_blocks: ClassVar[bool] = False
     #: a non-caching group still bounds prefix hits (see module docstring)
     limits_prefix_hits: ClassVar[bool] = True
+    #: the kind sizes its table by the main model's tokens (``num_computed_tokens +
+    #: num_new_tokens``, draft tokens included) and not by the lookahead slots, so
+    #: :class:`~kvcore.runtime.manager.KVCacheManager` passes ``num_tokens`` without
+    #: ``num_lookahead_tokens`` to its sizing and allocation methods (a recurrent
+    #: state: draft models have no state layers and the kind keeps its own speculative
+    #: blocks, so a lookahead on one call and none on the next must not move its state)
+    excludes_lookahead_tokens: ClassVar[bool] = False
 
     def __init__(self, spec: Any, block_pool: BlockPool, group_id: int, *,
                  enable_caching: bool, max_model_len: int, hash_block_size: int,
@@ -218,6 +232,17 @@ class SingleTypeManager:
         prefix-determined K/V, so a resumed request must not hit past its prompt).
         Applied by :meth:`KVCacheManager.get_computed_blocks` before the search."""
         return None
+
+    def max_prefill_chunk_tokens(self, request: Any, num_computed_tokens: int,
+                                 num_new_tokens: int) -> int:
+        """How many of the ``num_new_tokens`` prefill tokens starting at token
+        ``num_computed_tokens`` this kind lets one step compute (1 to
+        ``num_new_tokens``; the chunk cap an engine asks for through
+        :meth:`KVCacheManager.max_prefill_chunk_tokens`).  Default: all of them.  A kind
+        whose kernel writes what it caches only where a chunk ends overrides it (a
+        Mamba state in ``align`` mode: a chunk that crosses a block boundary whose
+        state will be cached must end on it)."""
+        return num_new_tokens
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                extra_tokens: int = 0) -> list[KVCacheBlock]:
