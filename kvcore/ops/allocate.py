@@ -118,6 +118,12 @@ def _spec_of(config: Any, layer_name: str) -> KVCacheSpec:
                       f"kv_cache_groups entry", field="shared_by", value=layer_name)
 
 
+def _span(t: Any, specs: list[tuple[str, KVCacheSpec]], num_blocks: int) -> int:
+    """Bytes of ``t``'s buffer that ``num_blocks`` blocks of its layers reach."""
+    return max((t.offset + (num_blocks - 1) * (t.block_stride or s.page_size_bytes)
+                + s.page_size_bytes for _, s in specs), default=0)
+
+
 def _plane(buf: Any, dtype_name: str, byte_offset: int, shape: tuple[int, ...],
            byte_strides: tuple[int, ...], what: str) -> Any:
     torch = __import__("torch")
@@ -168,14 +174,18 @@ def allocate_tensors(kv_cache_config: Any, device: Any = "cpu", *,
         Where the buffers live.
     num_blocks : int, optional
         Override the plan's ``num_blocks`` (needed when the plan has none, i.e. no
-        memory budget); views then cover this many blocks.
+        memory budget); views then cover this many blocks and each buffer is only as
+        large as its views need (``offset + (num_blocks - 1) x block_stride + page``
+        bytes, or ``num_blocks x block_stride`` for a block-outermost layout), never the
+        plan's full ``size``: ``num_blocks=8`` on a 40 GiB plan allocates 8 blocks.
     zero : bool
         Zero-fill the buffers (default; ``False`` leaves them uninitialised).
 
     Returns
     -------
     AllocatedKVCache
-        ``buffers[i]``: ``uint8 [kv_cache_tensors[i].size]``; ``[layer_name]``: a
+        ``buffers[i]``: ``uint8 [kv_cache_tensors[i].size]`` (fewer bytes with a
+        ``num_blocks`` override, see above); ``[layer_name]``: a
         :class:`LayerKVCache` (``raw`` always; ``key``/``value`` and scale planes for
         attention layers the core kernels implement).
 
@@ -200,13 +210,21 @@ def allocate_tensors(kv_cache_config: Any, device: Any = "cpu", *,
     layers: dict[str, LayerKVCache] = {}
     for t in kv_cache_config.kv_cache_tensors:
         specs = [(name, _spec_of(kv_cache_config, name)) for name in t.shared_by]
-        need = max((t.offset + (n_blocks - 1) * (t.block_stride or s.page_size_bytes)
-                    + s.page_size_bytes for _, s in specs), default=0)
-        if need <= t.size:
-            buffers.append(alloc(int(t.size), dtype=torch.uint8, device=device))
+        need = _span(t, specs, n_blocks)
+        # the entry's kind (own buffer, or a view into a block-outermost one) is decided
+        # at the plan's block count, so an override keeps the layout
+        planned = kv_cache_config.num_blocks
+        interleaved = bool(t.block_stride) and all(
+            t.offset + s.page_size_bytes <= t.block_stride for _, s in specs)
+        block_outermost = interleaved and _span(
+            t, specs, planned if isinstance(planned, int) and planned > 0 else n_blocks
+        ) > t.size
+        if need <= t.size and not block_outermost:
+            # with fewer blocks than planned, only the bytes the views cover
+            size = int(t.size) if num_blocks is None else int(need)
+            buffers.append(alloc(size, dtype=torch.uint8, device=device))
             tensor_buffers.append(len(buffers) - 1)
-        elif t.block_stride and all(t.offset + s.page_size_bytes <= t.block_stride
-                                    for _, s in specs):
+        elif interleaved:
             # block-outermost: every layer's page sits inside each block's span of
             # block_stride bytes; the entries share one buffer of num_blocks spans
             if t.block_stride not in shared:

@@ -106,9 +106,14 @@ class FreeBlockQueue:
         return self.popleft_n(1)[0]
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
-        """The first ``n`` blocks, removed; raises ValueError if fewer are free."""
+        """The first ``n`` blocks, removed; raises
+        :class:`~kvcore.errors.BlockPoolError` (a ValueError) if fewer are free."""
         if n > self.num_free_blocks:
-            raise ValueError(f"asked for {n} blocks, {self.num_free_blocks} free")
+            from kvcore.errors import BlockPoolError
+
+            raise BlockPoolError(f"asked for {n} blocks, {self.num_free_blocks} free",
+                                 field="num_blocks", value=n,
+                                 num_free_blocks=self.num_free_blocks)
         out: list[KVCacheBlock] = []
         b = self.head.next_free
         virgin = self._virgin
@@ -154,7 +159,10 @@ class FreeBlockQueue:
     def remove(self, b: KVCacheBlock) -> None:
         p, n = b.prev_free, b.next_free
         if p is None or n is None:
-            raise ValueError(f"{b} is not in the free queue")
+            from kvcore.errors import BlockPoolError
+
+            raise BlockPoolError(f"block {b.block_id} is not in the free queue ({b})",
+                                 block_id=b.block_id)
         p.next_free = n
         n.prev_free = p
         b.prev_free = b.next_free = None
@@ -258,6 +266,8 @@ class BlockPool:
         self.null_block.ref_cnt = 1
         self.num_usable_blocks = num_blocks - 1
         self.num_reserved_blocks = 0
+        #: blocks taken for good by :meth:`reserve_blocks` (sink blocks)
+        self.reserved_blocks: list[KVCacheBlock] = []
         self.cached: list[dict[bytes, KVCacheBlock]] = [{} for _ in range(num_groups)]
         self._dups: list[dict[bytes, dict[int, KVCacheBlock]]] = [
             {} for _ in range(num_groups)]
@@ -287,7 +297,8 @@ class BlockPool:
     # ---- allocation ----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[KVCacheBlock]:
         """Take ``n`` blocks from the front of the free queue (evicting cached content),
-        each with ``ref_cnt = 1``.  Raises ValueError when fewer than ``n`` are free."""
+        each with ``ref_cnt = 1``.  Raises :class:`~kvcore.errors.BlockPoolError` when
+        fewer than ``n`` are free (callers check :attr:`num_free_blocks` first)."""
         blocks = self.free_queue.popleft_n(n)
         for b in blocks:
             if b.block_hash is not None:
@@ -323,8 +334,16 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Add a holder to each block (cache hits); a block with no holder leaves the
-        free queue.  The null block is skipped."""
+        free queue.  The null block is skipped.  Raises
+        :class:`~kvcore.errors.BlockPoolError` for a block object that is not this
+        pool's (nothing changed then)."""
         q = self.free_queue
+        pool_blocks = self.blocks
+        blocks = list(blocks)
+        for b in blocks:
+            bid = b.block_id
+            if bid >= len(pool_blocks) or pool_blocks[bid] is not b:
+                raise self._foreign(b, "touched")
         for b in blocks:
             if b.ref_cnt == 0:
                 q.remove(b)
@@ -366,13 +385,40 @@ class BlockPool:
     def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one holder of each block, in the order given (callers pass a request's
         blocks last block first).  A block reaching ``ref_cnt == 0`` goes to the back
-        of the free queue if cached, to the front otherwise."""
+        of the free queue if cached, to the front otherwise.
+
+        Raises :class:`~kvcore.errors.BlockPoolError` naming the block id, with nothing
+        changed, for a block that is not held (``ref_cnt`` would go below 0: a block
+        freed twice, or listed twice in one call while held once) and for a block
+        object that is not one of this pool's (a forged or foreign block).  These
+        checks are always on (one comparison and one identity test per block)."""
         q = self.free_queue
         head, tail = q.head, q.tail
+        pool_blocks = self.blocks
+        n_pool = len(pool_blocks)
         n = 0
+        done: list[KVCacheBlock] = []
         for b in blocks:
             if b.is_null:
+                if b is not self.null_block:
+                    self._undo_free(done, n)
+                    raise self._foreign(b, "freed")
                 continue
+            bid = b.block_id
+            if bid >= n_pool or pool_blocks[bid] is not b:
+                self._undo_free(done, n)
+                raise self._foreign(b, "freed")
+            if b.ref_cnt <= 0:
+                self._undo_free(done, n)
+                from kvcore.errors import BlockPoolError
+
+                times = sum(1 for d in done if d is b)
+                raise BlockPoolError(
+                    f"block {bid} freed more often than it is held (held {b.ref_cnt} "
+                    f"time(s), listed {times + 1} time(s) in this free): its ref count "
+                    f"would go below 0 (a duplicate in one free, or a block freed "
+                    f"twice); nothing was freed", block_id=bid, ref_cnt=b.ref_cnt)
+            done.append(b)
             b.ref_cnt -= 1
             if b.ref_cnt == 0:
                 n += 1
@@ -390,10 +436,45 @@ class BlockPool:
                     tail.prev_free = b
         q.num_free_blocks += n
 
+    def _foreign(self, b: Any, what: str) -> Exception:
+        from kvcore.errors import BlockPoolError
+
+        bid = getattr(b, "block_id", None)
+        return BlockPoolError(
+            f"block {bid} {what} is not a block of this pool ({b!r}; the pool has block "
+            f"ids 0..{self.num_blocks - 1} and hands out only its own objects)",
+            block_id=bid)
+
+    def _undo_free(self, done: list[KVCacheBlock], n_queued: int) -> None:
+        """Give back the holders a failed :meth:`free_blocks` dropped (error path)."""
+        q = self.free_queue
+        q.num_free_blocks += n_queued
+        for b in reversed(done):
+            if b.ref_cnt == 0:
+                q.remove(b)
+            b.ref_cnt += 1
+
+    def is_pool_block(self, b: Any) -> bool:
+        """Whether ``b`` is one of this pool's block objects (the null block included)."""
+        bid = getattr(b, "block_id", -1)
+        return isinstance(bid, int) and 0 <= bid < len(self.blocks) \
+            and self.blocks[bid] is b
+
     def reserve_blocks(self, n: int) -> list[KVCacheBlock]:
-        """Take ``n`` blocks for good (e.g. attention sinks shared by all requests)."""
+        """Take ``n`` blocks for good (e.g. attention sinks shared by all requests); they
+        are listed in :attr:`reserved_blocks`.  Raises
+        :class:`~kvcore.errors.NotEnoughMemoryError` when fewer than ``n`` are free."""
+        if n > self.free_queue.num_free_blocks:
+            from kvcore.errors import NotEnoughMemoryError
+
+            raise NotEnoughMemoryError(
+                f"cannot reserve {n} blocks: the pool has {self.free_queue.num_free_blocks}"
+                f" free of {self.num_usable_blocks} usable (num_blocks {self.num_blocks} "
+                f"counts the null block); plan with more memory or fewer reserved blocks",
+                field="num_blocks", value=self.num_blocks, reserved_blocks=n)
         blocks = self.get_new_blocks(n)
         self.num_reserved_blocks += n
+        self.reserved_blocks.extend(blocks)
         return blocks
 
     # ---- cache control -------------------------------------------------------------

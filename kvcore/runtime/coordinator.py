@@ -35,7 +35,47 @@ __all__ = [
     "UnitaryCoordinator",
     "HybridCoordinator",
     "make_coordinator",
+    "runtime_spec",
 ]
+
+
+def runtime_spec(group: Any, group_id: int = 0) -> Any:
+    """The spec a group's manager frees and looks up by: ``group.spec``, except that
+    in a packed group whose layers have different windows the manager takes the
+    LARGEST ``sliding_window`` among the layers (a block may be freed only when no
+    layer of the group reads it any more, and a hit must hold every layer's window).
+    Each layer keeps its own window in ``group.layer_specs`` for its kernel.
+
+    Local-attention chunks: a block before the current chunk start of the largest
+    ``attention_chunk_size`` is outside every layer's chunk only when each size divides
+    the largest; otherwise :class:`~kvcore.errors.ConfigError` (no single chunk rule
+    serves the group)."""
+    specs = getattr(group, "layer_specs", None)
+    spec = group.spec
+    if not specs:
+        return spec
+    import dataclasses
+
+    changes: dict[str, Any] = {}
+    windows = [w for w in (getattr(s, "sliding_window", None) for s in specs) if w]
+    if windows and getattr(spec, "sliding_window", None) and \
+            max(windows) != spec.sliding_window:
+        changes["sliding_window"] = max(windows)
+    chunks = [c for c in (getattr(s, "attention_chunk_size", None) for s in specs) if c]
+    if chunks and getattr(spec, "attention_chunk_size", None) and len(set(chunks)) > 1:
+        big = max(chunks)
+        if any(big % c for c in chunks):
+            from kvcore.errors import ConfigError
+
+            raise ConfigError(
+                f"group {group_id} mixes attention_chunk_size {sorted(set(chunks))}; "
+                f"one block table can serve several chunk sizes only when each divides "
+                f"the largest", field="attention_chunk_size", value=sorted(set(chunks)))
+        if big != spec.attention_chunk_size:
+            changes["attention_chunk_size"] = big
+    if not changes or not dataclasses.is_dataclass(spec):
+        return spec
+    return dataclasses.replace(spec, **changes)  # type: ignore[type-var]
 
 
 class KVCacheCoordinator:
@@ -75,7 +115,7 @@ class KVCacheCoordinator:
             hbs = self.hash_block_size if g.spec.block_size % self.hash_block_size == 0 \
                 else g.spec.block_size
             self.managers.append(cls(
-                g.spec, block_pool, gid, enable_caching=enable_caching,
+                runtime_spec(g, gid), block_pool, gid, enable_caching=enable_caching,
                 max_model_len=max_model_len, hash_block_size=hbs, use_eagle=use_eagle,
                 max_num_batched_tokens=max_num_batched_tokens))
         self.caching_managers = [m for m in self.managers if m.enable_caching]

@@ -19,10 +19,14 @@ are listed on the methods.
 
 from __future__ import annotations
 
+import functools
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvcore.errors import BlockPoolError
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
 from kvcore.runtime.coordinator import UnitaryCoordinator, make_coordinator
 from kvcore.runtime.hashing import BlockHasher, Request
@@ -85,15 +89,41 @@ class KVCacheManager:
     use_eagle: EAGLE speculative decoding (the last hit block is recomputed).
     enable_events: record events for :meth:`take_events` (off by default, as in vLLM).
     max_num_batched_tokens: tokens per step (windowed kinds' sizing).
+    max_num_encoder_input_tokens: the longest encoder input (tokens) a request may
+        bring to a cross-attention group; default: the plan's figure
+        (``kv_cache_config.stats``), else no limit.  A longer request is refused at
+        admission with :class:`~kvcore.errors.RequestError`.
+    check_invariants: the debug switch.  When on (default: the environment variable
+        ``KVCORE_CHECK_INVARIANTS=1``), every public call is followed by
+        :meth:`check_consistency` (every ref count equals the tables holding the block,
+        the free queue holds exactly the unheld blocks, no block is in two groups'
+        tables, hash tables agree with the blocks) and calls from a thread other than
+        the first caller's raise.  It costs O(blocks) per call: for tests and engine
+        bring-up, not production.  The cheap checks (a freed block must be a pool
+        block that is held; a manager must return blocks it took from the pool) are
+        always on.
 
-    Raises :class:`~kvcore.errors.ConfigError` when ``num_blocks`` is missing or < 2.
+    Errors: :class:`~kvcore.errors.ConfigError` when ``num_blocks`` is missing or < 2
+    or ``max_model_len`` is not given and the plan has none;
+    :class:`~kvcore.errors.NotEnoughMemoryError` when the pool cannot hold the blocks
+    a group reserves (sink blocks); :class:`~kvcore.errors.BlockPoolError` (naming the
+    block id and the group's kind) when a manager frees or returns blocks it does not
+    hold.
+
+    Thread safety: **not thread-safe**.  One scheduler thread owns a manager and makes
+    every call on it (as vLLM's scheduler does); calls from several threads at once
+    corrupt the free queue.  An engine with several threads must serialise the calls
+    (one lock around each), or give each thread its own manager and pool.  The debug
+    switch raises on a call from a second thread.
     """
 
-    def __init__(self, kv_cache_config: Any, *, max_model_len: int,
+    def __init__(self, kv_cache_config: Any, *, max_model_len: int | None = None,
                  enable_caching: bool = True,
                  hash: str | Callable[[bytes], bytes] = "sha256",
                  use_eagle: bool = False, enable_events: bool = False,
-                 max_num_batched_tokens: int = 8192) -> None:
+                 max_num_batched_tokens: int = 8192,
+                 max_num_encoder_input_tokens: int | None = None,
+                 check_invariants: bool | None = None) -> None:
         from kvcore.errors import ConfigError
 
         num_blocks = kv_cache_config.num_blocks
@@ -101,6 +131,16 @@ class KVCacheManager:
             raise ConfigError("kv_cache_config.num_blocks is None (planned without a "
                               "memory budget); the runtime needs a block count",
                               field="num_blocks")
+        if max_model_len is None:
+            max_model_len = getattr(kv_cache_config, "max_model_len", 0) or None
+            if max_model_len is None:
+                raise ConfigError("max_model_len is not given and the plan has none; "
+                                  "pass max_model_len= (tokens)", field="max_model_len")
+        stats = getattr(kv_cache_config, "stats", None) or {}
+        if max_num_encoder_input_tokens is None:
+            max_num_encoder_input_tokens = stats.get("max_num_encoder_input_tokens") or None
+        #: planned encoder-input limit of cross-attention groups (None: no limit)
+        self.max_num_encoder_input_tokens = max_num_encoder_input_tokens
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
         self.use_eagle = use_eagle
@@ -156,6 +196,22 @@ class KVCacheManager:
              m.enable_caching and type(m).cache_blocks is base.cache_blocks)
             for m in self.managers]
         self._tables0 = self.managers[0].req_to_blocks if n else {}
+        from kvcore.specs import CrossAttentionSpec
+
+        self._has_cross = any(isinstance(m.spec, CrossAttentionSpec)
+                              or getattr(m.spec, "kind", "") == "cross_attention"
+                              for m in self.managers)
+        if check_invariants is None:
+            check_invariants = os.environ.get("KVCORE_CHECK_INVARIANTS", "").strip().lower() \
+                in ("1", "true", "yes", "on")
+        #: whether the debug switch is on (see the class docstring)
+        self.check_invariants = bool(check_invariants)
+        self._owner_thread: int | None = None
+        if self.check_invariants:
+            for name in ("get_computed_blocks", "allocate_slots", "free",
+                         "reset_prefix_cache"):
+                setattr(self, name, self._checked(getattr(self, name)))
+            self.check_consistency()
 
     # ---- requests ------------------------------------------------------------------
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
@@ -307,21 +363,29 @@ class KVCacheManager:
                     freed += m.num_blocks_freed_by_skipping(rid, num_computed)
                     skip = True
             skips.append(skip)
-        if total > self._fq.num_free_blocks + freed:
+        fq = self._fq
+        if total > fq.num_free_blocks + freed:
             return None
-        for (m, _, _, _, _), skip in zip(plans, skips):
-            if skip:
-                m.remove_skipped_blocks(rid, num_computed)
-        new_blocks: list[list[KVCacheBlock]] | None = None
-        for g, ((m, _, plain_alloc, _, _), n) in enumerate(zip(plans, counts)):
-            if n or not plain_alloc:
-                new = m.allocate_new_blocks(
-                    request, min(num_computed + num_new_tokens, need)
-                    if m.excludes_lookahead_tokens else need)
-                if new:
-                    if new_blocks is None:
-                        new_blocks = [[] for _ in plans]
-                    new_blocks[g] = new
+        m = None  # type: ignore[assignment]
+        try:
+            for (m, _, _, _, _), skip in zip(plans, skips):
+                if skip:
+                    m.remove_skipped_blocks(rid, num_computed)
+            new_blocks: list[list[KVCacheBlock]] | None = None
+            for g, ((m, _, plain_alloc, _, _), n) in enumerate(zip(plans, counts)):
+                if n or not plain_alloc:
+                    before = fq.num_free_blocks
+                    new = m.allocate_new_blocks(
+                        request, min(num_computed + num_new_tokens, need)
+                        if m.excludes_lookahead_tokens else need)
+                    if new:
+                        if before - fq.num_free_blocks != len(new):
+                            raise self._not_from_pool(m, new, before)
+                        if new_blocks is None:
+                            new_blocks = [[] for _ in plans]
+                        new_blocks[g] = new
+        except BlockPoolError as e:
+            raise self._name_kind(e, m) from None
         if self.enable_caching:
             n_cache = num_computed + num_new_tokens
             num_tokens = len(request.all_token_ids)
@@ -343,8 +407,23 @@ class KVCacheManager:
                           full_sequence_must_fit: bool) -> KVCacheBlocks | None:
         rid = request.request_id
         if num_new_tokens <= 0 and not new_computed_blocks:
-            raise ValueError(f"allocate_slots({rid!r}): num_new_tokens must be > 0, got "
-                             f"{num_new_tokens}")
+            from kvcore.errors import RequestError
+
+            raise RequestError(f"allocate_slots({rid!r}): num_new_tokens must be > 0, "
+                               f"got {num_new_tokens}", field="num_new_tokens",
+                               value=num_new_tokens)
+        if self._has_cross and self.max_num_encoder_input_tokens is not None:
+            enc = int(getattr(request, "num_encoder_tokens", 0) or 0)
+            if enc > self.max_num_encoder_input_tokens:
+                from kvcore.errors import RequestError
+
+                raise RequestError(
+                    f"request {rid!r}: num_encoder_tokens {enc} exceeds the planned "
+                    f"max_num_encoder_input_tokens {self.max_num_encoder_input_tokens} "
+                    f"(cross-attention blocks are sized for at most that many encoder "
+                    f"tokens); refuse or truncate the request, or plan with a larger "
+                    f"max_num_encoder_input_tokens", field="num_encoder_tokens",
+                    value=enc, limit=self.max_num_encoder_input_tokens)
         managers = self.managers
         hit = new_computed_blocks.blocks if new_computed_blocks else None
         check_len = need
@@ -364,20 +443,31 @@ class KVCacheManager:
                 else check_len, hit[g] if hit else ())
             if m.skips_blocks:
                 freed += m.num_blocks_freed_by_skipping(rid, num_computed)
-        if total > self.block_pool.free_queue.num_free_blocks + freed:
+        fq = self.block_pool.free_queue
+        if total > fq.num_free_blocks + freed:
             return None
-        # every group takes its hits before any group takes new blocks: a hit block of
-        # one group may sit in the free queue that another group allocates from
-        if hit:
-            for g, m in enumerate(managers):
-                if hit[g]:
-                    m.save_new_computed_blocks(rid, hit[g])
-        for m in managers:
-            if m.skips_blocks:
-                m.remove_skipped_blocks(rid, num_computed)
-        new_blocks = [m.allocate_new_blocks(
-            request, min(num_computed + num_new_tokens, need)
-            if m.excludes_lookahead_tokens else need) for m in managers]
+        m = None  # type: ignore[assignment]
+        try:
+            # every group takes its hits before any group takes new blocks: a hit block
+            # of one group may sit in the free queue that another group allocates from
+            if hit:
+                for g, m in enumerate(managers):
+                    if hit[g]:
+                        m.save_new_computed_blocks(rid, hit[g])
+            for m in managers:
+                if m.skips_blocks:
+                    m.remove_skipped_blocks(rid, num_computed)
+            new_blocks = []
+            for m in managers:
+                before = fq.num_free_blocks
+                new = m.allocate_new_blocks(
+                    request, min(num_computed + num_new_tokens, need)
+                    if m.excludes_lookahead_tokens else need)
+                if before - fq.num_free_blocks != len(new):
+                    raise self._not_from_pool(m, new, before)
+                new_blocks.append(new)
+        except BlockPoolError as e:
+            raise self._name_kind(e, m) from None
         self._requests[rid] = request
         if self.enable_caching:
             n_cache = num_computed + num_new_tokens
@@ -393,9 +483,124 @@ class KVCacheManager:
         """Release every block of the request (each group's table last block first);
         cached blocks stay findable until evicted."""
         rid = request.request_id if not isinstance(request, str) else request
-        for m in self.managers:
-            m.free(rid)
+        m: Any = None
+        try:
+            for m in self.managers:
+                m.free(rid)
+        except BlockPoolError as e:
+            raise self._name_kind(e, m) from None
         self._requests.pop(rid, None)
+
+    # ---- checks --------------------------------------------------------------------
+    @staticmethod
+    def _name_kind(e: BlockPoolError, m: Any) -> BlockPoolError:
+        """The pool's error with the manager's group and kind (the plugin) named."""
+        if m is None or "kind" in e.extra:
+            return e
+        kind = getattr(m.spec, "kind", type(m.spec).__name__)
+        return BlockPoolError(f"group {m.group_id} (kind {kind!r}, {type(m).__name__}): "
+                              f"{e.message}", **{**e.extra, "kind": kind,
+                                                 "group_id": m.group_id})
+
+    def _not_from_pool(self, m: Any, new: Sequence[Any], before: int) -> BlockPoolError:
+        kind = getattr(m.spec, "kind", type(m.spec).__name__)
+        taken = before - self._fq.num_free_blocks
+        ids = [getattr(b, "block_id", None) for b in new]
+        return BlockPoolError(
+            f"group {m.group_id} (kind {kind!r}, {type(m).__name__}): allocate_new_blocks "
+            f"returned {len(new)} block(s) {ids[:8]} but took {taken} from the pool: a "
+            f"manager must return exactly the blocks it took with pool.get_new_blocks "
+            f"(never forged blocks or another table's)", kind=kind, group_id=m.group_id,
+            block_id=ids[0] if ids else None)
+
+    def _checked(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` followed by :meth:`check_consistency`, from the owner thread only."""
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kw: Any) -> Any:
+            me = threading.get_ident()
+            if self._owner_thread is None:
+                self._owner_thread = me
+            elif me != self._owner_thread:
+                from kvcore.errors import KVCoreError
+
+                raise KVCoreError(
+                    f"KVCacheManager.{fn.__name__} called from thread {me}, but thread "
+                    f"{self._owner_thread} owns this manager: it is not thread-safe (one "
+                    f"scheduler thread makes every call)", field="thread", value=me)
+            out = fn(*args, **kw)
+            self.check_consistency()
+            return out
+
+        return call
+
+    def check_consistency(self) -> None:
+        """Check the whole block state (O(blocks + table entries)); raises
+        :class:`~kvcore.errors.BlockPoolError` naming the block id and the group's kind
+        at the first fault.  Checked: every table entry is a block of this pool; no
+        non-null block appears twice in one table or in two groups' tables; every
+        block's ``ref_cnt`` equals the tables holding it (plus its reservation); the
+        free queue holds exactly the unheld blocks, once each, never the null block;
+        every cached hash points at a block carrying that hash.  Run after every call
+        when ``check_invariants`` is on; callable any time."""
+        pool = self.block_pool
+
+        def fail(msg: str, bid: Any, m: Any = None) -> BlockPoolError:
+            extra: dict[str, Any] = {"block_id": bid}
+            if m is not None:
+                kind = getattr(m.spec, "kind", type(m.spec).__name__)
+                msg = f"group {m.group_id} (kind {kind!r}, {type(m).__name__}): {msg}"
+                extra.update(kind=kind, group_id=m.group_id)
+            return BlockPoolError(f"check_invariants: {msg}", **extra)
+
+        holders: dict[int, int] = {}
+        owner: dict[int, Any] = {}
+        for m in self.managers:
+            for rid, table in m.req_to_blocks.items():
+                seen: set[int] = set()
+                for b in table:
+                    if not pool.is_pool_block(b):
+                        raise fail(f"request {rid!r} holds block "
+                                   f"{getattr(b, 'block_id', b)!r}, not a pool block",
+                                   getattr(b, "block_id", None), m)
+                    if b.is_null:
+                        continue
+                    bid = b.block_id
+                    if bid in seen:
+                        raise fail(f"request {rid!r} lists block {bid} twice", bid, m)
+                    seen.add(bid)
+                    o = owner.setdefault(bid, m)
+                    if o is not m:
+                        raise fail(f"block {bid} is in tables of groups {o.group_id} "
+                                   f"and {m.group_id} at once", bid, m)
+                    holders[bid] = holders.get(bid, 0) + 1
+        for b in pool.reserved_blocks:
+            holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        queued: set[int] = set()
+        n_queue = 0
+        for b in pool.free_queue:
+            n_queue += 1
+            if b.is_null or b.block_id in queued or not pool.is_pool_block(b):
+                raise fail(f"free queue holds block {b.block_id} wrongly (null, twice or "
+                           f"foreign)", b.block_id, owner.get(b.block_id))
+            queued.add(b.block_id)
+        if n_queue != pool.free_queue.num_free_blocks:
+            raise fail(f"free queue has {n_queue} blocks but counts "
+                       f"{pool.free_queue.num_free_blocks}", None)
+        for b in pool.blocks[1:]:
+            want = holders.get(b.block_id, 0)
+            if b.ref_cnt != want:
+                raise fail(f"block {b.block_id} has ref_cnt {b.ref_cnt} but {want} "
+                           f"holder(s)", b.block_id, owner.get(b.block_id))
+            if (b.ref_cnt == 0) != (b.block_id in queued):
+                raise fail(f"block {b.block_id} (ref_cnt {b.ref_cnt}) is "
+                           f"{'in' if b.block_id in queued else 'not in'} the free queue",
+                           b.block_id, owner.get(b.block_id))
+        for g, cache in enumerate(pool.cached):
+            for h, b in cache.items():
+                if b.block_hash != h or b.group_id != g:
+                    raise fail(f"prefix cache of group {g} maps a hash to block "
+                               f"{b.block_id}, which carries another", b.block_id)
 
     # ---- queries -------------------------------------------------------------------
     @property

@@ -180,8 +180,10 @@ class SingleTypeManager:
             return
         table = self.req_to_blocks.get(request_id)
         if table:
-            raise ValueError(f"request {request_id!r} already holds blocks; cache hits "
-                             "are only taken at admission")
+            from kvcore.errors import RequestError
+
+            raise RequestError(f"request {request_id!r} already holds blocks; cache hits "
+                               "are only taken at admission", field="new_computed_blocks")
         self.pool.touch(new_computed_blocks)
         self.req_to_blocks[request_id] = list(new_computed_blocks)
         self.num_cached_blocks[request_id] = len(new_computed_blocks)
@@ -460,5 +462,15 @@ class SinkFullAttentionManager(FullAttentionManager):
 
     def __init__(self, spec: Any, block_pool: BlockPool, group_id: int, **kw: Any) -> None:
         super().__init__(spec, block_pool, group_id, **kw)
-        n = -(-int(getattr(spec, "sink_len", 0)) // self.block_size)
+        sink_len = int(getattr(spec, "sink_len", 0))
+        n = -(-sink_len // self.block_size)
+        if n > block_pool.num_free_blocks:
+            from kvcore.errors import NotEnoughMemoryError
+
+            raise NotEnoughMemoryError(
+                f"group {group_id} ({spec.kind}): sink_len {sink_len} needs {n} sink "
+                f"blocks of block_size {self.block_size}, but the pool has only "
+                f"{block_pool.num_free_blocks} free (num_blocks {block_pool.num_blocks}); "
+                f"plan with more memory or a shorter sink_len", field="sink_len",
+                value=sink_len, sink_blocks=n, num_free_blocks=block_pool.num_free_blocks)
         self.sink_blocks: list[KVCacheBlock] = block_pool.reserve_blocks(n) if n else []

@@ -171,3 +171,36 @@ def test_real_model_plans_allocate_on_meta(model, kv_dtype, layout):
         for items in spans.values():
             items.sort()
             assert all(a[1] <= b[0] for a, b in zip(items, items[1:]))
+
+
+@pytest.mark.parametrize(("model", "layout"), [
+    ("llama-3.1-8b", None), ("gemma-2-2b-it", None), ("gemma-2-2b-it", "BLHNC"),
+])
+def test_num_blocks_override_allocates_only_what_the_views_need(model, layout):
+    """Issue 13 item 11: ``num_blocks=8`` on a 40 GiB plan allocates 8 blocks' bytes per
+    buffer, not the plan's sizes (the process was killed for memory)."""
+    import kvcore
+
+    options = {"kv_cache_layout": layout} if layout else {}
+    cfg = kvcore.plan_model(model, kv_cache_memory_bytes=40 << 30, max_model_len=4096,
+                            **options)
+    assert sum(t.size for t in cfg.kv_cache_tensors) > 20 << 30
+    caches = allocate_tensors(cfg, "meta", num_blocks=8)
+    if layout == "BLHNC":  # one buffer of 8 block spans
+        assert caches.total_bytes == 8 * cfg.kv_cache_tensors[0].block_stride
+    else:  # each layer-outermost buffer: 8 pages of its largest layer page
+        want = sum(max(_page(cfg, n) for n in t.shared_by) * 8
+                   for t in cfg.kv_cache_tensors)
+        assert caches.total_bytes == want
+    for i, t in enumerate(cfg.kv_cache_tensors):
+        buf = caches.buffers[caches.tensor_buffers[i]]
+        for name in t.shared_by:
+            assert caches[name].raw.shape[0] == 8
+            assert _extent(caches[name].raw)[1] <= buf.numel()
+
+
+def _page(cfg, name):
+    for g in cfg.kv_cache_groups:
+        if name in g.layer_names:
+            return g.spec_of(name).page_size_bytes
+    raise AssertionError(name)
