@@ -91,13 +91,13 @@ BOUNDS: dict[str, int] = {
     # counts
     "num_gpu_blocks_override": MAX_BLOCKS,
     "num_blocks": MAX_BLOCKS,
-    "num_hidden_layers": 100_000,
-    "num_layers": 100_000,
-    "n_layer": 100_000,
-    "n_layers": 100_000,
-    "decoder_layers": 100_000,
-    "encoder_layers": 100_000,
-    "num_nextn_predict_layers": 100_000,
+    "num_hidden_layers": 10_000,
+    "num_layers": 10_000,
+    "n_layer": 10_000,
+    "n_layers": 10_000,
+    "decoder_layers": 10_000,
+    "encoder_layers": 10_000,
+    "num_nextn_predict_layers": 10_000,
     "first_k_dense_replace": 100_000,
     "max_window_layers": 100_000,
     "sliding_window_pattern": 100_000,
@@ -122,7 +122,7 @@ BOUNDS: dict[str, int] = {
 
 _UNIT_BOUNDS = (("bytes", MAX_BYTES), ("memory", MAX_BYTES), ("tokens", MAX_TOKENS),
                 ("len", MAX_TOKENS), ("blocks", MAX_BLOCKS), ("size", 1 << 24),
-                ("dim", 1 << 16), ("heads", 1 << 20), ("layers", 100_000))
+                ("dim", 1 << 16), ("heads", 1 << 20), ("layers", 10_000))
 
 
 def bound(field: str) -> int:

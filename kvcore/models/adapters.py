@@ -24,8 +24,14 @@ kind follows the model code of HF transformers (and vLLM's model files):
 * whisper: decoder self-attention plus cross-attention (sized per request by
   ``max_source_positions`` encoder frames); the encoder needs no cache.
 
-Tensor parallelism: each rank holds ``num_kv_heads // tp`` KV heads; a head count below
-``tp`` is replicated (one head per rank), as in vLLM.
+Tensor parallelism (:func:`check_tensor_parallel`, one rule for every adapter, core or
+plugin): ``tp`` divides the attention heads; each rank holds ``num_kv_heads // tp`` KV
+heads, and a head count below ``tp`` that divides it is replicated (one head per rank),
+as in vLLM; MLA's latent cache is replicated on every rank.
+
+Every field is read through the typed readers of :class:`~kvcore.models.ModelConfig`
+(``get_int`` / ``get_bool`` / ``get_list`` ...): a present but invalid value is an error
+naming the field; only an absent one (or null) takes the family's default.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvcore.errors import ConfigError
-from kvcore.models.config import CacheConfig, ModelConfig
+from kvcore.models.config import REQUIRED, CacheConfig, ModelConfig
 from kvcore.specs import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
@@ -44,15 +50,18 @@ from kvcore.specs import (
 )
 
 __all__ = ["CORE_MODEL_TYPES", "core_layer_specs", "kv_heads_per_rank",
-           "resolve_kv_cache_dtype", "DEFAULT_BLOCK_SIZE"]
+           "check_tensor_parallel", "is_mla_config", "resolve_kv_cache_dtype",
+           "DEFAULT_BLOCK_SIZE"]
 
 DEFAULT_BLOCK_SIZE = 16
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int, where: str = "config") -> int:
-    """KV heads one tensor-parallel rank holds (heads below ``tp`` are replicated).
+    """KV heads one tensor-parallel rank holds: ``num_kv_heads / tp``, or 1 when
+    ``tp`` is a multiple of ``num_kv_heads`` (each head replicated on ``tp /
+    num_kv_heads`` ranks), as vLLM's ``QKVParallelLinear``.
 
-    Raises ConfigError when the heads cannot be split evenly.
+    Raises ConfigError when neither divides the other.
     """
     if tp <= 1:
         return num_kv_heads
@@ -69,6 +78,41 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int, where: str = "config") -> int:
             f"{num_kv_heads}, so the heads cannot be replicated evenly",
             field="tensor_parallel_size", value=tp)
     return 1
+
+
+def is_mla_config(model: ModelConfig) -> bool:
+    """An MLA model (DeepSeek-V2 family): ``kv_lora_rank`` set and ``use_mla`` not
+    false.  Its latent cache is one head replicated on every rank."""
+    return model.get("kv_lora_rank") not in (None, 0) and model.get("use_mla") is not False
+
+
+def check_tensor_parallel(model: ModelConfig, tp: int) -> None:
+    """The one tensor-parallel rule, applied before any adapter runs:
+
+    * ``tp`` divides ``num_attention_heads`` (Whisper: ``decoder_attention_heads``), as
+      vLLM's ``ModelConfig.verify_with_parallel_config`` requires;
+    * ``num_key_value_heads`` is a multiple of ``tp`` or ``tp`` a multiple of it (heads
+      replicated), as vLLM's ``QKVParallelLinear``; not checked for MLA, whose latent
+      cache is replicated on every rank.
+
+    A config without attention heads (pure state-space models) is checked by its
+    adapter's own sharded dimensions.  Raises ConfigError naming
+    ``tensor_parallel_size``.
+    """
+    if tp <= 1:
+        return
+    where = model.source or model.name or model.model_type
+    key = "decoder_attention_heads" if model.model_type == "whisper" else \
+        "num_attention_heads"
+    heads = model.get_int(key, None)
+    if heads is not None and heads % tp:
+        raise ConfigError(
+            f"{where}: {key} {heads} cannot be split over tensor_parallel_size {tp} "
+            f"(it must divide the head count, as in vLLM)",
+            field="tensor_parallel_size", value=tp)
+    kv = model.num_key_value_heads if key == "num_attention_heads" else heads
+    if kv and not is_mla_config(model):
+        kv_heads_per_rank(kv, tp, where)
 
 
 def resolve_kv_cache_dtype(model: ModelConfig, cache: CacheConfig) -> str:
@@ -88,17 +132,7 @@ class _Builder:
         self.block_size = cache.block_size_or(DEFAULT_BLOCK_SIZE)
         self.kv_cache_dtype = resolve_kv_cache_dtype(model, cache)
         self.where = model.source or model.name or model.model_type
-        self.check_tp(model.num_attention_heads
-                      if model.model_type != "whisper" else model.get("decoder_attention_heads"))
-
-    def check_tp(self, num_attention_heads: int | None) -> None:
-        """Query heads must split evenly over tensor-parallel ranks (vLLM's rule)."""
-        tp = self.cache.tensor_parallel_size
-        if tp > 1 and num_attention_heads and num_attention_heads % tp:
-            raise ConfigError(
-                f"{self.where}: num_attention_heads {num_attention_heads} cannot be split "
-                f"over tensor_parallel_size {tp} (it must divide the head count)",
-                field="tensor_parallel_size", value=tp)
+        check_tensor_parallel(model, cache.tensor_parallel_size)
 
     def common(self, num_kv_heads: int, head_size: int, head_size_v: int | None = None
                ) -> dict[str, Any]:
@@ -135,11 +169,11 @@ def _name(i: int) -> str:
 
 
 def _window(m: ModelConfig, field: str = "sliding_window") -> int:
-    w = m.get(field)
-    if not isinstance(w, int) or isinstance(w, bool) or w <= 0:
-        raise ConfigError(f"{m.source or m.name}: field {field!r} = {w!r} must be a positive "
-                          f"int for sliding-window layers", field=field, value=repr(w))
-    return w
+    w = m.get_int(field, None)
+    if w is None:
+        raise ConfigError(f"{m.source or m.name}: field {field!r} must be a positive int "
+                          f"for sliding-window layers, got null or nothing", field=field)
+    return int(w)
 
 
 def _from_layer_types(m: ModelConfig, b: _Builder, types: tuple[str, ...],
@@ -147,18 +181,18 @@ def _from_layer_types(m: ModelConfig, b: _Builder, types: tuple[str, ...],
                       full_shape: tuple[int, int, int | None] | None = None
                       ) -> dict[str, KVCacheSpec]:
     n = m.num_hidden_layers or len(types)
-    if len(types) < n:
+    if len(types) != n:
         raise ConfigError(f"{b.where}: layer_types has {len(types)} entries for "
                           f"num_hidden_layers {n}", field="layer_types")
     out: dict[str, KVCacheSpec] = {}
-    for i, t in enumerate(types[:n]):
+    for i, t in enumerate(types):
         if t in ("full_attention", "global_attention", "attention"):
             fkv, fhd, fhv = full_shape or (kv, hd, hv)
             out[_name(i)] = b.full(fkv, fhd, fhv)
         elif t in ("sliding_attention", "sliding_window_attention", "local_attention"):
             out[_name(i)] = b.sliding(_window(m), kv, hd, hv)
         elif t in ("chunked_attention", "chunked_local_attention"):
-            chunk = m.require("attention_chunk_size")
+            chunk = m.get_int("attention_chunk_size")
             out[_name(i)] = b.chunked(chunk, kv, hd, hv)
         else:
             raise ConfigError(
@@ -179,12 +213,13 @@ def _llama_like(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
                       for i in range(n))
         return _from_layer_types(m, b, types, kv, hd)
     window = m.sliding_window
+    first_sliding = 0
     if m.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-        if not m.get("use_sliding_window", False):
+        # HF Qwen2/Qwen3 configs: sliding only with use_sliding_window, on layers
+        # >= max_window_layers
+        if not m.get_bool("use_sliding_window", False):
             window = None
-        first_sliding = m.get("max_window_layers", 0) or 0
-    else:
-        first_sliding = 0
+        first_sliding = m.get_int("max_window_layers", 0, minimum=0)
     out: dict[str, KVCacheSpec] = {}
     for i in range(n):
         if window is not None and i >= first_sliding:
@@ -202,14 +237,16 @@ def _gemma(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
     else:
         if m.model_type == "gemma2":
             pattern = 2
-        else:
-            pattern = m.get("sliding_window_pattern") or m.get("_sliding_window_pattern") or 6
+        else:  # HF Gemma3TextConfig: sliding_window_pattern, default 6
+            key = "sliding_window_pattern" if m.get("sliding_window_pattern") is not None \
+                else "_sliding_window_pattern"
+            pattern = m.get_int(key, 6)
         types = tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
                       for i in range(n))
     full_shape = None
     if m.model_type.startswith("gemma4"):
-        gkv = m.get("num_global_key_value_heads") or kv
-        ghd = m.get("global_head_dim") or hd
+        gkv = m.get_int("num_global_key_value_heads", kv)
+        ghd = m.get_int("global_head_dim", hd)
         full_shape = (gkv, ghd, None)
     return _from_layer_types(m, b, types, kv, hd, full_shape=full_shape)
 
@@ -217,9 +254,11 @@ def _gemma(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
 def _llama4(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
     n, _, kv, hd = m.require_attention()
     b = _Builder(m, c)
-    chunk = m.get("attention_chunk_size")
-    no_rope = m.get("no_rope_layers") or []
-    if no_rope and len(no_rope) < n:
+    chunk = m.get_int("attention_chunk_size", None)
+    # HF Llama4TextConfig: an empty or absent no_rope_layers means the default,
+    # every fourth layer NoPE ((i + 1) % 4 == 0); entries are 1 (RoPE) or 0 (NoPE)
+    no_rope = m.get_list("no_rope_layers", [], item="int", minimum=0, choices=(0, 1))
+    if no_rope and len(no_rope) != n:
         raise ConfigError(f"{b.where}: no_rope_layers has {len(no_rope)} entries for "
                           f"{n} layers", field="no_rope_layers")
     out: dict[str, KVCacheSpec] = {}
@@ -235,15 +274,20 @@ def _llama4(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
 def _mimo(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
     n, _, kv, hd = m.require_attention()
     b = _Builder(m, c)
-    pattern = m.require("hybrid_layer_pattern", list)
-    if len(pattern) < n:
-        raise ConfigError(f"{b.where}: hybrid_layer_pattern has {len(pattern)} entries for "
-                          f"{n} layers", field="hybrid_layer_pattern")
-    hv = m.get("v_head_dim")
-    swa_kv = m.get("swa_num_key_value_heads") or kv
-    swa_hd = m.get("swa_head_dim") or hd
-    swa_hv = m.get("swa_v_head_dim") or hv
-    window = m.get("sliding_window") or m.get("sliding_window_size")
+    pattern = m.get_list("hybrid_layer_pattern", item="int", minimum=0, choices=(0, 1),
+                         length=n)
+    hv = m.get_int("v_head_dim", None)
+    swa_kv = m.get_int("swa_num_key_value_heads", kv)
+    swa_hd = m.get_int("swa_head_dim", hd)
+    swa_hv = m.get_int("swa_v_head_dim", hv)
+    window_key = "sliding_window" if m.get("sliding_window") is not None \
+        else "sliding_window_size"
+    window = m.get_int(window_key, None)
+    heads = m.num_attention_heads or 0
+    if swa_kv > heads or heads % swa_kv:
+        raise ConfigError(f"{b.where}: swa_num_key_value_heads {swa_kv} must divide "
+                          f"num_attention_heads {heads}", field="swa_num_key_value_heads",
+                          value=swa_kv)
     out: dict[str, KVCacheSpec] = {}
     for i in range(n):
         if pattern[i] == 1:
@@ -251,30 +295,19 @@ def _mimo(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
                 raise ConfigError(f"{b.where}: missing field 'sliding_window'",
                                   field="sliding_window")
             out[_name(i)] = b.sliding(window, swa_kv, swa_hd, swa_hv)
-        elif pattern[i] == 0:
-            out[_name(i)] = b.full(kv, hd, hv)
         else:
-            raise ConfigError(f"{b.where}: hybrid_layer_pattern[{i}] = {pattern[i]!r} must "
-                              f"be 0 (full) or 1 (sliding window)",
-                              field="hybrid_layer_pattern")
+            out[_name(i)] = b.full(kv, hd, hv)
     return out
 
 
 def _whisper(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
-    n = m.get("decoder_layers", m.num_hidden_layers)
-    heads = m.get("decoder_attention_heads")
-    d_model = m.get("d_model")
-    enc = m.get("max_source_positions")
-    for key, value in (("decoder_layers", n), ("decoder_attention_heads", heads),
-                       ("d_model", d_model), ("max_source_positions", enc)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"{m.source or m.name}: field {key!r} = {value!r} must be a "
-                              f"positive int", field=key)
-    assert isinstance(d_model, int) and isinstance(heads, int)
+    n = m.get_int("decoder_layers", m.num_hidden_layers or REQUIRED)
+    heads = m.get_int("decoder_attention_heads")
+    d_model = m.get_int("d_model")
+    m.get_int("max_source_positions")
     if d_model % heads:
         raise ConfigError(f"{m.source or m.name}: d_model {d_model} is not a multiple of "
                           f"decoder_attention_heads {heads}", field="d_model")
-    assert isinstance(n, int) and isinstance(heads, int) and isinstance(d_model, int)
     b = _Builder(m, c)
     hd = d_model // heads
     out: dict[str, KVCacheSpec] = {}

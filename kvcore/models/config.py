@@ -19,13 +19,174 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvcore.errors import ConfigError
 
-__all__ = ["ModelConfig", "CacheConfig", "load_model_config", "parse_model_config"]
+__all__ = ["ModelConfig", "CacheConfig", "load_model_config", "parse_model_config",
+           "REQUIRED", "field_int", "field_str", "field_bool", "field_dict", "field_list"]
+
+
+# ---- typed field readers -------------------------------------------------------------------
+#
+# Every field an adapter reads goes through one of these.  The rule: an absent field (not
+# in the config, or JSON null) takes the default, or is an error naming it when it has
+# none (``REQUIRED``); a present field of the wrong type or out of range is an error
+# naming the field, the value (cut when long) and what is valid, never replaced by the
+# default.  Integers are bounded by kvcore.units.bound (one table of plausibility bounds).
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: default meaning "the field must be present"
+REQUIRED: Any = _Required()
+
+
+def _absent(raw: Any, key: str) -> bool:
+    return not isinstance(raw, dict) or raw.get(key) is None
+
+
+def _missing(key: str, where: str, path: str | None, model_type: str | None) -> ConfigError:
+    why = f" (needed for model_type {model_type!r})" if model_type else ""
+    return ConfigError(f"{where}: missing field {path or key!r}{why}", field=path or key)
+
+
+def _wrong(key: str, value: Any, expected: str, where: str, path: str | None,
+           **extra: Any) -> ConfigError:
+    from kvcore.units import shorten
+
+    name = path or key
+    got = "" if expected.startswith("in ") else f", got {_json_type(value)}"
+    return ConfigError(f"{where}: field {name!r} = {shorten(value)} must be {expected}{got}",
+                       field=name, value=shorten(value), expected=expected, **extra)
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "a boolean", int: "an int", float: "a number", str: "a string",
+            list: "a list", dict: "an object", type(None): "null"}.get(
+        type(value), type(value).__name__)
+
+
+def field_int(raw: Any, key: str, default: Any = REQUIRED, *, minimum: int | None = 1,
+              maximum: int | None = None, where: str = "config", path: str | None = None,
+              model_type: str | None = None) -> Any:
+    """``raw[key]`` as an int in ``[minimum, maximum]`` (``maximum`` None: the bound of
+    ``key`` in :data:`kvcore.units.BOUNDS`); an integral float (JSON ``4096.0``, ``1e4``)
+    counts as an int, a bool or string does not.  Absent (missing or null): ``default``
+    (ConfigError when REQUIRED).  Raises ConfigError naming ``path`` (default ``key``)."""
+    from kvcore.units import bound, shorten
+
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return default
+    value = raw[key]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        number: int | None = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        number = None
+    low = "an int" if minimum is None else ("a positive int" if minimum == 1 else
+                                           f"an int >= {minimum:,}")
+    if number is None:
+        raise _wrong(key, value, low, where, path)
+    if minimum is not None and number < minimum:
+        raise _wrong(key, value, low, where, path)
+    limit = bound(path or key) if maximum is None else maximum
+    if number > limit:
+        name = path or key
+        raise ConfigError(f"{where}: field {name!r} = {shorten(value)} is implausibly large "
+                          f"(at most {limit:,})", field=name, value=shorten(value),
+                          maximum=limit)
+    return number
+
+
+def field_str(raw: Any, key: str, default: Any = REQUIRED, *,
+              choices: Sequence[str] | None = None, where: str = "config",
+              path: str | None = None, model_type: str | None = None) -> Any:
+    """``raw[key]`` as a non-empty string (one of ``choices`` when given); absent:
+    ``default``.  Raises ConfigError naming the field."""
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return default
+    value = raw[key]
+    if not isinstance(value, str) or not value.strip():
+        raise _wrong(key, value, "a non-empty string", where, path)
+    if choices is not None and value not in choices:
+        raise _wrong(key, value, "in " + ", ".join(map(str, choices)), where, path)
+    return value
+
+
+def field_bool(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "config",
+               path: str | None = None, model_type: str | None = None) -> Any:
+    """``raw[key]`` as a JSON boolean (``true``/``false`` only; 0, 1, "no" are
+    refused); absent: ``default``."""
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return default
+    value = raw[key]
+    if not isinstance(value, bool):
+        raise _wrong(key, value, "true or false", where, path)
+    return value
+
+
+def field_dict(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "config",
+               path: str | None = None, model_type: str | None = None) -> Any:
+    """``raw[key]`` as a JSON object (a dict); absent: ``default``."""
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return default
+    value = raw[key]
+    if not isinstance(value, dict):
+        raise _wrong(key, value, "an object", where, path)
+    return value
+
+
+def field_list(raw: Any, key: str, default: Any = REQUIRED, *, item: str | None = None,
+               minimum: int | None = 0, maximum: int | None = None,
+               choices: Sequence[Any] | None = None, length: int | None = None,
+               min_length: int | None = None, where: str = "config",
+               path: str | None = None, model_type: str | None = None) -> Any:
+    """``raw[key]`` as a list; ``item`` ``"int"`` (each in ``[minimum, maximum]``,
+    maximum default 2^40) or ``"str"`` checks every entry, ``choices`` limits them,
+    ``length`` / ``min_length`` its length.  Absent: ``default``.  Raises ConfigError
+    naming the entry (``key[i]``)."""
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return default
+    value = raw[key]
+    name = path or key
+    if not isinstance(value, list):
+        raise _wrong(key, value, "a list", where, path)
+    if length is not None and len(value) != length:
+        raise ConfigError(f"{where}: field {name!r} has {len(value):,} entries; it must "
+                          f"have {length:,} (one per layer)", field=name,
+                          value=len(value), expected=length)
+    if min_length is not None and len(value) < min_length:
+        raise ConfigError(f"{where}: field {name!r} has {len(value):,} entries; it needs "
+                          f"at least {min_length:,} (one per layer)", field=name,
+                          value=len(value), expected=min_length)
+    for i, v in enumerate(value):
+        sub = {"v": v}
+        if item == "int":
+            field_int(sub, "v", minimum=minimum, maximum=(1 << 40) if maximum is None
+                      else maximum, where=where, path=f"{name}[{i}]")
+        elif item == "str":
+            field_str(sub, "v", where=where, path=f"{name}[{i}]")
+        if choices is not None and (v not in choices or isinstance(v, bool)):
+            raise _wrong("v", v, "in " + ", ".join(map(str, choices)), where, f"{name}[{i}]")
+    return [int(v) if item == "int" else v for v in value]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,11 +250,63 @@ class ModelConfig:
     head_dim_derived: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
+        """``raw[key]`` unchecked (prefer the typed readers below)."""
         return self.raw.get(key, default)
 
+    def _scope(self, within: str | None) -> tuple[Any, str | None]:
+        if within is None:
+            return self.raw, None
+        return self.get_dict(within, {}), within
+
+    def get_int(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
+                **kw: Any) -> Any:
+        """Typed read of an int field (see :func:`field_int`); ``within`` reads
+        ``raw[within][key]`` (``within`` must then be an object when present)."""
+        raw, parent = self._scope(within)
+        return field_int(raw, key, default, where=self._where(),
+                         path=f"{parent}.{key}" if parent else None,
+                         model_type=self.model_type, **kw)
+
+    def get_str(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
+                **kw: Any) -> Any:
+        """Typed read of a string field (see :func:`field_str`)."""
+        raw, parent = self._scope(within)
+        return field_str(raw, key, default, where=self._where(),
+                         path=f"{parent}.{key}" if parent else None,
+                         model_type=self.model_type, **kw)
+
+    def get_bool(self, key: str, default: Any = REQUIRED, *, within: str | None = None
+                 ) -> Any:
+        """Typed read of a boolean field (see :func:`field_bool`)."""
+        raw, parent = self._scope(within)
+        return field_bool(raw, key, default, where=self._where(),
+                          path=f"{parent}.{key}" if parent else None,
+                          model_type=self.model_type)
+
+    def get_dict(self, key: str, default: Any = REQUIRED) -> Any:
+        """Typed read of an object field (see :func:`field_dict`)."""
+        return field_dict(self.raw, key, default, where=self._where(),
+                          model_type=self.model_type)
+
+    def get_list(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
+                 **kw: Any) -> Any:
+        """Typed read of a list field (see :func:`field_list`)."""
+        raw, parent = self._scope(within)
+        return field_list(raw, key, default, where=self._where(),
+                          path=f"{parent}.{key}" if parent else None,
+                          model_type=self.model_type, **kw)
+
     def require(self, key: str, kind: type | tuple[type, ...] = int) -> Any:
-        """``raw[key]``, checked (an int must be positive); raises ConfigError naming
-        the field."""
+        """``raw[key]``, checked (an int must be positive and plausible: see
+        :meth:`get_int`); raises ConfigError naming the field."""
+        if kind is int:
+            return self.get_int(key)
+        if kind is list:
+            return self.get_list(key)
+        if kind is dict:
+            return self.get_dict(key)
+        if kind is str:
+            return self.get_str(key)
         if key not in self.raw or self.raw[key] is None:
             raise ConfigError(
                 f"{self._where()}: missing field {key!r} (needed for model_type "
@@ -139,9 +352,6 @@ def _reject_constant(value: str) -> float:
 
 #: the largest JSON file kvcore reads (real configs are a few KiB)
 MAX_JSON_BYTES = 64 << 20
-#: sanity bounds for config integers (the largest real models are far below)
-MAX_LAYERS = 100_000
-MAX_HEADS = 1 << 20
 
 
 def read_json_file(path: Path | str, what: str = "config") -> Any:
@@ -183,26 +393,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: a config.json must hold a JSON object, got "
                           f"{type(data).__name__}", path=str(path))
     return data
-
-
-def _positive_int_or_none(raw: dict[str, Any], key: str, where: str,
-                          maximum: int | None = None) -> int | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ConfigError(f"{where}: field {key!r} = {value!r} must be an int",
-                              field=key, value=repr(value))
-    if value <= 0:
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must be a positive int",
-                          field=key, value=value)
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{where}: field {key!r} = {value} is implausibly large "
-                          f"(at most {maximum})", field=key, value=value)
-    return value
 
 
 _KV_SCHEME_STRINGS = {"fp8": "fp8", "fp8_e4m3": "fp8", "float8": "fp8", "fp8_e5m2": "fp8_e5m2",
@@ -254,63 +444,67 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
     where = source or name or "config"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a config must be a JSON object")
-    top_type = data.get("model_type")
-    text = data.get("text_config")
+    top_type = field_str(data, "model_type", None, where=where)
+    text = field_dict(data, "text_config", None, where=where)
     raw = dict(data)
     text_type = None
-    if isinstance(text, dict):
+    if text is not None:
         raw.update(text)
-        text_type = text.get("model_type")
+        text_type = field_str(text, "model_type", None, where=where,
+                              path="text_config.model_type")
     model_type = top_type or text_type
     if not model_type:
-        ssm_cfg = data.get("ssm_cfg")
-        if isinstance(ssm_cfg, dict) or ("d_model" in data and "n_layer" in data):
-            layer = (ssm_cfg or {}).get("layer", "Mamba1")
-            model_type = "mamba2" if str(layer).lower() == "mamba2" else "mamba"
+        ssm_cfg = field_dict(data, "ssm_cfg", None, where=where)
+        if ssm_cfg is not None or ("d_model" in data and "n_layer" in data):
+            layer = field_str(ssm_cfg or {}, "layer", "Mamba1", where=where,
+                              path="ssm_cfg.layer")
+            model_type = "mamba2" if layer.lower() == "mamba2" else "mamba"
         else:
             raise ConfigError(f"{where}: missing field 'model_type'", field="model_type")
-    if not isinstance(model_type, str):
-        raise ConfigError(f"{where}: field 'model_type' = {model_type!r} must be a string",
-                          field="model_type")
     raw["model_type"] = model_type
 
-    layers = _positive_int_or_none(raw, "num_hidden_layers", where, MAX_LAYERS)
-    heads = _positive_int_or_none(raw, "num_attention_heads", where, MAX_HEADS)
-    kv_heads = _positive_int_or_none(raw, "num_key_value_heads", where, MAX_HEADS)
+    layers = field_int(raw, "num_hidden_layers", None, where=where)
+    heads = field_int(raw, "num_attention_heads", None, where=where)
+    kv_heads = field_int(raw, "num_key_value_heads", None, where=where)
     if kv_heads is None:
         kv_heads = heads
-    if kv_heads is not None and heads is not None and kv_heads > heads:
-        raise ConfigError(f"{where}: num_key_value_heads {kv_heads} exceeds "
-                          f"num_attention_heads {heads} (each KV head serves one or more "
-                          f"query heads)", field="num_key_value_heads", value=kv_heads)
-    hidden = _positive_int_or_none(raw, "hidden_size", where, 1 << 24)
-    head_dim = _positive_int_or_none(raw, "head_dim", where, 1 << 16)
+    if kv_heads is not None and heads is not None:
+        if kv_heads > heads:
+            raise ConfigError(f"{where}: num_key_value_heads {kv_heads} exceeds "
+                              f"num_attention_heads {heads} (each KV head serves one or "
+                              f"more query heads)", field="num_key_value_heads",
+                              value=kv_heads)
+        if heads % kv_heads:
+            raise ConfigError(f"{where}: num_attention_heads {heads} is not a multiple of "
+                              f"num_key_value_heads {kv_heads} (each KV head serves the "
+                              f"same number of query heads)", field="num_key_value_heads",
+                              value=kv_heads)
+    hidden = field_int(raw, "hidden_size", None, where=where)
+    head_dim = field_int(raw, "head_dim", None, where=where)
     head_dim_derived = False
     if head_dim is None and hidden and heads and hidden % heads == 0:
         head_dim = hidden // heads  # HF's default; MLA configs do not use it
         head_dim_derived = True
-    dtype = raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
-    if not isinstance(dtype, str):
-        raise ConfigError(f"{where}: field 'torch_dtype' = {dtype!r} must be a string",
-                          field="torch_dtype")
+    # a present torch_dtype wins (even when invalid: that is an error, not a fallback)
+    dtype_key = "torch_dtype" if raw.get("torch_dtype") is not None else "dtype"
+    dtype = field_str(raw, dtype_key, "bfloat16", where=where)
     from kvcore.dtypes import normalize_dtype
     from kvcore.errors import UnknownDtypeError
 
     try:
         dtype = normalize_dtype(dtype)
     except UnknownDtypeError as exc:
-        raise ConfigError(f"{where}: field 'torch_dtype': {exc}", field="torch_dtype") from exc
-    layer_types = raw.get("layer_types")
+        raise ConfigError(f"{where}: field {dtype_key!r}: {exc}", field=dtype_key) from exc
+    layer_types = field_list(raw, "layer_types", None, item="str", where=where)
     if layer_types is not None:
-        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
-            raise ConfigError(f"{where}: field 'layer_types' must be a list of strings",
-                              field="layer_types")
+        if layers is not None and len(layer_types) != layers:
+            raise ConfigError(f"{where}: layer_types has {len(layer_types):,} entries for "
+                              f"num_hidden_layers {layers:,} (one per layer)",
+                              field="layer_types", value=len(layer_types))
         layer_types = tuple(layer_types)
-    sliding = raw.get("sliding_window")
-    if sliding is not None and (isinstance(sliding, bool) or not isinstance(sliding, int)
-                                or sliding <= 0):
-        raise ConfigError(f"{where}: field 'sliding_window' = {sliding!r} must be a positive "
-                          f"int or null", field="sliding_window")
+    sliding = field_int(raw, "sliding_window", None, where=where)
+    field_dict(raw, "quantization_config", None, where=where)
+    max_pos = field_int(raw, "max_position_embeddings", None, where=where)
     return ModelConfig(
         model_type=model_type,
         raw=raw,
@@ -322,7 +516,7 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
         head_dim=head_dim,
         hidden_size=hidden,
         dtype=dtype,
-        max_position_embeddings=_positive_int_or_none(raw, "max_position_embeddings", where),
+        max_position_embeddings=max_pos,
         layer_types=layer_types,
         sliding_window=sliding,
         kv_cache_dtype=_kv_cache_dtype_from(raw, companion, where),
