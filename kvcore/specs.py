@@ -245,6 +245,14 @@ class KVCacheSpec:
         size of a one-state-per-request cache).  Default: unchanged."""
         return self
 
+    @property
+    def block_size_alignment(self) -> int:
+        """Tokens the layer's block size must be a multiple of for its kernels (1: any
+        block size).  Grouping rounds the block sizes it chooses up to multiples of it,
+        as it does for ``kernel_block_size`` (e.g. a Mamba state in ``all`` mode: the
+        SSM kernel materialises states only every ``mamba_chunk_size`` tokens)."""
+        return 1
+
     def with_attention_block_size(self: S, block_size: int) -> S:
         """Called by grouping after page-size unification with the attention block size
         of the model; a state spec whose block table is indexed by token position (e.g.
