@@ -1,0 +1,1 @@
+"""kvcore inside vLLM 0.32 (placeholder, filled in below)."""

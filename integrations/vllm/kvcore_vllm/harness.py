@@ -1,0 +1,299 @@
+"""Drive vLLM 0.32's real ``Scheduler`` on a CPU, without a model or a GPU.
+
+Used by kvcore-vllm's differential tests and ``benchmarks/bench_vllm_scheduler.py``:
+build one Scheduler with vLLM's ``KVCacheManager`` and one with
+:class:`kvcore_vllm.KVCacheManager`, feed both the same requests and the same sampled
+tokens (a seeded :class:`Workload`), and record every step's ``SchedulerOutput``, the
+prefix-cache stats and the KV events in comparable plain data (:func:`run`).
+
+What a Scheduler needs here (found by trial, see the vLLM reference README): a
+``ModelConfig`` over a folder holding only a tiny Llama ``config.json``, a
+``CacheConfig`` / ``SchedulerConfig`` / ``VllmConfig``, the specs registered
+(``register_all_kvcache_specs``), ``kv_cache_layout = "LBNHC"`` and a ``KVCacheConfig``
+from vLLM's planner; requests carry vLLM's block hasher (sha256).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Workload", "make_scheduler", "run", "canon_output", "canon_event", "LLAMA"]
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "head_dim": 64,
+}
+
+_MODEL_DIR: str | None = None
+
+
+def _model_dir() -> str:
+    global _MODEL_DIR
+    if _MODEL_DIR is None:
+        d = tempfile.mkdtemp(prefix="kvcore-vllm-model-")
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(LLAMA, f)
+        _MODEL_DIR = d
+    return _MODEL_DIR
+
+
+@dataclass
+class Workload:
+    """A seeded workload: layers, pool size, budgets and requests.
+
+    layers: ``[(kind, params)]`` per layer: ``("full", {})``, ``("sliding",
+        {"sliding_window": 64})``.
+    num_blocks: blocks of the pool (counting the null block); None = plenty.
+    requests: ``(request_id, prompt_token_ids, max_tokens, arrival_step)``.
+    num_spec_tokens: ngram speculative tokens per step (0 = off); drafts are random
+        tokens, accepted with probability ``accept``.
+    """
+
+    seed: int
+    layers: list[tuple[str, dict[str, Any]]]
+    block_size: int = 16
+    num_blocks: int | None = None
+    max_model_len: int = 2048
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 16
+    long_prefill_token_threshold: int = 0
+    num_spec_tokens: int = 0
+    accept: float = 0.5
+    requests: list[tuple[str, list[int], int, int]] = field(default_factory=list)
+    log_stats: bool = True
+    events: bool = True
+
+    @classmethod
+    def shared_prefixes(cls, seed: int, n: int = 24, **kw: Any) -> Workload:
+        """Requests drawn from a few shared prefixes plus private suffixes, arriving
+        over the first steps (prefix caching hits, evictions)."""
+        rng = random.Random(seed)
+        prefixes = [[rng.randrange(1, 32000) for _ in range(rng.randrange(16, 200))]
+                    for _ in range(4)]
+        reqs = []
+        for i in range(n):
+            p = list(rng.choice(prefixes)) if rng.random() < 0.8 else []
+            p += [rng.randrange(1, 32000) for _ in range(rng.randrange(1, 120))]
+            reqs.append((f"r{i}", p, rng.randrange(1, 40), rng.randrange(0, 30)))
+        kw.setdefault("layers", [("full", {}), ("full", {})])
+        return cls(seed=seed, requests=reqs, **kw)
+
+
+def _spec(kind: str, params: dict[str, Any], block_size: int) -> Any:
+    import torch
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        SlidingWindowSpec,
+    )
+
+    common = dict(block_size=block_size, num_kv_heads=2, head_size=64,
+                  dtype=torch.bfloat16)
+    if kind == "full":
+        return FullAttentionSpec(**common)
+    if kind == "sliding":
+        return SlidingWindowSpec(sliding_window=params["sliding_window"], **common)
+    if kind == "chunked":
+        return ChunkedLocalAttentionSpec(attention_chunk_size=params["chunk"], **common)
+    raise ValueError(f"unknown layer kind {kind!r}")
+
+
+def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any:
+    """vLLM's Scheduler for a workload; ``manager="kvcore"`` builds it with
+    :class:`kvcore_vllm.KVCacheManager` (patched into the scheduler module for the
+    construction only)."""
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.sched import scheduler as sched_mod
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    mc = ModelConfig(model=_model_dir(), skip_tokenizer_init=True,
+                     max_model_len=w.max_model_len, dtype="bfloat16")
+    cc = CacheConfig(block_size=w.block_size, enable_prefix_caching=True)
+    sc = SchedulerConfig(max_num_batched_tokens=w.max_num_batched_tokens,
+                         max_num_seqs=w.max_num_seqs, max_model_len=w.max_model_len,
+                         is_encoder_decoder=False,
+                         long_prefill_token_threshold=w.long_prefill_token_threshold,
+                         enable_chunked_prefill=True)
+    kw: dict[str, Any] = dict(model_config=mc, cache_config=cc, scheduler_config=sc)
+    if w.num_spec_tokens:
+        kw["speculative_config"] = SpeculativeConfig(
+            method="ngram", num_speculative_tokens=w.num_spec_tokens,
+            prompt_lookup_max=4, prompt_lookup_min=2)
+    vc = VllmConfig(**kw)
+    register_all_kvcache_specs(vc)
+    cc.kv_cache_layout = "LBNHC"
+    specs = {f"model.layers.{i}.self_attn.attn": _spec(k, p, w.block_size)
+             for i, (k, p) in enumerate(w.layers)}
+    page = sum(s.page_size_bytes for s in specs.values())
+    blocks = w.num_blocks or 4096
+    kcfg = kv_cache_utils.get_kv_cache_configs(vc, [specs], [page * blocks])[0]
+    cc.num_gpu_blocks = kcfg.num_blocks
+    if w.events:
+        from vllm.config import KVEventsConfig
+
+        vc.kv_events_config = KVEventsConfig(enable_kv_cache_events=True,
+                                             publisher="null")
+    orig = sched_mod.KVCacheManager
+    if manager == "kvcore":
+        import functools
+
+        from kvcore_vllm.manager import KVCacheManager
+
+        sched_mod.KVCacheManager = functools.partial(KVCacheManager, **manager_kw)
+    try:
+        s = sched_mod.Scheduler(vllm_config=vc, kv_cache_config=kcfg,
+                                structured_output_manager=StructuredOutputManager(vc),
+                                block_size=w.block_size, log_stats=w.log_stats)
+    finally:
+        sched_mod.KVCacheManager = orig
+    return s
+
+
+def canon_output(out: Any) -> dict[str, Any]:
+    """A SchedulerOutput as plain comparable data."""
+    c = out.scheduled_cached_reqs
+    return {
+        "new": [(r.req_id, r.num_computed_tokens, tuple(map(tuple, r.block_ids)),
+                 tuple(r.prompt_token_ids or ())) for r in out.scheduled_new_reqs],
+        "cached": [(rid, c.num_computed_tokens[i],
+                    None if c.new_block_ids[i] is None else tuple(map(tuple,
+                                                                      c.new_block_ids[i])),
+                    rid in c.resumed_req_ids, tuple(c.new_token_ids[i])
+                    if i < len(c.new_token_ids) else ())
+                   for i, rid in enumerate(c.req_ids)],
+        "num_scheduled_tokens": dict(out.num_scheduled_tokens),
+        "total": out.total_num_scheduled_tokens,
+        "spec": {k: list(v) for k, v in out.scheduled_spec_decode_tokens.items()},
+        "finished": sorted(out.finished_req_ids),
+        "preempted": sorted(out.preempted_req_ids or ()),
+    }
+
+
+def canon_event(ev: Any) -> tuple[Any, ...]:
+    """A KV event as a comparable tuple (every field vLLM publishes)."""
+    import msgspec
+
+    return (type(ev).__name__, msgspec.to_builtins(ev))
+
+
+def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
+        record: bool = True, **manager_kw: Any) -> dict[str, Any]:
+    """Run a workload to completion; returns per-step canonical outputs, prefix-cache
+    stats, KV events, the number of steps, wall seconds and seconds inside the
+    KV-cache manager's methods."""
+    from vllm import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    sched = make_scheduler(w, manager, **manager_kw)
+    kvm = sched.kv_cache_manager
+    timer = _Timer(kvm) if not record else None
+    events: list[Any] = []
+    if record and w.events:
+        pub = sched.kv_event_publisher
+        orig_publish = pub.publish
+
+        def publish(batch: Any) -> None:
+            events.extend((step, canon_event(e)) for e in batch.events)
+            orig_publish(batch)
+        pub.publish = publish
+    hasher = get_request_block_hasher(w.block_size, sha256)
+    rng = random.Random(w.seed * 7919 + 1)
+    pending = sorted(w.requests, key=lambda r: r[3])
+    steps: list[Any] = []
+    stats: list[Any] = []
+    step = 0
+    t0 = time.perf_counter()
+    while step < max_steps:
+        while pending and pending[0][3] <= step:
+            rid, prompt, max_tokens, _ = pending.pop(0)
+            sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+            sched.add_request(Request(rid, list(prompt), sp, None, block_hasher=hasher,
+                                      arrival_time=float(step)))
+        if not pending and not sched.has_unfinished_requests():
+            break
+        out = sched.schedule()
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for r in req_ids:
+            req = sched.requests[r]
+            n_spec = len(out.scheduled_spec_decode_tokens.get(r, ()))
+            done_prefill = req.num_computed_tokens >= req.num_tokens - n_spec
+            if not done_prefill:
+                sampled.append([])
+                continue
+            acc = 0
+            while acc < n_spec and rng.random() < w.accept:
+                acc += 1
+            sampled.append([rng.randrange(1, 32000) for _ in range(acc + 1)])
+        mro = ModelRunnerOutput(req_ids=req_ids,
+                                req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        eco = sched.update_from_output(out, mro)
+        if record:
+            steps.append(canon_output(out))
+            for e in eco.values():
+                if e.scheduler_stats is not None and e.scheduler_stats.prefix_cache_stats:
+                    p = e.scheduler_stats.prefix_cache_stats
+                    stats.append((step, p.requests, p.queries, p.hits, p.preempted_requests,
+                                  p.preempted_queries, p.preempted_hits, p.reset))
+                    break
+        if w.num_spec_tokens:
+            drafts = [r for r in sched.running if not r.is_prefill_chunk]
+            if drafts:
+                sched.update_draft_token_ids(DraftTokenIds(
+                    [r.request_id for r in drafts],
+                    [[rng.randrange(1, 32000) for _ in range(w.num_spec_tokens)]
+                     for _ in drafts]))
+        step += 1
+    wall = time.perf_counter() - t0
+    return {"steps": steps, "stats": stats, "events": events, "num_steps": step,
+            "wall_s": wall, "manager_s": timer.total if timer else None,
+            "usage": kvm.usage}
+
+
+class _Timer:
+    """Wraps a manager's public methods to sum the seconds spent inside them."""
+
+    NAMES = ("get_computed_blocks", "allocate_slots", "free", "get_blocks",
+             "get_block_ids", "take_events", "record_prefix_cache_stats",
+             "make_prefix_cache_stats", "new_step_starts", "take_new_block_ids",
+             "take_kv_cache_block_copies", "take_boundary_state_offloads",
+             "cache_blocks", "remove_skipped_blocks", "estimate_cached_tokens")
+
+    def __init__(self, mgr: Any) -> None:
+        self.total = 0.0
+        for name in self.NAMES:
+            fn = getattr(mgr, name, None)
+            if fn is not None:
+                setattr(mgr, name, self._wrap(fn))
+
+    def _wrap(self, fn: Any) -> Any:
+        pc = time.perf_counter
+
+        def inner(*a: Any, **k: Any) -> Any:
+            t = pc()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.total += pc() - t
+        return inner

@@ -1,0 +1,740 @@
+"""A drop-in replacement for vLLM 0.32's ``KVCacheManager``, backed by kvcore's runtime.
+
+vLLM's ``Scheduler`` builds ``KVCacheManager(kv_cache_config=..., max_model_len=...,
+...)`` and calls it every step; :class:`KVCacheManager` here takes the same arguments
+and offers every method, attribute and return type the Scheduler uses (read from
+``vllm/v1/core/sched/scheduler.py`` of vLLM 0.32), including what it reaches inside:
+``coordinator.single_type_managers[*].kv_cache_spec`` / ``.block_size`` (checked
+against vLLM's spec classes, so these are vLLM's own spec objects),
+``coordinator.get_num_blocks_to_allocate(...)`` and ``block_pool.free_blocks(...)``
+for deferred frees.
+
+What is kvcore's and what is vLLM's
+-----------------------------------
+* Blocks, their free queue, the prefix cache (one hash table per group) and the
+  per-group block tables are kvcore's (:class:`kvcore.runtime.BlockPool`, the
+  registry's per-kind managers).  Blocks are :class:`kvcore.runtime.KVCacheBlock`
+  objects inside vLLM's own ``KVCacheBlocks`` (the Scheduler only reads ``block_id``,
+  ``block_hash`` and ``is_null``).
+* Block hashes are vLLM's: ``request.block_hashes`` as vLLM's block hasher computed
+  them; KV events are vLLM's ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``,
+  built field by field as vLLM's ``BlockPool`` builds them, so a subscriber cannot tell
+  the two managers apart.
+* Choices where both behaviours are safe follow vLLM by default:
+  ``block_order="vllm"`` frees content-free blocks to the front of the free queue in
+  the order given (vLLM's ``prepend_n``), so block ids match vLLM's step for step;
+  ``block_order="kvcore"`` keeps kvcore's own order (each such block goes to the front
+  as it is freed, the last one freed is reused first).  Blocks that left a window are
+  freed before the free-space check, as vLLM does (freeing them is always safe: no
+  token reads them again).
+* kvcore's safety rules are always on: the pool never hands out a held block
+  (allocation takes only ``ref_cnt == 0`` blocks from the free queue and raises
+  :class:`~kvcore.errors.BlockPoolError` otherwise), a request's hit blocks are taken
+  by every group before any group allocates (a hit block of one group may sit in the
+  free queue another group allocates from), and ``allocate_slots`` changes nothing
+  when it returns None except freeing blocks no token reads again.
+
+Supported configurations (anything else raises :class:`~kvcore.errors.ConfigError`
+naming the feature, at construction): the kinds of :mod:`kvcore_vllm.specs` with a
+kvcore runtime manager; ``hash_block_size`` equal to every caching group's block size
+(vLLM's partial-block hash hits and their copy-on-write are not implemented);
+``dcp_world_size == pcp_world_size == 1``; no Mamba groups (the Mamba ``align`` state
+bookkeeping of vLLM 0.32 is not mirrored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kvcore.errors import ConfigError, RequestError
+from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
+
+__all__ = ["KVCacheManager", "VllmOrderBlockPool", "BLOCK_ORDERS"]
+
+#: the accepted ``block_order`` values
+BLOCK_ORDERS = ("vllm", "kvcore")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class VllmOrderBlockPool(BlockPool):
+    """kvcore's :class:`~kvcore.runtime.BlockPool` that emits vLLM's KV events and,
+    with ``block_order="vllm"``, frees content-free blocks in vLLM's order.
+
+    Parameters: those of :class:`~kvcore.runtime.BlockPool` plus ``block_order``
+    (``"vllm"`` | ``"kvcore"``), ``vllm_events`` (record vLLM events) and
+    ``hash_block_size`` (tokens per entry of ``request.block_hashes``).
+    """
+
+    def __init__(self, num_blocks: int, *, enable_caching: bool, num_groups: int,
+                 block_order: str, vllm_events: bool, hash_block_size: int) -> None:
+        super().__init__(num_blocks, enable_caching=enable_caching, num_groups=num_groups,
+                         enable_events=False, lazy=False)
+        from vllm.distributed import kv_events
+        from vllm.v1.core import kv_cache_utils
+
+        self._ev = kv_events
+        self._ku = kv_cache_utils
+        self.block_order = block_order
+        self.vllm_events = vllm_events
+        self.hash_block_size = hash_block_size
+        self.kv_event_queue: list[Any] = []
+
+    # ---- vLLM-facing names -----------------------------------------------------------
+    def get_num_free_blocks(self) -> int:
+        return self.free_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        total = self.num_blocks - 1
+        return 1.0 - self.free_queue.num_free_blocks / total if total else 0.0
+
+    def take_events(self) -> list[Any]:
+        if not self.vllm_events:
+            return []
+        ev, self.kv_event_queue = self.kv_event_queue, []
+        return ev
+
+    # ---- order ----------------------------------------------------------------------
+    def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one holder of each block.  ``block_order="vllm"``: blocks reaching
+        ``ref_cnt == 0`` without a hash go to the front of the free queue *in the order
+        given* (vLLM ``BlockPool.free_blocks`` / ``prepend_n``), cached ones to the back
+        in the order given.  ``"kvcore"``: kvcore's order."""
+        if self.block_order != "vllm":
+            super().free_blocks(blocks)
+            return
+        first: list[KVCacheBlock] = []
+        last: list[KVCacheBlock] = []
+        for b in blocks:
+            if b.is_null:
+                continue
+            if b.ref_cnt <= 0:
+                from kvcore.errors import BlockPoolError
+
+                raise BlockPoolError(f"block {b.block_id} freed with ref_cnt "
+                                     f"{b.ref_cnt} (not held)", block_id=b.block_id)
+            b.ref_cnt -= 1
+            if b.ref_cnt == 0:
+                (first if b.block_hash is None or not self.enable_caching
+                 else last).append(b)
+        q = self.free_queue
+        if first:
+            head = q.head
+            nxt = head.next_free
+            prev = head
+            for b in first:
+                b.prev_free = prev
+                prev.next_free = b
+                prev = b
+            prev.next_free = nxt
+            nxt.prev_free = prev  # type: ignore[union-attr]
+        for b in last:
+            q.append(b)
+        q.num_free_blocks += len(first)
+
+    # ---- events ---------------------------------------------------------------------
+    def _evict(self, b: KVCacheBlock) -> None:
+        h, g = b.block_hash, b.group_id
+        super()._evict(b)
+        if self.vllm_events:
+            self.kv_event_queue.append(self._ev.BlockRemoved(
+                block_hashes=[self._ku.maybe_convert_block_hash(h)],  # type: ignore[arg-type]
+                medium=self._ev.MEDIUM_GPU, group_idx=g))
+
+    def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
+                          num_cached: int, num_full: int, group_id: int,
+                          stride: int = 1, request: Any = None, block_size: int = 0) -> None:
+        """kvcore's caching (earliest-cached block stays the hit, later duplicates wait)
+        plus vLLM's ``BlockStored`` event for the range (vLLM ``cache_full_blocks``)."""
+        if num_cached >= num_full:
+            return
+        super().cache_full_blocks(blocks, block_hashes, num_cached, num_full, group_id,
+                                  stride, request, block_size)
+        if not self.vllm_events or request is None:
+            return
+        ku = self._ku
+        new_hashes = []
+        extra: list[Any] = []
+        mm_idx = 0
+        for i in range(num_cached, num_full):
+            if blocks[i].is_null:
+                continue
+            new_hashes.append(ku.maybe_convert_block_hash(block_hashes[(i + 1) * stride - 1]))
+            keys, mm_idx = ku.generate_block_hash_extra_keys(
+                request, i * block_size, (i + 1) * block_size, mm_idx)
+            extra.append(keys)
+        parent = None if num_cached == 0 else ku.maybe_convert_block_hash(
+            block_hashes[num_cached * stride - 1])
+        self.kv_event_queue.append(self._stored(request, new_hashes, parent,
+                                                num_cached * block_size,
+                                                num_full * block_size, block_size,
+                                                group_id, extra))
+
+    def _stored(self, request: Any, hashes: list[Any], parent: Any, start: int, end: int,
+                block_size: int, group_id: int, extra: list[Any]) -> Any:
+        lora = request.lora_request
+        return self._ev.BlockStored(
+            block_hashes=hashes, parent_block_hash=parent,
+            token_ids=request.all_token_ids[start:end], block_size=block_size,
+            lora_id=lora.adapter_id if lora else None, medium=self._ev.MEDIUM_GPU,
+            lora_name=lora.name if lora else None,
+            extra_keys=self._ku.to_event_extra_keys(extra), group_idx=group_id,
+            session_id=request.session_id)
+
+    def emit_cached_block_events(self, request: Any, num_blocks: int, block_size: int,
+                                 group_id: int, stride: int) -> None:
+        """vLLM's ``BlockStored`` for reused prefix-cache blocks (report mode "full")."""
+        if not self.vllm_events or num_blocks == 0:
+            return
+        ku = self._ku
+        hashes, extra, mm_idx = [], [], 0
+        for i in range(num_blocks):
+            hashes.append(ku.maybe_convert_block_hash(
+                request.block_hashes[(i + 1) * stride - 1]))
+            keys, mm_idx = ku.generate_block_hash_extra_keys(
+                request, i * block_size, (i + 1) * block_size, mm_idx)
+            extra.append(keys)
+        self.kv_event_queue.append(self._stored(request, hashes, None, 0,
+                                                num_blocks * block_size, block_size,
+                                                group_id, extra))
+
+    def reset_prefix_cache(self) -> bool:
+        ok = super().reset_prefix_cache()
+        if ok and self.vllm_events:
+            self.kv_event_queue.append(self._ev.AllBlocksCleared())
+        return ok
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        """Drop the given blocks' hashes from the prefix cache (held blocks stay held)."""
+        for bid in block_ids:
+            if not 0 <= bid < len(self.blocks):
+                raise RequestError(f"evict_blocks: block id {bid} is not in the pool "
+                                   f"(0 .. {len(self.blocks) - 1})", block_id=bid)
+            b = self.blocks[bid]
+            if b.block_hash is not None:
+                self._evict(b)
+
+
+class _ManagerView:
+    """What the Scheduler reads of one of vLLM's single-type managers: the group's vLLM
+    ``kv_cache_spec``, ``block_size``, ``kv_cache_group_id``, and the kvcore manager's
+    block tables (``req_to_blocks``)."""
+
+    retains_longer_hit = False
+    records_new_block_ids = False
+
+    def __init__(self, vllm_spec: Any, kmanager: Any, group_id: int) -> None:
+        self.kv_cache_spec = vllm_spec
+        self.block_size: int = kmanager.block_size
+        self.kv_cache_group_id = group_id
+        self.kvcore_manager = kmanager
+        self.req_to_blocks = kmanager.req_to_blocks
+        self.use_eagle = False
+
+    def take_new_block_ids(self) -> list[int]:
+        return []
+
+    def take_pending_cow_copies(self) -> list[Any]:
+        return []
+
+    def take_pending_boundary_state_offloads(self) -> list[Any]:
+        return []
+
+    def finalize_partial_tail_offload(self, *args: Any) -> None:
+        return None
+
+    def new_step_starts(self) -> None:
+        return None
+
+
+class _Coordinator:
+    """vLLM's coordinator surface over kvcore's managers (see :class:`KVCacheManager`)."""
+
+    enable_partial_hash_hits = False
+    num_reprefillable_tokens = 0
+
+    def __init__(self, owner: KVCacheManager) -> None:
+        self._o = owner
+        self.block_pool = owner.block_pool
+        self.single_type_managers = tuple(owner._views)
+        self.eagle_group_ids: set[int] = set(owner._eagle_groups)
+        self.kv_cache_config = owner.kv_cache_config
+        self.full_attention_group_id = None
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                                   num_encoder_tokens: int, total_computed_tokens: int,
+                                   num_local_computed_tokens: int,
+                                   num_tokens_main_model: int,
+                                   apply_admission_cap: bool = False,
+                                   prefill_end: int = 0) -> int:
+        return self._o._num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
+                                               total_computed_tokens, apply_admission_cap,
+                                               num_encoder_tokens)
+
+    def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(m.req_to_blocks.get(request_id) or [] for m in self._o._kms)
+
+    def new_step_starts(self) -> None:
+        return None
+
+
+class KVCacheManager:
+    """vLLM 0.32's ``KVCacheManager`` interface, kvcore's blocks and rules inside.
+
+    Parameters
+    ----------
+    The arguments of vLLM 0.32's ``KVCacheManager`` (``kv_cache_config``: vLLM's
+    ``KVCacheConfig``; ``max_model_len`` in tokens; ``scheduler_block_size`` and
+    ``hash_block_size`` in tokens; ``max_in_flight_tokens``; ``enable_caching``;
+    ``use_eagle``; ``num_prefill_lookahead``; ``log_stats``;
+    ``enable_kv_cache_events``; ``dcp_world_size``; ``pcp_world_size``;
+    ``metrics_collector`` (ignored); ``watermark`` (fraction of blocks kept free when
+    admitting); ``enable_mamba_shared_prefix_checkpoint``), plus
+
+    block_order: ``"vllm"`` (default: block ids as vLLM hands them out) or
+        ``"kvcore"`` (kvcore's free-queue order; see the module docstring).
+
+    Raises :class:`~kvcore.errors.ConfigError` for a configuration it does not support
+    (the message names the feature) or an unknown ``block_order``.
+    """
+
+    def __init__(self, kv_cache_config: Any, max_model_len: int, scheduler_block_size: int,
+                 hash_block_size: int, max_in_flight_tokens: int | None = None,
+                 enable_caching: bool = True, use_eagle: bool = False,
+                 num_prefill_lookahead: int = 0, log_stats: bool = False,
+                 enable_kv_cache_events: bool = False, dcp_world_size: int = 1,
+                 pcp_world_size: int = 1, metrics_collector: Any = None,
+                 watermark: float = 0.0,
+                 enable_mamba_shared_prefix_checkpoint: bool = False, *,
+                 block_order: str = "vllm") -> None:
+        from vllm.v1.kv_cache_interface import (
+            get_kv_cache_spec_kind,
+            get_kv_cache_spec_sliding_window,
+        )
+        from vllm.v1.metrics.stats import PrefixCacheStats
+
+        from kvcore.registry import get_registry
+        from kvcore_vllm.specs import from_vllm_config
+
+        if block_order not in BLOCK_ORDERS:
+            raise ConfigError(f"block_order {block_order!r} is not one of "
+                              f"{', '.join(BLOCK_ORDERS)}", field="block_order",
+                              value=block_order)
+        for name, v in (("dcp_world_size", dcp_world_size),
+                        ("pcp_world_size", pcp_world_size)):
+            if v != 1:
+                raise ConfigError(f"kvcore_vllm.KVCacheManager: {name}={v} is not "
+                                  "supported (context parallelism); use vLLM's manager",
+                                  field=name, value=v)
+        if max_in_flight_tokens is None:
+            max_in_flight_tokens = max_model_len
+        if watermark < 0:
+            raise ConfigError(f"watermark must be >= 0, got {watermark}",
+                              field="watermark", value=watermark)
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.use_eagle = use_eagle
+        self.log_stats = log_stats
+        self.metrics_collector = metrics_collector
+        self.kv_cache_config = kv_cache_config
+        self.block_order = block_order
+        self.scheduler_block_size = scheduler_block_size
+        self.hash_block_size = hash_block_size
+        self._PrefixCacheStats = PrefixCacheStats
+        self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
+        vgroups = kv_cache_config.kv_cache_groups
+        self.num_kv_cache_groups = len(vgroups)
+        self.kvcore_config = kcfg = from_vllm_config(kv_cache_config,
+                                                     max_model_len=max_model_len)
+        reg = get_registry()
+        caching_kinds = []
+        for gid, g in enumerate(kcfg.kv_cache_groups):
+            cls = reg.manager_class(g.spec)
+            if cls is None:
+                raise ConfigError(f"group {gid} is of kind {g.spec.kind!r}, which has no "
+                                  "kvcore runtime manager", field="kv_cache_groups",
+                                  kind=g.spec.kind)
+            if g.spec.kind == "mamba":
+                raise ConfigError("kvcore_vllm.KVCacheManager does not mirror vLLM "
+                                  "0.32's Mamba state bookkeeping (group "
+                                  f"{gid}: mamba); use vLLM's manager for this model",
+                                  field="kv_cache_groups", kind="mamba")
+            if getattr(g.spec, "participates_in_prefix_caching", True):
+                caching_kinds.append(g.spec.block_size)
+        if enable_caching and any(bs != hash_block_size for bs in caching_kinds):
+            raise ConfigError(
+                f"hash_block_size {hash_block_size} differs from a group's block size "
+                f"({sorted(set(caching_kinds))}): vLLM's partial-block hash hits are not "
+                "supported by kvcore_vllm.KVCacheManager", field="hash_block_size",
+                value=hash_block_size)
+        self.block_pool = VllmOrderBlockPool(
+            kv_cache_config.num_blocks, enable_caching=enable_caching,
+            num_groups=max(1, len(vgroups)), block_order=block_order,
+            vllm_events=enable_kv_cache_events, hash_block_size=hash_block_size)
+        from kvcore.runtime.coordinator import make_coordinator
+
+        self._kcoord = make_coordinator(kcfg, self.block_pool, max_model_len=max_model_len,
+                                        enable_caching=enable_caching, use_eagle=False,
+                                        max_num_batched_tokens=max_in_flight_tokens)
+        self._kms = list(self._kcoord.managers)
+        self._caching = list(self._kcoord.caching_managers)
+        self.enable_caching = bool(self._caching)
+        self._views = [_ManagerView(vg.kv_cache_spec, km, gid)
+                       for gid, (vg, km) in enumerate(zip(vgroups, self._kms))]
+        self._eagle_groups = {i for i, g in enumerate(vgroups)
+                              if getattr(g, "is_eagle_group", False)}
+        if use_eagle and not self._eagle_groups:
+            self._eagle_groups = set(range(len(vgroups)))
+        # per-group admission caps (vLLM: recycling kinds only)
+        self._caps: list[int | None] = []
+        for vg in vgroups:
+            fn = getattr(vg.kv_cache_spec, "max_admission_blocks_per_request", None)
+            kind = type(vg.kv_cache_spec).__name__
+            if fn is not None and kind in ("SlidingWindowSpec", "ChunkedLocalAttentionSpec",
+                                           "SlidingWindowMLASpec"):
+                self._caps.append(fn(max_in_flight_tokens=max_in_flight_tokens,
+                                     max_model_len=max_model_len))
+            else:
+                self._caps.append(None)
+        # hit search order: full-attention-like first (vLLM's hybrid coordinator)
+        self._search = sorted(self._caching, key=lambda m: m.skips_blocks)
+        self._simple_hybrid = (len(self._search) == 2 and not self._search[0].skips_blocks)
+        self.coordinator = _Coordinator(self)
+        self.mamba_shared_prefix_checkpoint = False
+        self.retained_hit_group_ids: tuple[int, ...] = ()
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
+        self.kv_cache_event_metadata = tuple(
+            (get_kv_cache_spec_kind(g.kv_cache_spec).value,
+             get_kv_cache_spec_sliding_window(g.kv_cache_spec)) for g in vgroups)
+        self._KVCacheBlocks = _kv_cache_blocks_cls()
+        self.empty_kv_cache_blocks = self._KVCacheBlocks(tuple(() for _ in vgroups))
+
+    # ---- helpers ------------------------------------------------------------------
+    def create_kv_cache_blocks(self, blocks: Sequence[Sequence[KVCacheBlock]]) -> Any:
+        return self._KVCacheBlocks(tuple(blocks)) if any(blocks) else \
+            self.empty_kv_cache_blocks
+
+    def _num_blocks_to_allocate(self, rid: str, num_tokens: int,
+                                hits: Sequence[Sequence[KVCacheBlock]],
+                                total_computed: int, apply_cap: bool,
+                                num_encoder_tokens: int = 0) -> int:
+        """vLLM 0.32's block count (``get_num_blocks_to_allocate``) over kvcore's tables:
+        new blocks for the unskipped suffix plus hit blocks leaving the free queue."""
+        total = 0
+        for g, m in enumerate(self._kms):
+            bs = m.block_size
+            if m.spec.kind == "cross_attention":
+                need, hit, computed = num_encoder_tokens, (), 0
+            else:
+                need, hit, computed = num_tokens, hits[g], total_computed
+            required = _cdiv(need, bs)
+            cap = self._caps[g]
+            if apply_cap and cap is not None and cap < required:
+                required = cap
+            table = m.req_to_blocks.get(rid)
+            n_req = len(table) if table else 0
+            if table is not None and rid in m.num_cached_blocks and not hit:
+                total += max(required - n_req, 0)
+                continue
+            skipped = m.get_num_skipped_tokens(computed) // bs if m.skips_blocks else 0
+            total += max(required - max(skipped, len(hit) + n_req), 0)
+            for b in hit[max(0, skipped - n_req):]:
+                if b.ref_cnt == 0 and not b.is_null:
+                    total += 1
+        return total
+
+    def _remove_skipped(self, rid: str, processed: int) -> None:
+        for m in self._kms:
+            if m.skips_blocks and m.req_to_blocks.get(rid):
+                m.remove_skipped_blocks(rid, processed)
+
+    # ---- the Scheduler's calls --------------------------------------------------------
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks held (0.0 to 1.0; the null block excluded)."""
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> Any:
+        """The prefix-cache stats since the last call (vLLM's ``PrefixCacheStats``), or
+        None when ``log_stats`` is off."""
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, self._PrefixCacheStats()
+        return stats
+
+    def prefix_cache_lookup_enabled(self, request: Any) -> bool:
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def record_prefix_cache_stats(self, request: Any, num_hits: int) -> None:
+        if not self.log_stats or not self.prefix_cache_lookup_enabled(request):
+            return
+        assert self.prefix_cache_stats is not None
+        self.prefix_cache_stats.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                                       preempted=request.num_preemptions > 0)
+
+    def get_computed_blocks(self, request: Any) -> tuple[Any, int, int]:
+        """The longest cached prefix every group can serve, at most ``num_tokens - 1``
+        tokens: ``(KVCacheBlocks, num_computed_tokens, shared_prefix_boundary)``.
+        Changes no block state."""
+        if not self.prefix_cache_lookup_enabled(request):
+            return self.empty_kv_cache_blocks, 0, 0
+        limit = request.num_tokens - 1
+        for m in self._kms:
+            cap = m.max_cache_hit_tokens(request)
+            if cap is not None and cap < limit:
+                limit = max(cap, 0)
+        blocks, n, uncached = self._find_hit(request.block_hashes, limit)
+        if n > 0 and self.enable_kv_cache_events and \
+                getattr(request, "kv_cache_report_mode", "incremental") == "full":
+            for g, gb in enumerate(blocks):
+                if gb:
+                    m = self._kms[g]
+                    self.block_pool.emit_cached_block_events(request, len(gb),
+                                                             m.block_size, g,
+                                                             m.hash_stride)
+        return self.create_kv_cache_blocks(blocks), n, (n + uncached if uncached else 0)
+
+    def _find_hit(self, hashes: Sequence[bytes], max_len: int
+                  ) -> tuple[list[list[KVCacheBlock]], int, int]:
+        """vLLM 0.32's hybrid fixed point (full attention first, then the windowed
+        groups, until no group shortens the hit) over kvcore's per-kind searches."""
+        out: list[list[KVCacheBlock]] = [[] for _ in self._kms]
+        if not self._search:
+            return out, 0, 0
+        if len(self._search) == 1:
+            m = self._search[0]
+            bl = m.find_longest_cache_hit(hashes, max_len, 0)
+            if self._eagle_groups and bl:
+                if m.skips_blocks:
+                    bl = m.find_longest_cache_hit(hashes, max_len, m.block_size)
+                    bl = bl[:-1] if bl else bl
+                else:
+                    bl = bl[:-1]
+            out[m.group_id] = bl
+            return out, len(bl) * m.block_size, 0
+        hit = max_len
+        longest = 0
+        found: dict[int, tuple[list[KVCacheBlock], int]] = {}
+        while True:
+            curr = hit
+            for m in self._search:
+                prev = found.get(m.group_id)
+                if not m.skips_blocks and prev is not None:
+                    curr = min(curr, prev[1])
+                    continue
+                bl = m.find_longest_cache_hit(hashes, curr, 0)
+                got = len(bl) * m.block_size
+                curr = got
+                found[m.group_id] = (bl, got)
+                longest = max(longest, curr)
+            if curr >= hit:
+                break
+            hit = curr
+            if self._simple_hybrid:
+                break
+        for m in self._search:
+            bl, _ = found[m.group_id]
+            if not m.skips_blocks:
+                bl = bl[:_cdiv(hit, m.block_size)]
+            out[m.group_id] = bl
+        return out, hit, longest - hit
+
+    def allocate_slots(self, request: Any, num_new_tokens: int,
+                       num_new_computed_tokens: int = 0,
+                       new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0,
+                       delay_cache_blocks: bool = False, num_encoder_tokens: int = 0,
+                       full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
+                       has_scheduled_reqs: bool = True,
+                       skip_zeroing_group_ids: tuple[int, ...] = ()) -> Any:
+        """Slots for ``num_new_tokens`` more tokens (plus ``num_lookahead_tokens``) of
+        a request, taking the cache hit ``new_computed_blocks`` at admission.
+
+        Returns vLLM's ``KVCacheBlocks`` of the newly allocated blocks per group, or None
+        when they do not fit (then only blocks that left a window were freed).  Full
+        blocks up to ``min(computed + num_new_tokens, request.num_tokens)`` tokens are
+        cached.  Raises :class:`~kvcore.errors.RequestError` when there is nothing to
+        allocate or adopt, or for external (KV-connector) tokens, which this manager
+        does not take.
+        """
+        if num_new_tokens == 0 and num_external_computed_tokens == 0 \
+                and num_new_computed_tokens == 0:
+            raise RequestError("num_new_tokens must be greater than 0 when there are no "
+                               "computed tokens to adopt", field="num_new_tokens",
+                               value=num_new_tokens)
+        if num_external_computed_tokens:
+            raise RequestError("kvcore_vllm.KVCacheManager takes no KV-connector tokens "
+                               f"(num_external_computed_tokens="
+                               f"{num_external_computed_tokens})",
+                               field="num_external_computed_tokens",
+                               value=num_external_computed_tokens)
+        rid = request.request_id
+        hits = new_computed_blocks.blocks if new_computed_blocks is not None \
+            else self.empty_kv_cache_blocks.blocks
+        num_local = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(num_local, self.max_model_len)
+        watermark = 0
+        if has_scheduled_reqs and self.watermark_blocks and \
+                request.status.name in ("WAITING", "PREEMPTED"):
+            watermark = self.watermark_blocks
+        pool = self.block_pool
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            n = self._num_blocks_to_allocate(rid, full, hits, total_computed, True,
+                                             num_encoder_tokens)
+            if n + watermark > pool.get_num_free_blocks():
+                return None
+        need = min(total_computed + num_new_tokens + num_lookahead_tokens,
+                   self.max_model_len)
+        self._remove_skipped(rid, max(0, total_computed - request.num_in_flight_tokens))
+        n = self._num_blocks_to_allocate(rid, need, hits, total_computed, False,
+                                         num_encoder_tokens)
+        if n + watermark > pool.get_num_free_blocks() - reserved_blocks:
+            return None
+        if any(hits):
+            # every group takes its hits before any group allocates
+            for g, m in enumerate(self._kms):
+                if hits[g]:
+                    m.save_new_computed_blocks(rid, hits[g])
+        new_blocks = []
+        for m in self._kms:
+            if m.spec.kind == "cross_attention":
+                if num_encoder_tokens and rid not in m.req_to_blocks:
+                    m.req_to_blocks[rid] = pool.get_new_blocks(
+                        _cdiv(num_encoder_tokens, m.block_size))
+                    m.num_cached_blocks.setdefault(rid, 0)
+                    new_blocks.append(list(m.req_to_blocks[rid]))
+                else:
+                    new_blocks.append([])
+                continue
+            new_blocks.append(m.allocate_new_blocks(request, need))
+        if not delay_cache_blocks and self.enable_caching:
+            n_cache = min(total_computed + num_new_tokens, request.num_tokens)
+            for m in self._caching:
+                m.cache_blocks(request, n_cache)
+        return self.create_kv_cache_blocks(new_blocks)
+
+    def free(self, request: Any) -> None:
+        """Release every block of the request (each group's table last block first)."""
+        for m in self._kms:
+            m.free(request.request_id)
+
+    def pop_blocks_for_free(self, request: Any) -> list[KVCacheBlock]:
+        """The request's blocks in allocation order (group after group), removed from
+        the tables but still held: the caller frees them later, reversed, with
+        ``block_pool.free_blocks`` (vLLM's deferred frees)."""
+        rid = request.request_id
+        out: list[KVCacheBlock] = []
+        for m in self._kms:
+            out.extend(m.req_to_blocks.pop(rid, []))
+            m.num_cached_blocks.pop(rid, None)
+            m.num_skipped_blocks.pop(rid, None)
+        return out
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        """Free the blocks no future token reads (left a window), tail first."""
+        self._remove_skipped(request_id, processed_computed_tokens)
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        self.block_pool.evict_blocks(block_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; False (nothing changed) while a request holds
+        blocks."""
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.log_stats:
+            assert self.prefix_cache_stats is not None
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        return [0] * self.num_kv_cache_groups
+
+    def take_events(self) -> list[Any]:
+        """vLLM KV events since the last call, ``BlockStored`` annotated with the
+        group's spec kind and sliding window (as vLLM does)."""
+        events = self.block_pool.take_events()
+        meta = self.kv_cache_event_metadata
+        for ev in events:
+            if type(ev).__name__ != "BlockStored" or ev.group_idx is None:
+                continue
+            if 0 <= ev.group_idx < len(meta):
+                ev.kv_cache_spec_kind, ev.kv_cache_spec_sliding_window = meta[ev.group_idx]
+        return events
+
+    def get_blocks(self, request_id: str) -> Any:
+        return self.create_kv_cache_blocks(self.coordinator.get_blocks(request_id))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def get_block_ids_for_computed_tokens(self, request_id: str,
+                                          num_computed_tokens: int
+                                          ) -> tuple[list[int], ...]:
+        out = []
+        for m, ids in zip(self._kms, self.get_block_ids(request_id)):
+            if m.spec.kind in ("cross_attention", "encoder_only_attention") or \
+                    not hasattr(m.spec, "num_kv_heads"):
+                out.append(ids)
+            else:
+                out.append(ids[:_cdiv(num_computed_tokens, m.block_size)])
+        return tuple(out)
+
+    def estimate_cached_tokens(self, request: Any) -> int:
+        """Tokens of the request its cached blocks cover (smallest over caching
+        groups)."""
+        best: int | None = None
+        for m in self._caching:
+            if m.spec.kind == "cross_attention":
+                continue
+            n = 0
+            for i, b in enumerate(m.req_to_blocks.get(request.request_id) or ()):
+                if b.block_hash is not None:
+                    n = (i + 1) * m.block_size
+            best = n if best is None else min(best, n)
+        return best or 0
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        if self.enable_caching:
+            for m in self._caching:
+                m.cache_blocks(request, num_computed_tokens)
+
+    def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
+        out = []
+        for gb, m in zip(blocks.blocks, self._kms):
+            out.append(list(gb[:num_computed_tokens // m.block_size]))
+        return self.create_kv_cache_blocks(out)
+
+    def get_computed_blocks_for_connector(self, request: Any) -> tuple[Any, int, int, bool]:
+        return (*self.get_computed_blocks(request), False)
+
+    def take_new_block_ids(self) -> list[int]:
+        return []
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        return None
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[KVCacheBlock]]:
+        return [], []
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        return {}
+
+    def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
+        return []
+
+    def new_step_starts(self) -> None:
+        return None
+
+
+def _kv_cache_blocks_cls() -> Any:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+
+    return KVCacheBlocks

@@ -1,0 +1,350 @@
+"""The spec bridge: kvcore specs <-> vLLM 0.32 ``KVCacheSpec`` objects, and
+``KVCacheConfig`` both ways.
+
+Kinds both libraries have (kvcore kind -> vLLM 0.32 class in
+``vllm.v1.kv_cache_interface``)::
+
+    full_attention            FullAttentionSpec
+    sliding_window            SlidingWindowSpec
+    chunked_local_attention   ChunkedLocalAttentionSpec
+    cross_attention           CrossAttentionSpec
+    encoder_only_attention    EncoderOnlyAttentionSpec
+    sink_full_attention       SinkFullAttentionSpec
+    mla_attention             MLAAttentionSpec                (kvcore-mla)
+    hidden_state_cache        HiddenStateCacheSpec            (kvcore-mla)
+    sliding_window_mla        SlidingWindowMLASpec            (kvcore-mla)
+    mla_indexer               MLAAttentionSpec, cache_role=INDEXER  (kvcore-mla)
+    rswa                      RSWASpec                        (kvcore-rswa)
+    mamba                     MambaSpec                       (kvcore-mamba)
+    turboquant_full_attention FullAttentionSpec with a TURBOQUANT_* kv_quant_mode
+                                                              (kvcore-turboquant)
+
+A kind only one side has raises :class:`~kvcore.errors.SpecError` naming it
+(kvcore-only: ``kpool_tail``; vLLM-only: ``CircularBufferSpec``, ``HiSparseHotSpec``,
+``HiSparseResidentSpec``).  ``UniformTypeKVCacheSpecs`` (vLLM's one group of layers of
+one type with different pages) converts layer by layer.
+
+Rule of every conversion: the spec's **page size in bytes is preserved** (kvcore's
+``page_size_bytes`` == vLLM's ``page_size_bytes``, formulas: kvcore
+``AttentionSpec.real_page_size_bytes``, vLLM ``AttentionSpec.unpadded_page_size_bytes``);
+a pair whose page sizes would differ raises :class:`~kvcore.errors.SpecError` with both
+figures instead of converting silently.
+
+Dtypes: vLLM's ``dtype`` is the cache's storage dtype (a ``torch.dtype``); kvcore keeps
+the model ``dtype`` and a ``kv_cache_dtype`` scheme name.  ``auto`` maps to the model
+dtype; ``fp8`` / ``fp8_e4m3`` / ``fp8_e5m2`` map to ``torch.float8_e4m3fn`` /
+``float8_e5m2`` with ``KVQuantMode.FP8_PER_TENSOR``; other schemes map to the dtype
+and mode vLLM's ``get_kv_quant_mode`` gives them.  Imports torch and vLLM lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kvcore.errors import SpecError
+
+__all__ = [
+    "to_vllm_spec",
+    "from_vllm_spec",
+    "to_vllm_config",
+    "from_vllm_config",
+    "KIND_TO_VLLM",
+    "KVCORE_ONLY_KINDS",
+    "VLLM_ONLY_SPECS",
+]
+
+#: kvcore kind -> vLLM 0.32 class name
+KIND_TO_VLLM: dict[str, str] = {
+    "full_attention": "FullAttentionSpec",
+    "sliding_window": "SlidingWindowSpec",
+    "chunked_local_attention": "ChunkedLocalAttentionSpec",
+    "cross_attention": "CrossAttentionSpec",
+    "encoder_only_attention": "EncoderOnlyAttentionSpec",
+    "sink_full_attention": "SinkFullAttentionSpec",
+    "mla_attention": "MLAAttentionSpec",
+    "hidden_state_cache": "HiddenStateCacheSpec",
+    "sliding_window_mla": "SlidingWindowMLASpec",
+    "mla_indexer": "MLAAttentionSpec",
+    "rswa": "RSWASpec",
+    "mamba": "MambaSpec",
+    "turboquant_full_attention": "FullAttentionSpec",
+}
+#: kinds vLLM 0.32 has no spec class for
+KVCORE_ONLY_KINDS = ("kpool_tail",)
+#: vLLM 0.32 spec classes kvcore has no kind for
+VLLM_ONLY_SPECS = ("CircularBufferSpec", "HiSparseHotSpec", "HiSparseResidentSpec")
+
+_FP8 = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+_MLA_KINDS = ("mla_attention", "hidden_state_cache", "sliding_window_mla", "mla_indexer")
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _kvi() -> Any:
+    from vllm.v1 import kv_cache_interface
+
+    return kv_cache_interface
+
+
+def _tdtype(name: str) -> Any:
+    return getattr(_torch(), name)
+
+
+def _dname(dt: Any) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _check_page(kind: str, k_page: int, v_page: int, where: str) -> None:
+    if k_page != v_page:
+        raise SpecError(f"{where}: kind {kind!r} would change its page size "
+                        f"(kvcore {k_page} B, vLLM {v_page} B); not converted",
+                        field="page_size_bytes", kind=kind, kvcore=k_page, vllm=v_page)
+
+
+def to_vllm_spec(spec: Any) -> Any:
+    """The vLLM 0.32 ``KVCacheSpec`` of a kvcore spec (same block size, page size and
+    windows).
+
+    Raises :class:`~kvcore.errors.SpecError` for a kind vLLM 0.32 does not have
+    (``kpool_tail``) or one whose page vLLM would size differently."""
+    kind = spec.kind
+    if kind in KVCORE_ONLY_KINDS:
+        raise SpecError(f"kind {kind!r} exists only in kvcore (vLLM 0.32 has no spec "
+                        f"class for it); known pairs: {', '.join(KIND_TO_VLLM)}",
+                        field="kind", value=kind)
+    if kind not in KIND_TO_VLLM:
+        raise SpecError(f"kind {kind!r} has no vLLM 0.32 counterpart; known pairs: "
+                        f"{', '.join(KIND_TO_VLLM)}", field="kind", value=kind)
+    kvi = _kvi()
+    cls = getattr(kvi, KIND_TO_VLLM[kind])
+    kw: dict[str, Any] = {"block_size": spec.block_size}
+    if spec.page_size_padded is not None:
+        kw["page_size_padded"] = spec.page_size_padded
+    if kind == "mamba":
+        kw.update(shapes=tuple(tuple(s) for s in spec.shapes),
+                  dtypes=tuple(_tdtype(d) for d in spec.dtypes),
+                  mamba_cache_mode=spec.mamba_cache_mode,
+                  num_speculative_blocks=spec.num_speculative_blocks)
+        out = cls(**kw)
+        _check_page(kind, spec.page_size_bytes, out.page_size_bytes, "to_vllm_spec")
+        return out
+    kw.update(num_kv_heads=spec.num_kv_heads, head_size=spec.head_size)
+    scheme = spec.kv_cache_dtype
+    if kind in _MLA_KINDS:
+        kw["head_size_v"] = 0
+        if scheme == "auto":
+            kw["dtype"] = _tdtype(spec.dtype)
+        elif scheme in _FP8:
+            kw["dtype"] = _tdtype(_FP8[scheme])
+            kw["kv_quant_mode"] = kvi.KVQuantMode.FP8_PER_TENSOR
+            kw["cache_dtype_str"] = scheme
+        else:
+            kw["dtype"] = _torch().uint8
+            kw["cache_dtype_str"] = scheme
+            kw["kv_quant_mode"] = kvi.get_kv_quant_mode(scheme)
+        if spec.compress_ratio != 1:
+            kw["tokens_per_state"] = spec.compress_ratio
+        if spec.alignment is not None:
+            kw["alignment"] = spec.alignment
+        if spec.model_version is not None:
+            kw["model_version"] = spec.model_version
+        if kind == "mla_indexer":
+            kw["cache_role"] = kvi.SparseCacheRole.INDEXER
+    else:
+        if spec.head_size_v is not None:
+            kw["head_size_v"] = spec.head_size_v
+        if scheme == "auto":
+            kw["dtype"] = _tdtype(spec.dtype)
+        elif scheme in _FP8:
+            kw["dtype"] = _tdtype(_FP8[scheme])
+            kw["kv_quant_mode"] = kvi.KVQuantMode.FP8_PER_TENSOR
+        else:
+            mode = kvi.get_kv_quant_mode(scheme)
+            if mode == kvi.KVQuantMode.NONE:
+                kw["dtype"] = _tdtype(scheme)
+            else:
+                kw["kv_quant_mode"] = mode
+                kw["dtype"] = _torch().uint8 if mode != kvi.KVQuantMode.INT8_PER_TOKEN_HEAD \
+                    and mode != kvi.KVQuantMode.FP8_PER_TOKEN_HEAD else (
+                    _torch().int8 if mode == kvi.KVQuantMode.INT8_PER_TOKEN_HEAD
+                    else _torch().float8_e4m3fn)
+    for f in ("sliding_window", "attention_chunk_size", "non_causal", "sink_len",
+              "rswa_window"):
+        if f in {x.name for x in dataclasses.fields(cls)} and hasattr(spec, f):
+            v = getattr(spec, f)
+            if v is not None:
+                kw[f] = v
+    try:
+        out = cls(**kw)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise SpecError(f"to_vllm_spec: vLLM's {cls.__name__} refused kind {kind!r}: {e}",
+                        field="kind", value=kind) from None
+    _check_page(kind, spec.page_size_bytes, out.page_size_bytes, "to_vllm_spec")
+    return out
+
+
+def from_vllm_spec(vspec: Any) -> Any:
+    """The kvcore spec of a vLLM 0.32 ``KVCacheSpec`` (same block size, page size and
+    windows).  The plugin kinds need their plugin installed (kvcore-mla, kvcore-mamba,
+    kvcore-rswa, kvcore-turboquant); the class comes from kvcore's registry.
+
+    Raises :class:`~kvcore.errors.SpecError` for a vLLM-only spec class (naming it) or
+    a page kvcore would size differently."""
+    from kvcore.registry import get_registry
+
+    kvi = _kvi()
+    name = type(vspec).__name__
+    if name in VLLM_ONLY_SPECS:
+        raise SpecError(f"vLLM spec {name} has no kvcore kind (vLLM-only); known pairs: "
+                        f"{', '.join(sorted(set(KIND_TO_VLLM.values())))}",
+                        field="kv_cache_spec", value=name)
+    if name == "UniformTypeKVCacheSpecs":
+        raise SpecError("from_vllm_spec: UniformTypeKVCacheSpecs holds one spec per "
+                        "layer; convert its kv_cache_specs values one by one",
+                        field="kv_cache_spec", value=name)
+    mode = getattr(vspec, "kv_quant_mode", None)
+    kind = {v: k for k, v in KIND_TO_VLLM.items()
+            if k not in ("mla_indexer", "turboquant_full_attention")}.get(name)
+    if kind is None:
+        raise SpecError(f"vLLM spec {name} has no kvcore kind; known: "
+                        f"{', '.join(sorted(set(KIND_TO_VLLM.values())))}",
+                        field="kv_cache_spec", value=name)
+    if name == "FullAttentionSpec" and mode is not None and mode.is_turboquant:
+        kind = "turboquant_full_attention"
+    if name == "MLAAttentionSpec" and vspec.cache_role == kvi.SparseCacheRole.INDEXER:
+        kind = "mla_indexer"
+    cls = get_registry().spec_class(kind) if hasattr(get_registry(), "spec_class") \
+        else _spec_class(kind)
+    kw: dict[str, Any] = {"block_size": vspec.block_size}
+    if vspec.page_size_padded is not None:
+        kw["page_size_padded"] = vspec.page_size_padded
+    if kind == "mamba":
+        kw.update(shapes=tuple(tuple(s) for s in vspec.shapes),
+                  dtypes=tuple(_dname(d) for d in vspec.dtypes),
+                  mamba_cache_mode=vspec.mamba_cache_mode,
+                  num_speculative_blocks=vspec.num_speculative_blocks)
+    else:
+        kw.update(num_kv_heads=vspec.num_kv_heads, head_size=vspec.head_size)
+        dname = _dname(vspec.dtype)
+        cache_str = getattr(vspec, "cache_dtype_str", None)
+        if kind in _MLA_KINDS:
+            if cache_str and cache_str != "auto":
+                kw["kv_cache_dtype"] = cache_str
+                kw["dtype"] = "bfloat16"
+            else:
+                kw["dtype"] = dname
+            tps = getattr(vspec, "tokens_per_state", 1)
+            if tps != 1:
+                kw["compress_ratio"] = int(tps)
+            for f in ("alignment", "model_version"):
+                if getattr(vspec, f, None) is not None:
+                    kw[f] = getattr(vspec, f)
+        else:
+            if vspec.head_size_v != vspec.head_size:
+                kw["head_size_v"] = vspec.head_size_v
+            if mode is None or mode == kvi.KVQuantMode.NONE:
+                kw["dtype"] = dname
+            elif mode == kvi.KVQuantMode.FP8_PER_TENSOR:
+                kw["dtype"] = "bfloat16"
+                kw["kv_cache_dtype"] = "fp8_e5m2" if dname == "float8_e5m2" else "fp8_e4m3"
+            else:
+                kw["dtype"] = "bfloat16"
+                kw["kv_cache_dtype"] = mode.name.lower()
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for f in ("sliding_window", "attention_chunk_size", "non_causal", "sink_len",
+                  "rswa_window"):
+            v = getattr(vspec, f, None)
+            if f in fields and v is not None and (f != "non_causal" or v):
+                kw[f] = v
+    try:
+        out = cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"from_vllm_spec: {name} -> kind {kind!r}: {e}", field="kind",
+                        value=kind) from None
+    _check_page(kind, out.page_size_bytes, vspec.page_size_bytes, "from_vllm_spec")
+    return out
+
+
+def _spec_class(kind: str) -> Any:
+    from kvcore.registry import get_registry
+
+    reg = get_registry()
+    for attr in ("spec_class", "get_spec_class", "class_of"):
+        fn = getattr(reg, attr, None)
+        if fn is not None:
+            return fn(kind)
+    for st in reg.spec_types() if hasattr(reg, "spec_types") else ():
+        if st.kind == kind:
+            return st.cls
+    raise SpecError(f"kind {kind!r} is not registered in kvcore (is its plugin "
+                    "installed?)", field="kind", value=kind)
+
+
+def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
+    """kvcore's :class:`~kvcore.kv_cache_config.KVCacheConfig` of a vLLM 0.32
+    ``KVCacheConfig``: ``num_blocks``, groups (``layer_names``, spec) and tensors
+    (``size``, ``shared_by`` = vLLM's ``layers``, ``offset``, ``block_stride``).
+
+    vLLM's ``layer_stride`` has no kvcore field (kvcore's layer-outermost tensors hold
+    one layer each); it is kept in ``stats["vllm_layer_strides"]``."""
+    from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+
+    groups = []
+    for g in vcfg.kv_cache_groups:
+        s = g.kv_cache_spec
+        if type(s).__name__ == "UniformTypeKVCacheSpecs":
+            layer_specs = tuple(from_vllm_spec(s.kv_cache_specs[n]) for n in g.layer_names)
+            groups.append(KVCacheGroupSpec(tuple(g.layer_names), layer_specs[0],
+                                           layer_specs))
+        else:
+            groups.append(KVCacheGroupSpec(tuple(g.layer_names), from_vllm_spec(s)))
+    tensors = [KVCacheTensor(t.size, tuple(t.layers), t.offset, t.block_stride)
+               for t in vcfg.kv_cache_tensors]
+    return KVCacheConfig(num_blocks=vcfg.num_blocks, kv_cache_tensors=tensors,
+                         kv_cache_groups=groups, max_model_len=max_model_len,
+                         kv_cache_layout=getattr(vcfg, "kv_cache_layout", None) or "LBNHC")
+
+
+def to_vllm_config(kcfg: Any) -> Any:
+    """vLLM 0.32's ``KVCacheConfig`` of a kvcore plan: groups with vLLM specs (a packed
+    kvcore group becomes ``UniformTypeKVCacheSpecs``), tensors with vLLM's ``layers``
+    (kvcore's ``shared_by``), ``layer_stride`` (0: one layer per tensor, kvcore's
+    layer-outermost layout), ``block_stride`` (kvcore's, or the page size) and
+    ``offset``.
+
+    Raises :class:`~kvcore.errors.SpecError` for a kind vLLM does not have, and
+    :class:`~kvcore.errors.ConfigError` when the plan has no ``num_blocks``."""
+    from kvcore.errors import ConfigError
+
+    kvi = _kvi()
+    if kcfg.num_blocks is None:
+        raise ConfigError("to_vllm_config: the plan has no num_blocks (planned without "
+                          "a memory budget)", field="num_blocks")
+    groups = []
+    page_of: dict[str, int] = {}
+    for g in kcfg.kv_cache_groups:
+        if g.layer_specs is not None:
+            specs = {n: to_vllm_spec(s) for n, s in zip(g.layer_names, g.layer_specs)}
+            vspec = kvi.UniformTypeKVCacheSpecs(block_size=g.spec.block_size,
+                                                kv_cache_specs=specs)
+            for n, s in zip(g.layer_names, g.layer_specs):
+                page_of[n] = s.page_size_bytes
+        else:
+            vspec = to_vllm_spec(g.spec)
+            for n in g.layer_names:
+                page_of[n] = g.spec.page_size_bytes
+        groups.append(kvi.KVCacheGroupSpec(layer_names=list(g.layer_names),
+                                           kv_cache_spec=vspec))
+    tensors = []
+    for t in kcfg.kv_cache_tensors:
+        stride = t.block_stride or max((page_of.get(n, 0) for n in t.shared_by), default=0)
+        tensors.append(kvi.KVCacheTensor(size=t.size, layers=list(t.shared_by),
+                                         layer_stride=0, block_stride=stride,
+                                         offset=t.offset))
+    return kvi.KVCacheConfig(num_blocks=kcfg.num_blocks, kv_cache_tensors=tensors,
+                             kv_cache_groups=groups)
