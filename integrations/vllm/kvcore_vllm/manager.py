@@ -50,10 +50,12 @@ from typing import Any
 from kvcore.errors import ConfigError, RequestError
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
 
-__all__ = ["KVCacheManager", "VllmOrderBlockPool", "BLOCK_ORDERS"]
+__all__ = ["KVCacheManager", "VllmOrderBlockPool", "BLOCK_ORDERS", "RETENTIONS"]
 
 #: the accepted ``block_order`` values
 BLOCK_ORDERS = ("vllm", "kvcore")
+#: the accepted ``retention`` values
+RETENTIONS = ("vllm", "kvcore")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -149,10 +151,26 @@ class VllmOrderBlockPool(BlockPool):
                           stride: int = 1, request: Any = None, block_size: int = 0) -> None:
         """kvcore's caching (earliest-cached block stays the hit, later duplicates wait)
         plus vLLM's ``BlockStored`` event for the range (vLLM ``cache_full_blocks``)."""
+        self.cache_masked(blocks, block_hashes, num_cached, num_full, group_id, stride,
+                          request, block_size, None)
+
+    def cache_masked(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
+                     num_cached: int, num_full: int, group_id: int, stride: int,
+                     request: Any, block_size: int, mask: Sequence[bool] | None) -> None:
+        """Cache blocks ``num_cached .. num_full-1`` except null blocks and those whose
+        ``mask`` entry (aligned with the range) is False; one vLLM ``BlockStored`` for
+        the range, listing the hashes entered (vLLM ``cache_full_blocks`` with
+        ``block_mask``)."""
         if num_cached >= num_full:
             return
-        super().cache_full_blocks(blocks, block_hashes, num_cached, num_full, group_id,
-                                  stride, request, block_size)
+        if mask is None:
+            BlockPool.cache_full_blocks(self, blocks, block_hashes, num_cached, num_full,
+                                        group_id, stride, request, block_size)
+        else:
+            for i in range(num_cached, num_full):
+                if mask[i - num_cached]:
+                    BlockPool.cache_full_blocks(self, blocks, block_hashes, i, i + 1,
+                                                group_id, stride, request, block_size)
         if not self.vllm_events or request is None:
             return
         ku = self._ku
@@ -160,7 +178,7 @@ class VllmOrderBlockPool(BlockPool):
         extra: list[Any] = []
         mm_idx = 0
         for i in range(num_cached, num_full):
-            if blocks[i].is_null:
+            if blocks[i].is_null or (mask is not None and not mask[i - num_cached]):
                 continue
             new_hashes.append(ku.maybe_convert_block_hash(block_hashes[(i + 1) * stride - 1]))
             keys, mm_idx = ku.generate_block_hash_extra_keys(
@@ -297,6 +315,12 @@ class KVCacheManager:
 
     block_order: ``"vllm"`` (default: block ids as vLLM hands them out) or
         ``"kvcore"`` (kvcore's free-queue order; see the module docstring).
+    retention: which full blocks of a windowed group (sliding window) enter the prefix
+        cache: ``"vllm"`` (default) asks vLLM's own manager class for its
+        ``reachable_block_mask`` (vLLM 0.32 keeps only the window-long tails a later
+        hit can end on: the replay boundary ``num_prompt_tokens - 1``, shared-prefix
+        junctions, and every ``prefix_cache_retention_interval`` tokens); ``"kvcore"``
+        caches every full block (kvcore's runtime: more hits, more hash entries).
 
     Raises :class:`~kvcore.errors.ConfigError` for a configuration it does not support
     (the message names the feature) or an unknown ``block_order``.
@@ -310,7 +334,7 @@ class KVCacheManager:
                  pcp_world_size: int = 1, metrics_collector: Any = None,
                  watermark: float = 0.0,
                  enable_mamba_shared_prefix_checkpoint: bool = False, *,
-                 block_order: str = "vllm") -> None:
+                 block_order: str = "vllm", retention: str = "vllm") -> None:
         from vllm.v1.kv_cache_interface import (
             get_kv_cache_spec_kind,
             get_kv_cache_spec_sliding_window,
@@ -320,6 +344,10 @@ class KVCacheManager:
         from kvcore.registry import get_registry
         from kvcore_vllm.specs import from_vllm_config
 
+        if retention not in RETENTIONS:
+            raise ConfigError(f"retention {retention!r} is not one of "
+                              f"{', '.join(RETENTIONS)}", field="retention",
+                              value=retention)
         if block_order not in BLOCK_ORDERS:
             raise ConfigError(f"block_order {block_order!r} is not one of "
                               f"{', '.join(BLOCK_ORDERS)}", field="block_order",
@@ -404,6 +432,19 @@ class KVCacheManager:
         # hit search order: full-attention-like first (vLLM's hybrid coordinator)
         self._search = sorted(self._caching, key=lambda m: m.skips_blocks)
         self._simple_hybrid = (len(self._search) == 2 and not self._search[0].skips_blocks)
+        # vLLM's retention policy for windowed groups (None: cache every full block)
+        self._masks: list[Any] = [None] * len(self._kms)
+        self.retention = retention
+        self._retention_interval = getattr(kv_cache_config,
+                                           "prefix_cache_retention_interval", None)
+        if retention == "vllm":
+            from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+            for g, (vg, m) in enumerate(zip(vgroups, self._kms)):
+                if m.skips_blocks:
+                    vcls = KVCacheSpecRegistry.get_manager_class(
+                        vg.kv_cache_spec, getattr(vg, "role", None))
+                    self._masks[g] = getattr(vcls, "reachable_block_mask", None)
         self.coordinator = _Coordinator(self)
         self.mamba_shared_prefix_checkpoint = False
         self.retained_hit_group_ids: tuple[int, ...] = ()
@@ -614,10 +655,42 @@ class KVCacheManager:
                 continue
             new_blocks.append(m.allocate_new_blocks(request, need))
         if not delay_cache_blocks and self.enable_caching:
-            n_cache = min(total_computed + num_new_tokens, request.num_tokens)
-            for m in self._caching:
-                m.cache_blocks(request, n_cache)
+            self._cache(request, min(total_computed + num_new_tokens, request.num_tokens))
         return self.create_kv_cache_blocks(new_blocks)
+
+    def _cache(self, request: Any, num_tokens: int) -> None:
+        """Enter the request's full blocks up to ``num_tokens`` in the prefix cache
+        (windowed groups: only those the retention policy keeps)."""
+        boundaries: Any = None
+        for m in self._caching:
+            mask_fn = self._masks[m.group_id]
+            if mask_fn is None:
+                m.cache_blocks(request, num_tokens)
+                continue
+            rid = request.request_id
+            table = m.req_to_blocks.get(rid)
+            nc = m.num_cached_blocks.get(rid, 0)
+            nf = min(num_tokens // m.block_size, len(table) if table else 0)
+            if nf <= nc or not table:
+                continue
+            if boundaries is None:
+                from vllm.v1.core.kv_cache_coordinator import replay_boundaries
+
+                boundaries = list(replay_boundaries(request.num_prompt_tokens,
+                                                    self.scheduler_block_size,
+                                                    use_eagle=bool(self._eagle_groups)))
+                spb = getattr(request, "shared_prefix_boundary", 0)
+                if spb:
+                    boundaries.append(spb)
+            vspec = self._views[m.group_id].kv_cache_spec
+            mask = mask_fn(start_block=nc, end_block=nf,
+                           alignment_tokens=self.scheduler_block_size,
+                           kv_cache_spec=vspec, use_eagle=m.group_id in self._eagle_groups,
+                           retention_interval=self._retention_interval,
+                           reachable_boundaries=boundaries)
+            self.block_pool.cache_masked(table, request.block_hashes, nc, nf, m.group_id,
+                                         m.hash_stride, request, m.block_size, mask)
+            m.num_cached_blocks[rid] = nf
 
     def free(self, request: Any) -> None:
         """Release every block of the request (each group's table last block first)."""
@@ -703,8 +776,7 @@ class KVCacheManager:
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
         if self.enable_caching:
-            for m in self._caching:
-                m.cache_blocks(request, num_computed_tokens)
+            self._cache(request, num_computed_tokens)
 
     def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
         out = []
