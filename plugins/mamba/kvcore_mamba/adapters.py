@@ -111,6 +111,19 @@ class _Ctx:
         if kvd == "auto" and getattr(mc, "kv_cache_dtype", None):
             kvd = mc.kv_cache_dtype
         self.kv_cache_dtype = kvd
+        self.chunk_size = self._chunk_size()
+
+    def _chunk_size(self) -> int | None:
+        """The SSM kernel's chunk (tokens): ``mamba_chunk_size`` (Bamba, FalconH1,
+        Granite) or ``chunk_size`` (Mamba2, NemotronH, Zamba; mamba_ssm schema: in
+        ``ssm_cfg``), as vLLM ``ModelConfig.get_mamba_chunk_size`` reads it; None when
+        the config has none (vLLM then assumes 2,048 for Mamba1, which has no chunks)."""
+        ssm = self.raw.get("ssm_cfg")
+        for src, key in ((self.raw, "mamba_chunk_size"), (self.raw, "chunk_size"),
+                         (ssm if isinstance(ssm, dict) else {}, "chunk_size")):
+            if src.get(key) is not None:
+                return _int(src, key, self.mc)
+        return None
 
     @property
     def state_block(self) -> int:
@@ -120,7 +133,8 @@ class _Ctx:
 
     def state(self, shapes: tuple, dtypes: tuple) -> MambaSpec:
         return MambaSpec(block_size=self.state_block, shapes=shapes, dtypes=dtypes,
-                         mamba_cache_mode=self.mode, num_speculative_blocks=self.num_spec)
+                         mamba_cache_mode=self.mode, num_speculative_blocks=self.num_spec,
+                         mamba_chunk_size=self.chunk_size)
 
     def attention(self, kv_heads: int, head_size: int) -> FullAttentionSpec:
         return FullAttentionSpec(

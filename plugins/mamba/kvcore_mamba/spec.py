@@ -17,7 +17,11 @@ model pads it (``page_size_padded``).  Formula and modes follow vLLM v1
                prefill chunk ends; 2 + speculative blocks are resident per request (the
                running state and the last checkpoint).
     ``all``    every block boundary keeps its state: one block per ``block_size`` tokens,
-               so any block-aligned prefix can hit.
+               so any block-aligned prefix can hit.  The SSM kernel materialises a state
+               inside a prefill chunk only every ``mamba_chunk_size`` tokens, so the block
+               size must be a multiple of it (``block_size_alignment``; the planner rounds
+               block sizes up to it).  vLLM 0.32 has no ``all`` mode
+               (``MambaCacheMode = Literal["align", "none"]``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,16 @@ class MambaSpec(KVCacheSpec):
     num_speculative_blocks:
         Extra state blocks per request for speculative decoding (one per draft token;
         vLLM sets it to ``num_speculative_tokens``).
+    mamba_chunk_size:
+        Tokens per chunk of the layer's chunked SSM scan (Mamba2 / SSD: the config's
+        ``chunk_size`` or ``mamba_chunk_size``, vLLM ``ModelConfig.get_mamba_chunk_size``),
+        or None when unknown.  Inside a prefill chunk the kernel materialises a state
+        only at chunk ends, counted from the prefill chunk's start (vLLM's
+        ``prefill_checkpoint_alignment`` rule, ``(position - query_start) % alignment ==
+        0``).  In ``all`` mode the block size must be a multiple of it
+        (:attr:`block_size_alignment`), and the runtime trusts a state at a block
+        boundary inside a prefill chunk only where both counts meet; with None it
+        trusts only states where a chunk ends.
     page_size_padded:
         Bytes of a padded page (page-size unification), >= the real state bytes.
 
@@ -63,7 +77,11 @@ class MambaSpec(KVCacheSpec):
     ------
     SpecError
         A shape that is empty or holds a non-positive int, ``dtypes`` of another length
-        than ``shapes``, an unknown dtype or mode, a negative ``num_speculative_blocks``.
+        than ``shapes``, an unknown dtype or mode, a negative ``num_speculative_blocks``,
+        a ``mamba_chunk_size`` that is not a positive int or None.  A ``block_size`` that
+        is not a multiple of :attr:`block_size_alignment` is accepted here (the planner
+        rounds it up); :meth:`with_attention_block_size` and the runtime manager refuse
+        it.
     """
 
     kind: ClassVar[str] = "mamba"
@@ -73,6 +91,7 @@ class MambaSpec(KVCacheSpec):
     dtypes: tuple[str, ...]
     mamba_cache_mode: str = "none"
     num_speculative_blocks: int = 0
+    mamba_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         shapes = self.shapes
@@ -112,6 +131,10 @@ class MambaSpec(KVCacheSpec):
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise SpecError(f"MambaSpec.num_speculative_blocks must be an int >= 0, got "
                             f"{n!r}", field="num_speculative_blocks", value=repr(n))
+        c = self.mamba_chunk_size
+        if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c <= 0):
+            raise SpecError(f"MambaSpec.mamba_chunk_size must be a positive int (tokens) or "
+                            f"None, got {c!r}", field="mamba_chunk_size", value=repr(c))
         super().__post_init__()
 
     @property
@@ -119,6 +142,16 @@ class MambaSpec(KVCacheSpec):
         """False in ``none`` mode (one running state, no checkpoint to resume from: the
         runtime then turns prefix caching off for the whole model), True otherwise."""
         return self.mamba_cache_mode != "none"
+
+    @property
+    def block_size_alignment(self) -> int:  # type: ignore[override]
+        """``mamba_chunk_size`` in ``all`` mode (a state must exist at every block
+        boundary), else 1: ``align`` mode caches states only where a prefill chunk
+        ends, which any block size allows (vLLM 0.32 splits the SSM chunks there,
+        ``mamba_attn._compute_chunk_metadata``), and ``none`` caches none."""
+        if self.mamba_cache_mode == "all" and self.mamba_chunk_size:
+            return self.mamba_chunk_size
+        return 1
 
     # ---- sizes -------------------------------------------------------------------
     @property
@@ -156,13 +189,30 @@ class MambaSpec(KVCacheSpec):
         ``none`` mode the spec is returned unchanged."""
         if self.mamba_cache_mode == "none" or block_size == self.block_size:
             return self
+        self.check_block_size(block_size)
         return dataclasses.replace(self, block_size=block_size)
+
+    def check_block_size(self, block_size: int | None = None) -> None:
+        """Raise :class:`~kvcore.errors.SpecError` when ``block_size`` (default: the
+        spec's) is not a multiple of :attr:`block_size_alignment` (``all`` mode: the SSM
+        kernel has no state at such block boundaries)."""
+        bs = self.block_size if block_size is None else block_size
+        align = self.block_size_alignment
+        if bs % align:
+            raise SpecError(
+                f"MambaSpec block_size {bs} is not a multiple of mamba_chunk_size "
+                f"{align}: in mamba_cache_mode 'all' the SSM kernel materialises states "
+                f"only every {align} tokens, so every block boundary must fall on one "
+                f"(valid: a multiple of {align}, e.g. {-(-bs // align) * align})",
+                field="block_size", value=bs, mamba_chunk_size=align)
 
     def with_plan_context(self, ctx: PlanContext) -> MambaSpec:
         """Take the plan's options: a plan-wide ``mamba_cache_mode`` of ``align`` or
         ``all`` applies to a state left at ``none`` (a specs file may set the mode only
         in its options), the plan's speculative tokens add state blocks, and in ``none``
-        mode the block size is ``max_model_len`` (one state block covers the request)."""
+        mode the block size is ``max_model_len`` (one state block covers the request);
+        in ``all`` mode a block size that is not a multiple of ``mamba_chunk_size`` is
+        rounded up to one (800 -> 1,024 with 256-token chunks)."""
         spec = self
         if ctx.mamba_cache_mode != "none" and spec.mamba_cache_mode == "none":
             spec = spec.with_mode(ctx.mamba_cache_mode)
@@ -172,6 +222,10 @@ class MambaSpec(KVCacheSpec):
         if spec.mamba_cache_mode == "none" and spec.block_size != ctx.max_model_len \
                 and ctx.max_model_len > 0:
             spec = spec.with_mode("none", block_size=ctx.max_model_len)
+        align = spec.block_size_alignment
+        if spec.block_size % align:  # all mode: round up to a multiple of the SSM chunk
+            spec = spec.with_mode(spec.mamba_cache_mode,
+                                  block_size=-(-spec.block_size // align) * align)
         return spec
 
     def with_mode(self, mamba_cache_mode: str, num_speculative_blocks: int | None = None,

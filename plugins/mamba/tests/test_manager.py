@@ -16,10 +16,12 @@ PROMPT = 2200
 BUDGET = 2048
 
 
-def state(mode, spec_blocks=0, block_size=BS):
+def state(mode, spec_blocks=0, block_size=BS, chunk=264):
+    """A Mamba2-like state; its SSM kernel materialises states every ``chunk`` tokens
+    (264 divides the 528-token block, so ``all`` mode keeps every boundary)."""
     return MambaSpec(block_size=block_size, shapes=((3, 64), (4, 16, 16)),
                      dtypes=("bfloat16", "float32"), mamba_cache_mode=mode,
-                     num_speculative_blocks=spec_blocks)
+                     num_speculative_blocks=spec_blocks, mamba_chunk_size=chunk)
 
 
 def config(mode, num_blocks=2200, spec_blocks=0):
