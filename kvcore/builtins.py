@@ -48,6 +48,23 @@ def kvcore_layer_specs(model_config: Any, cache_config: Any) -> dict[str, Any] |
     return core_layer_specs(model_config, cache_config)
 
 
+@hookimpl(specname="kvcore_layer_specs", wrapper=True, tryfirst=True)
+def check_layer_specs(model_config: Any, cache_config: Any) -> Any:
+    """Around every adapter (core or plugin): the one tensor-parallel rule
+    (:func:`kvcore.models.adapters.check_tensor_parallel`) before any adapter runs, and
+    the final answer checked (a dict of layer name -> KVCacheSpec, or None)."""
+    from kvcore.models.config import ModelConfig
+    from kvcore.plugins import check_layer_specs_result
+
+    if isinstance(model_config, ModelConfig):
+        from kvcore.models.adapters import check_tensor_parallel
+
+        check_tensor_parallel(model_config,
+                              getattr(cache_config, "tensor_parallel_size", 1) or 1)
+    result = yield
+    return check_layer_specs_result(result, "the model adapters")
+
+
 @hookimpl
 def kvcore_model_types() -> list[str]:
     try:

@@ -3,26 +3,45 @@
 Plugins are found through the entry-point group ``kvcore.plugins``.  Environment:
 
 ``KVCORE_PLUGINS=a,b``
-    load only the entry points named ``a`` and ``b``.
+    load only the entry points named ``a`` and ``b`` (a name no installed entry point
+    has is warned about, listing the installed ones).
 ``KVCORE_DISABLE_PLUGIN_AUTOLOAD=1``
-    load no entry point (kvcore's built-ins always load).
+    load no entry point (kvcore's built-ins always load).  Booleans are strict:
+    ``1 true yes on`` / ``0 false no off`` or empty (any case); anything else is a
+    :class:`~kvcore.errors.ConfigError` naming the variable.
 
-A plugin that fails to import, or whose hooks raise or return invalid data, is
-reported with a :class:`KVCorePluginWarning` naming its distribution, version and error,
-and skipped; the others load.  Two plugins claiming one kind, spec class or
-kv_cache_dtype raise :class:`kvcore.errors.PluginConflictError` naming both.
+A plugin that fails to import (any exception, SystemExit included), or whose
+registration hooks (``kvcore_spec_types``, ``kvcore_kv_cache_dtypes``,
+``kvcore_model_types``) raise or return invalid data, is reported with a
+:class:`KVCorePluginWarning` naming its distribution, version and error, and skipped;
+the others load.  Spec types are validated when the registry is built (the class a
+:class:`~kvcore.specs.KVCacheSpec` dataclass, the kind a non-empty string, the manager
+None, a class or a ``"module:Class"`` path; the path is imported only when a
+:class:`~kvcore.runtime.KVCacheManager` is built or ``kvcore plugins`` lists it).
+
+Every hook implementation is guarded when it is registered: an exception from a
+per-call hook (``kvcore_layer_specs``, ``kvcore_explain_kv_cache_dtype``), SystemExit
+included, becomes a :class:`~kvcore.errors.PluginError` naming the plugin, its
+distribution, version and the hook (a plugin's own KVCoreError, e.g. a ConfigError
+naming a config field, passes unchanged), and a result of the wrong type (a list, a
+string, a mapping whose values are not spec instances) is a PluginError too.  Two
+plugins claiming one kind, spec class or kv_cache_dtype raise
+:class:`kvcore.errors.PluginConflictError` naming both.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
 
+from kvcore.errors import ConfigError, KVCoreError, PluginError
 from kvcore.hookspecs import PROJECT_NAME, KVCoreHookSpecs
 from kvcore.quant import QuantScheme
 from kvcore.registry import Registry, SpecType, reset_registry
@@ -37,6 +56,8 @@ __all__ = [
     "list_plugins",
     "reload_plugins",
     "build_registry",
+    "env_flag",
+    "check_layer_specs_result",
 ]
 
 ENTRY_POINT_GROUP = "kvcore.plugins"
@@ -107,6 +128,180 @@ def _warn(name: str, dist: str, version: str, error: BaseException | str) -> Non
         KVCorePluginWarning, stacklevel=3)
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """A boolean environment variable, parsed strictly: ``1 true yes on`` or ``0 false
+    no off`` / empty (any case); unset gives ``default``.  Raises ConfigError naming
+    the variable for any other value."""
+    from kvcore.units import shorten
+
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    key = value.strip().lower()
+    if key in _TRUE:
+        return True
+    if key in _FALSE:
+        return False
+    raise ConfigError(f"environment variable {name}={shorten(value)} is not a boolean; use "
+                      f"1, true, yes, on or 0, false, no, off", field=name,
+                      value=shorten(value))
+
+
+# ---- hook guards ------------------------------------------------------------------------
+
+#: hooks whose exceptions end the command with a PluginError (registration hooks are
+#: called by build_registry, which warns and skips the plugin instead)
+_PER_CALL_HOOKS = ("kvcore_layer_specs", "kvcore_explain_kv_cache_dtype")
+
+
+def _who(name: str) -> str:
+    info = _infos.get(name)
+    if info is None:
+        return f"kvcore plugin {name!r}"
+    return f"kvcore plugin {name!r} from {info.distribution} {info.version or '?'}".rstrip()
+
+
+def _plugin_error(name: str, hook: str, what: str) -> PluginError:
+    info = _infos.get(name)
+    return PluginError(f"{_who(name)}: hook {hook} {what}", plugin=name,
+                       distribution=info.distribution if info else None,
+                       version=info.version if info else None, hook=hook)
+
+
+def _failure(name: str, hook: str, exc: BaseException) -> PluginError:
+    from kvcore.units import shorten
+
+    if isinstance(exc, SystemExit):
+        what = f"raised SystemExit({shorten(exc.code)})"
+    else:
+        what = f"raised {type(exc).__name__}: {shorten(str(exc), 200)}"
+    return _plugin_error(name, hook, what + " (a bug in the plugin; kvcore stopped)")
+
+
+def check_layer_specs_result(result: Any, who: str = "an adapter",
+                             hook: str = "kvcore_layer_specs") -> dict[str, Any] | None:
+    """A ``kvcore_layer_specs`` answer checked: None, or a mapping of non-empty string
+    layer names to :class:`~kvcore.specs.KVCacheSpec` instances.  Returns it as a dict.
+    Raises PluginError naming ``who`` (and the first bad entry)."""
+    from kvcore.specs import KVCacheSpec
+    from kvcore.units import shorten
+
+    if result is None:
+        return None
+    if not isinstance(result, Mapping):
+        raise PluginError(f"{who}: hook {hook} returned {type(result).__name__} "
+                          f"{shorten(result)}; it must return None or a dict of layer "
+                          f"name -> KVCacheSpec", hook=hook)
+    for layer, spec in result.items():
+        if not isinstance(layer, str) or not layer.strip():
+            raise PluginError(f"{who}: hook {hook} returned the layer name "
+                              f"{shorten(layer)}; layer names are non-empty strings",
+                              hook=hook)
+        if not isinstance(spec, KVCacheSpec):
+            raise PluginError(f"{who}: hook {hook} returned {type(spec).__name__} "
+                              f"{shorten(spec)} for layer {shorten(layer)}; every value "
+                              f"must be a KVCacheSpec instance", hook=hook, layer=layer)
+    return dict(result)
+
+
+def _check_result(name: str, hook: str, result: Any) -> Any:
+    if hook == "kvcore_layer_specs":
+        try:
+            return check_layer_specs_result(result, _who(name), hook)
+        except PluginError as exc:
+            info = _infos.get(name)
+            raise PluginError(exc.message, plugin=name, hook=hook,
+                              distribution=info.distribution if info else None,
+                              version=info.version if info else None) from None
+    if hook == "kvcore_explain_kv_cache_dtype" and result is not None \
+            and not isinstance(result, str):
+        from kvcore.units import shorten
+
+        raise _plugin_error(name, hook, f"returned {type(result).__name__} "
+                                        f"{shorten(result)}; it must return a string or None")
+    return result
+
+
+def _guard_function(fn: Callable[..., Any], name: str, hook: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = fn(*args, **kwargs)
+        except (KVCoreError, KeyboardInterrupt, GeneratorExit):
+            raise
+        except BaseException as exc:  # SystemExit too: a plugin must not end kvcore
+            raise _failure(name, hook, exc) from exc
+        return _check_result(name, hook, result)
+
+    guarded.__kvcore_guarded__ = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _guard_wrapper(fn: Callable[..., Any], name: str, hook: str,
+                   new_style: bool) -> Callable[..., Any]:
+    """A hook wrapper (a generator) whose own failures become PluginError; exceptions
+    thrown into it by the wrapped implementations pass through unchanged."""
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            gen = fn(*args, **kwargs)
+            if not hasattr(gen, "send"):
+                raise TypeError(f"a hook wrapper must be a generator, got "
+                                f"{type(gen).__name__}")
+            value = next(gen)
+        except (KVCoreError, KeyboardInterrupt, GeneratorExit):
+            raise
+        except StopIteration:
+            raise _plugin_error(name, hook, "is a wrapper that did not yield") from None
+        except BaseException as exc:
+            raise _failure(name, hook, exc) from exc
+        while True:
+            try:
+                sent = yield value
+            except BaseException as thrown:
+                try:
+                    value = gen.throw(thrown)
+                except StopIteration as stop:
+                    return _check_result(name, hook, stop.value) if new_style else None
+                except BaseException as exc:
+                    if exc is thrown or isinstance(exc, (KVCoreError, KeyboardInterrupt,
+                                                         GeneratorExit)):
+                        raise
+                    raise _failure(name, hook, exc) from exc
+            else:
+                try:
+                    value = gen.send(sent)
+                except StopIteration as stop:
+                    return _check_result(name, hook, stop.value) if new_style else None
+                except (KVCoreError, KeyboardInterrupt, GeneratorExit):
+                    raise
+                except BaseException as exc:
+                    raise _failure(name, hook, exc) from exc
+
+    guarded.__kvcore_guarded__ = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _guard(pm: pluggy.PluginManager, obj: Any, name: str) -> None:
+    """Wrap every hook implementation of ``obj`` (once) in its guard."""
+    for caller in pm.get_hookcallers(obj) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is not obj or getattr(impl.function, "__kvcore_guarded__", False):
+                continue
+            if impl.wrapper or impl.hookwrapper:
+                # HookImpl.function is Final for type checkers only; pluggy calls it
+                impl.function = _guard_wrapper(  # type: ignore[misc]
+                    impl.function, name, caller.name, new_style=impl.wrapper)
+            else:
+                impl.function = _guard_function(  # type: ignore[misc]
+                    impl.function, name, caller.name)
+
+
 def _load() -> pluggy.PluginManager:
     from kvcore import builtins
 
@@ -114,11 +309,23 @@ def _load() -> pluggy.PluginManager:
     _infos.clear()
     pm.register(builtins, name="core")
     _infos["core"] = PluginInfo("core", "kvcore", _core_version(), builtins)
-    if os.environ.get("KVCORE_DISABLE_PLUGIN_AUTOLOAD", "").strip() not in ("", "0"):
+    _guard(pm, builtins, "core")
+    if env_flag("KVCORE_DISABLE_PLUGIN_AUTOLOAD"):
         return pm
     only = os.environ.get("KVCORE_PLUGINS")
     wanted = None if only is None else {s.strip() for s in only.split(",") if s.strip()}
-    for ep in _entry_points():
+    eps = _entry_points()
+    if wanted:
+        unknown = sorted(wanted - {ep.name for ep in eps})
+        if unknown:
+            from kvcore.units import shorten
+
+            installed = ", ".join(sorted({ep.name for ep in eps})) or "none"
+            warnings.warn(
+                f"KVCORE_PLUGINS names {', '.join(shorten(u) for u in unknown)}, which no "
+                f"installed plugin has (names are case-sensitive); installed: {installed}",
+                KVCorePluginWarning, stacklevel=3)
+    for ep in eps:
         if wanted is not None and ep.name not in wanted:
             continue
         dist = getattr(ep, "dist", None)
@@ -131,10 +338,13 @@ def _load() -> pluggy.PluginManager:
         try:
             obj = ep.load()
             pm.register(obj, name=ep.name)
-        except Exception as exc:  # noqa: BLE001 - any failure skips the plugin
+        except (KeyboardInterrupt, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any failure (SystemExit too) skips it
             _warn(ep.name, dist_name, version, exc)
             continue
         _infos[ep.name] = PluginInfo(ep.name, dist_name, version, obj)
+        _guard(pm, obj, ep.name)
     return pm
 
 
@@ -154,9 +364,17 @@ def register(obj: Any, name: str | None = None, distribution: str = "(registered
     registry is rebuilt on next use."""
     pm = get_plugin_manager()
     with _lock:
-        plugin_name = pm.register(obj, name=name)
+        try:
+            plugin_name = pm.register(obj, name=name)
+        except ValueError as exc:  # pluggy: a name or object registered twice
+            raise PluginError(f"cannot register plugin {name!r}: {exc}", plugin=name) \
+                from exc
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r} from {distribution}: {exc}",
+                              plugin=name, distribution=distribution) from exc
         assert plugin_name is not None
         _infos[plugin_name] = PluginInfo(plugin_name, distribution, version, obj)
+        _guard(pm, obj, plugin_name)
         reset_registry()
     return plugin_name
 
@@ -193,6 +411,37 @@ def _call_one(pm: pluggy.PluginManager, hook_name: str, obj: Any) -> list[Any]:
     return out
 
 
+def _check_spec_type(st: SpecType) -> None:
+    """A registered SpecType's fields: a KVCacheSpec dataclass, a non-empty kind, a
+    manager that is None, a class or a ``"module:Class"`` path (not imported here), a
+    grouping base that is None or a kind name.  Raises TypeError saying which."""
+    import dataclasses
+    import re
+
+    from kvcore.specs import KVCacheSpec
+
+    cls = st.cls
+    if not isinstance(cls, type) or not issubclass(cls, KVCacheSpec) \
+            or not dataclasses.is_dataclass(cls):
+        raise TypeError(f"kvcore_spec_types: the class of kind {st.kind!r} is {cls!r}, not "
+                        f"a KVCacheSpec dataclass")
+    if not isinstance(st.kind, str) or not st.kind.strip():
+        raise TypeError(f"kvcore_spec_types: kind {st.kind!r} of {cls.__name__} is not a "
+                        f"non-empty string")
+    m = st.manager_cls
+    if isinstance(m, str):
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", m):
+            raise TypeError(f"kvcore_spec_types: manager {m!r} of kind {st.kind!r} is not "
+                            f"a 'module:Class' path")
+    elif m is not None and not isinstance(m, type):
+        raise TypeError(f"kvcore_spec_types: manager {m!r} of kind {st.kind!r} is neither "
+                        f"None, a class nor a 'module:Class' path")
+    if st.grouping_base is not None and (not isinstance(st.grouping_base, str)
+                                         or not st.grouping_base.strip()):
+        raise TypeError(f"kvcore_spec_types: grouping_base {st.grouping_base!r} of kind "
+                        f"{st.kind!r} is not a kind name")
+
+
 def build_registry() -> Registry:
     """Collect every loaded plugin's spec types and schemes into a new Registry.
 
@@ -211,6 +460,11 @@ def build_registry() -> Registry:
                 for st in spec_types:
                     if not isinstance(st, SpecType):
                         raise TypeError(f"kvcore_spec_types returned {st!r}, not a SpecType")
+                    _check_spec_type(st)
+                for mt in model_types:
+                    if not isinstance(mt, str) or not mt.strip():
+                        raise TypeError(f"kvcore_model_types returned {mt!r}, not a "
+                                        f"non-empty string")
                 for sc in schemes:
                     if not isinstance(sc, QuantScheme):
                         raise TypeError(
@@ -218,7 +472,10 @@ def build_registry() -> Registry:
             except Exception as exc:  # noqa: BLE001
                 if name == "core":
                     raise
-                _warn(name, info.distribution, info.version, exc)
+                cause: BaseException = exc
+                if isinstance(exc, PluginError) and exc.__cause__ is not None:
+                    cause = exc.__cause__  # the guard's wrapping: report the plugin's error
+                _warn(name, info.distribution, info.version, cause)
                 pm.unregister(obj)
                 del _infos[name]
                 continue

@@ -14,6 +14,7 @@ from typing import Any
 from kvcore.errors import (
     MissingPluginError,
     PluginConflictError,
+    PluginError,
     SpecError,
     UnknownKVCacheDtypeError,
 )
@@ -166,15 +167,44 @@ class Registry:
         return st.grouping_base or st.kind
 
     def manager_class(self, spec_or_kind: Any) -> Any:
-        """The runtime manager class of a spec's kind (imports a lazy path once)."""
+        """The runtime manager class of a spec's kind (imports a lazy ``"module:Class"``
+        path once).  Raises PluginError naming the plugin, its distribution and the
+        path when the path cannot be imported or does not name a class."""
         st = self.spec_type(spec_or_kind)
         if st.kind not in self._managers:
             m = st.manager_cls
             if isinstance(m, str):
                 module, _, name = m.partition(":")
-                m = getattr(importlib.import_module(module), name)
+                try:
+                    m = getattr(importlib.import_module(module), name)
+                except (KeyboardInterrupt, GeneratorExit):
+                    raise
+                except BaseException as exc:  # ImportError, AttributeError, SystemExit...
+                    raise PluginError(
+                        f"kvcore plugin {st.plugin!r} from {st.distribution}: the manager "
+                        f"{st.manager_cls!r} of kind {st.kind!r} cannot be loaded "
+                        f"({type(exc).__name__}: {exc})", plugin=st.plugin,
+                        distribution=st.distribution, kind=st.kind,
+                        manager=st.manager_cls) from exc
+                if not isinstance(m, type):
+                    raise PluginError(
+                        f"kvcore plugin {st.plugin!r} from {st.distribution}: the manager "
+                        f"{st.manager_cls!r} of kind {st.kind!r} is {type(m).__name__}, "
+                        f"not a class", plugin=st.plugin, distribution=st.distribution,
+                        kind=st.kind, manager=st.manager_cls)
             self._managers[st.kind] = m
         return self._managers[st.kind]
+
+    def check_managers(self) -> list[PluginError]:
+        """Resolve every kind's manager (imports the lazy paths); the errors, one per
+        kind that fails (``kvcore plugins`` reports them)."""
+        errors: list[PluginError] = []
+        for kind in self._by_kind:
+            try:
+                self.manager_class(kind)
+            except PluginError as exc:
+                errors.append(exc)
+        return errors
 
     @property
     def kv_cache_dtypes(self) -> list[str]:
