@@ -190,15 +190,27 @@ class KVCacheSpec:
 
     @property
     def page_size_bytes(self) -> int:
-        """Bytes one block of this layer takes (padding included)."""
+        """Bytes one block of this layer takes (padding included).  Computed once per
+        spec (a spec is frozen; the planner reads it for every layer of every candidate
+        layout)."""
+        cached = self.__dict__.get("_page_size_bytes")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
         if self.page_size_padded is not None:
-            return self.page_size_padded
-        return self.real_page_size_bytes
+            page = self.page_size_padded
+        else:
+            page = self.real_page_size_bytes
+        object.__setattr__(self, "_page_size_bytes", page)
+        return page
 
     @property
     def padding_bytes(self) -> int:
-        """Bytes of a page added by unification padding."""
-        return self.page_size_bytes - self.real_page_size_bytes
+        """Bytes of a page added by unification padding (computed once per spec)."""
+        cached = self.__dict__.get("_padding_bytes")
+        if cached is None:
+            cached = self.page_size_bytes - self.real_page_size_bytes
+            object.__setattr__(self, "_padding_bytes", cached)
+        return cached  # type: ignore[no-any-return]
 
     @property
     def storage_block_size(self) -> int:
