@@ -34,7 +34,10 @@ def test_llama_head_dim_derived_and_bytes_per_token():
 
 def test_gpt_oss_20b():
     assert kinds("gpt-oss-20b") == {"sliding_window": 12, "full_attention": 12}
-    config = plan_model("gpt-oss-20b", max_model_len=8192)
+    # (at max_model_len 8192 with 8192-token steps a 128-token window's admission cap is
+    # 513 blocks, more than full attention's 512: the planner search would then plan
+    # the windows as full attention; 2048-token steps keep the sliding groups)
+    config = plan_model("gpt-oss-20b", max_model_len=8192, max_num_batched_tokens=2048)
     assert config.stats["bytes_per_token"] == 49_152
     sw = [g for g in config.kv_cache_groups if g.kind == "sliding_window"]
     assert sw and sw[0].spec.sliding_window == 128
