@@ -1,56 +1,85 @@
-"""Per-layer specs -> KV-cache groups (layers sharing one block table).
+"""Per-layer specs -> KV-cache groups (layers sharing one block table), as a search.
 
-The rule (docs/DESIGN.md section 3; the behaviour of vLLM v1's ``get_kv_cache_groups`` and
-``unify_kv_cache_spec_page_size``, with its failure cases fixed):
+Planning (docs/DESIGN.md section 3) normalizes the specs, asks every candidate generator
+below for layouts, scores each layout with :func:`score_layout` and keeps the best.  The
+generators (each returns layouts, or nothing when it does not apply):
 
-1. ``disable_hybrid_kv_cache_manager``: sliding-window and chunked-local layers are
-   planned as full attention (the window is recorded, blocks are kept for every token).
-2. ``kernel_block_size``: attention block sizes are rounded up to multiples of it.
-3. Every layer mergeable into one spec -> one group.
-4. Every layer of one grouping type with one block size (e.g. full attention with
-   different head counts) -> one *packed* group: each block id takes the sum of the
-   layers' pages.
-5. Otherwise the hybrid layout.  Page sizes are unified: when the largest page is a
-   state's (it does not grow with the block size), attention block sizes are raised to
-   the smallest allowed size whose page reaches it (multiples of the layer's own block
-   size and of ``kernel_block_size``), then smaller pages are handled: an attention page
-   whose size divides the target is scaled by a whole factor; any other page is padded.
-   Unification never fails.  When an attention ratio is not whole, a second candidate
-   plans every windowed layer as full attention in one packed group; the candidate with
-   the higher max concurrency wins.  Layers are then bucketed by spec in layer order;
-   ``group_size`` = the smallest bucket's size, or the largest's when it is under 1.5x
-   the smallest; a bucket of n layers becomes cdiv(n, group_size) groups, group i taking
-   every g-th layer from i (strided, so pipeline stages stay balanced).  Tensor j holds
-   layer j of every group.
+``one_group``
+    Every layer in one block table: all layers equal (``single``), or layers that need
+    the same blocks per request although their kinds or pages differ (``packed``:
+    vLLM's ``UniformTypeKVCacheSpecs``; each block id takes the sum of the pages).
+``all_as_full``
+    Every sliding-window / chunked-local layer planned as full attention, then one group
+    (``all-as-full``) or the hybrid layouts below (``hybrid-as-full``).
+``hybrid``
+    Pages unified (:func:`unify_page_sizes`: attention blocks raised so a page holds the
+    largest state, then each smaller page scaled by its largest whole factor and the
+    rest padded; a second variant prefers block sizes that divide each other, so
+    prefix hits align to a small boundary), layers bucketed by spec or by block table
+    (layers of one manager kind and block size; sliding windows then take the largest
+    window of the bucket), buckets split into groups of ``group_size`` layers, strided
+    (group i takes every g-th layer from i, so pipeline stages stay balanced).  Group
+    sizes tried: vLLM's rule (the smallest bucket, or the largest when it is under 1.5x
+    the smallest), the smallest and largest bucket of more than one layer (a drafter's
+    single extra layer never forces group size 1) and the divisors of the bucket sizes.
+``block_packed``
+    Block-outermost ``kv_cache_layout`` only (``B`` before ``L``, e.g. ``BLHNC``): the
+    hybrid layouts without padding; each group's bytes per block id is the sum of its
+    layers' pages.
 
-With a block-outermost ``kv_cache_layout`` (``B`` before ``L``, e.g. ``BLHNC``) pages need
-not be equal: layers of different page sizes sit side by side inside one block id, and
-each group's bytes per block id is the sum of its layers' pages (no per-layer padding).
+Normalization (:func:`normalize_specs`) runs first: layers without a KV cache are set
+aside, ``disable_hybrid_kv_cache_manager`` plans windowed layers as full attention, a
+window or local chunk >= ``max_model_len`` (it can never slide) is planned as full
+attention, and block sizes are rounded up to multiples of ``kernel_block_size`` (attention)
+and of a spec's own ``block_size_alignment`` (tokens; e.g. a Mamba SSM chunk).
+
+Merging layers into one group never changes what a layer is: a group whose layers'
+specs differ carries them in ``layer_specs`` (``spec_of(layer)``), and its ``spec`` (what
+the runtime manager reads) takes the largest sliding window among its layers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from kvcore.errors import ConfigError, SpecMergeError
 from kvcore.kv_cache_config import KVCacheGroupSpec
 from kvcore.registry import get_registry
-from kvcore.specs import KVCacheSpec, PlanContext, cdiv
+from kvcore.specs import (
+    ChunkedLocalAttentionSpec,
+    KVCacheSpec,
+    PlanContext,
+    SlidingWindowSpec,
+    cdiv,
+)
 
 __all__ = [
     "GroupingResult",
+    "Layout",
+    "Score",
+    "SearchEnv",
     "group_layers",
+    "normalize_specs",
+    "candidate_layouts",
+    "score_layout",
+    "search_layouts",
     "unify_page_sizes",
     "is_block_outermost",
     "blocks_per_request",
     "check_layer_specs",
+    "bytes_per_block_of",
+    "stage_bytes_per_block",
+    "prefix_hit_alignment",
+    "reserved_blocks",
 ]
 
 DEFAULT_LAYOUT = "LBNHC"
+Items = list[tuple[str, KVCacheSpec]]
 
 
 def is_block_outermost(kv_cache_layout: str | None) -> bool:
@@ -76,19 +105,27 @@ class GroupingResult:
     groups:
         The KV-cache groups, in order.
     strategy:
-        ``"single"`` (one spec), ``"packed"`` (one group, different pages),
-        ``"hybrid"`` (unified pages), ``"hybrid-as-full"`` (windowed layers planned as
-        full attention), ``"block-packed"`` (block-outermost layout) or ``"empty"``.
+        The winning layout's name: ``single``, ``packed``, ``all-as-full``,
+        ``hybrid``, ``hybrid-as-full``, ``block-packed`` (see the module docstring) or
+        ``empty`` (no layer needs a KV cache).
     skipped_layers:
         Layers without a KV cache (0-byte pages, e.g. encoder-only attention).
     notes:
-        Human-readable remarks (block sizes raised, pages padded, candidate chosen).
+        Human-readable remarks (normalization, block sizes raised, pages padded, the
+        chosen layout and the runner-up's score).
+    runner_up:
+        The second-best layout's strategy and score (None with one candidate).
+    candidates_scored:
+        How many distinct layouts were scored.
     """
 
     groups: tuple[KVCacheGroupSpec, ...]
     strategy: str
     skipped_layers: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
+    runner_up: tuple[str, Score] | None = field(default=None, compare=False)
+    candidates_scored: int = field(default=0, compare=False)
+    block_outermost: bool = field(default=False, compare=False)
 
     @property
     def layer_names(self) -> list[str]:
@@ -96,8 +133,8 @@ class GroupingResult:
 
     @property
     def bytes_per_block(self) -> int:
-        """Bytes one block id takes: the largest group's bytes per block id."""
-        return max((g.bytes_per_block for g in self.groups), default=0)
+        """Bytes one block id takes (see :func:`bytes_per_block_of`)."""
+        return bytes_per_block_of(self.groups)
 
     @property
     def group_size(self) -> int:
@@ -107,12 +144,51 @@ class GroupingResult:
 def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
                        ctx: PlanContext, max_len: int | None = None) -> int:
     """Blocks one request of ``max_len`` tokens needs, summed over the groups, each
-    group with its own admission cap (a packed group: the largest of its layers)."""
+    group with its own admission cap (a group of differing layers: the largest of its
+    layers)."""
     total = 0
     for g in groups:
-        specs = g.layer_specs if g.layer_specs is not None else (g.spec,)
-        total += max(s.max_num_blocks_per_req(ctx, max_len) for s in specs)
+        if g.layer_specs is None:
+            total += g.spec.max_num_blocks_per_req(ctx, max_len)
+        else:
+            total += max(s.max_num_blocks_per_req(ctx, max_len)
+                         for s in dict.fromkeys(g.layer_specs))
     return total
+
+
+def bytes_per_block_of(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """Bytes one block id takes: the largest group's sum of page sizes (vLLM's
+    convention; groups use a block id at different times, so their pages overlap)."""
+    return max((g.bytes_per_block for g in groups), default=0)
+
+
+def stage_bytes_per_block(groups: Sequence[KVCacheGroupSpec], layers: set[str]) -> int:
+    """Bytes one block id takes on a pipeline stage that holds ``layers``."""
+    best = 0
+    for g in groups:
+        if g.layer_specs is None:
+            n = sum(1 for name in g.layer_names if name in layers)
+            best = max(best, n * g.spec.page_size_bytes)
+        else:
+            best = max(best, sum(s.page_size_bytes for name, s in
+                                 zip(g.layer_names, g.layer_specs) if name in layers))
+    return best
+
+
+def prefix_hit_alignment(groups: Sequence[KVCacheGroupSpec]) -> int | None:
+    """Prefix-cache hits are multiples of this many tokens: the lcm of the block sizes of
+    the groups that prefix cache (the runtime coordinator's ``alignment``); None when no
+    group does."""
+    sizes = [g.spec.block_size for g in groups
+             if getattr(g.spec, "participates_in_prefix_caching", True)]
+    return math.lcm(*sizes) if sizes else None
+
+
+def reserved_blocks(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """Blocks the runtime takes once for all requests besides the null block: each group
+    whose spec has ``num_sink_blocks`` (sink full attention) reserves that many at
+    construction (``SinkFullAttentionManager``)."""
+    return sum(int(getattr(g.spec, "num_sink_blocks", 0) or 0) for g in groups)
 
 
 def check_layer_specs(layer_specs: Any) -> dict[str, KVCacheSpec]:
@@ -129,25 +205,182 @@ def check_layer_specs(layer_specs: Any) -> dict[str, KVCacheSpec]:
     return dict(layer_specs)
 
 
+# ---- spec sizes from plugins ---------------------------------------------------------
+
+def _plugin_of(spec: KVCacheSpec) -> str:
+    try:
+        st = get_registry().spec_type(spec)
+    except Exception:
+        return "unregistered"
+    return f"{st.distribution} (plugin {st.plugin!r})"
+
+
+def _size_error(name: str, spec: KVCacheSpec, what: str, value: Any, valid: str
+                ) -> ConfigError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return ConfigError(
+        f"layer {name!r} ({spec.kind}, from {_plugin_of(spec)}): {what} is {shown}; "
+        f"it must be {valid}", field=what, layer=name, kind=spec.kind, value=shown)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_spec_sizes(name: str, spec: KVCacheSpec) -> int:
+    """The layer's page size in bytes, checked: a positive int, or 0 only for a kind
+    registered without a runtime manager (``SpecType.manager_cls=None``: it keeps no
+    cache).  The byte function of an attention layer's ``kv_cache_dtype`` scheme must
+    give a positive int too.  Raises ConfigError naming the layer, kind and plugin."""
+    scheme = getattr(spec, "scheme", None) if hasattr(spec, "kv_cache_dtype") else None
+    if scheme is not None and hasattr(scheme, "bytes_per_token_head"):
+        try:
+            per_head = spec.bytes_per_token_per_head  # type: ignore[attr-defined]
+        except Exception as exc:  # a plugin's byte function raised
+            raise _size_error(name, spec, f"kv_cache_dtype {scheme.name!r} bytes per token "
+                              f"and head", f"{type(exc).__name__}: {exc}",
+                              "a positive int") from exc
+        if not _is_int(per_head) or per_head <= 0:
+            raise _size_error(name, spec, f"kv_cache_dtype {scheme.name!r} bytes per token "
+                              f"and head", per_head, "a positive int")
+    sizes = []
+    for attr in ("real_page_size_bytes", "page_size_bytes"):
+        try:
+            value = getattr(spec, attr)
+        except Exception as exc:
+            raise _size_error(name, spec, attr, f"{type(exc).__name__}: {exc}",
+                              "a positive int") from exc
+        if not _is_int(value) or value < 0:
+            raise _size_error(name, spec, attr, value, "an int > 0 (bytes)")
+        sizes.append(value)
+    page = sizes[0]
+    if page == 0:
+        try:
+            manager = get_registry().spec_type(spec).manager_cls
+        except Exception:
+            manager = True
+        if manager is not None:
+            raise _size_error(name, spec, "real_page_size_bytes", 0,
+                              "> 0 for a kind with a runtime manager (only a kind "
+                              "registered with manager_cls=None keeps no cache)")
+    return page
+
+
+# ---- normalization -------------------------------------------------------------------
+
+def _alignment(spec: KVCacheSpec, kernel_block_size: int | None) -> int:
+    """Block sizes chosen for ``spec`` must be multiples of this (tokens)."""
+    align = getattr(spec, "block_size_alignment", 1)
+    align = align if _is_int(align) and align > 0 else 1
+    if kernel_block_size and spec.scales_with_block_size:
+        align = math.lcm(align, kernel_block_size)
+    return align
+
+
+def _window_of(spec: KVCacheSpec) -> int | None:
+    """The window or local chunk of a windowed kind (None for other kinds)."""
+    if isinstance(spec, SlidingWindowSpec):
+        return spec.sliding_window
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return spec.attention_chunk_size
+    return None
+
+
+def normalize_specs(
+    layer_specs: Mapping[str, KVCacheSpec],
+    *,
+    max_model_len: int | None = None,
+    kernel_block_size: int | None = None,
+    disable_hybrid_kv_cache_manager: bool = False,
+) -> tuple[Items, tuple[str, ...], list[str]]:
+    """Checked, normalized ``[(layer, spec)]``, the skipped layers and notes.
+
+    Layers whose page is 0 bytes are skipped; with ``disable_hybrid_kv_cache_manager``
+    windowed layers become full attention (a state layer is a ConfigError); a window or
+    chunk >= ``max_model_len`` becomes full attention (it never slides: vLLM's sliding
+    figure would hold one block more); attention block sizes become multiples of
+    ``kernel_block_size`` and every block size a multiple of the spec's
+    ``block_size_alignment``.  Each unique spec is transformed once.
+    """
+    if kernel_block_size is not None and (not _is_int(kernel_block_size)
+                                          or kernel_block_size <= 0):
+        raise ConfigError(f"kernel_block_size must be a positive int, got "
+                          f"{kernel_block_size!r}", field="kernel_block_size")
+    cache: dict[KVCacheSpec, KVCacheSpec | None] = {}
+    notes: list[str] = []
+    items: Items = []
+    skipped: list[str] = []
+    promoted = 0
+    for name, spec in layer_specs.items():
+        if spec in cache:
+            new = cache[spec]
+        else:
+            new = _normalize_one(name, spec, max_model_len, kernel_block_size,
+                                 disable_hybrid_kv_cache_manager)
+            cache[spec] = new
+            if new is not None and _window_of(spec) is not None and \
+                    _window_of(new) is None and not disable_hybrid_kv_cache_manager:
+                promoted += 1
+        if new is None:
+            skipped.append(name)
+        else:
+            items.append((name, new))
+    if promoted:
+        notes.append(f"windows or local chunks >= max_model_len {max_model_len} never "
+                     f"slide: those layers are planned as full attention")
+    return items, tuple(skipped), notes
+
+
+def _normalize_one(name: str, spec: KVCacheSpec, max_model_len: int | None,
+                   kernel_block_size: int | None, disable_hybrid: bool
+                   ) -> KVCacheSpec | None:
+    if check_spec_sizes(name, spec) == 0:
+        return None
+    window = _window_of(spec)
+    if disable_hybrid or (window is not None and max_model_len and window >= max_model_len):
+        full = spec.as_full_attention()
+        if full is None:
+            raise ConfigError(
+                f"disable_hybrid_kv_cache_manager is set but layer {name!r} is a "
+                f"{spec.kind} state, which cannot be planned as full attention; "
+                f"enable the hybrid KV cache manager for this model",
+                field="disable_hybrid_kv_cache_manager", layer=name)
+        spec = full
+    align = _alignment(spec, kernel_block_size)
+    if spec.block_size % align:
+        if spec.scales_with_block_size:
+            spec = spec.copy_with_new_block_size(math.lcm(spec.block_size, align))
+        else:
+            spec = spec.copy_with_new_block_size(cdiv(spec.block_size, align) * align) \
+                if spec.page_size_padded is None else spec
+    return spec
+
 
 # ---- page-size unification ---------------------------------------------------------
 
-def _lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)
-
-
-def _kernel_multiple(spec: KVCacheSpec, kernel_block_size: int | None) -> int:
-    return _lcm(spec.block_size, kernel_block_size) if kernel_block_size else spec.block_size
+def _commensurate(a: int, b: int) -> bool:
+    return a % b == 0 or b % a == 0
 
 
 def unify_page_sizes(
-    specs: list[KVCacheSpec], kernel_block_size: int | None = None
+    specs: list[KVCacheSpec], kernel_block_size: int | None = None, *,
+    commensurate: bool = False,
 ) -> tuple[dict[KVCacheSpec, KVCacheSpec], bool, list[str]]:
     """Make every page equal.
 
+    When the largest page is a state's (it does not grow with the block size),
+    attention block sizes are first raised to the smallest allowed size whose page
+    holds it (multiples of the layer's block size, ``kernel_block_size`` and every
+    ``block_size_alignment``).  Then each smaller attention page is scaled by its
+    largest whole factor ``target // page`` and the remainder padded (scale, then pad);
+    with ``commensurate`` the largest factor whose block size divides, or is divided
+    by, every other attention block size is taken when one exists (prefix hits align to
+    the lcm of the block sizes).  Other pages are padded.
+
     Returns ``(mapping old spec -> new spec, whole, notes)``; ``whole`` is False when an
-    attention page had to be padded (its ratio to the target was not whole).  Never
-    raises for a non-integer ratio.
+    attention page had to be padded.  Never raises for a non-integer ratio.
     """
     notes: list[str] = []
     uniq = list(dict.fromkeys(specs))
@@ -156,9 +389,10 @@ def unify_page_sizes(
     new: dict[KVCacheSpec, KVCacheSpec] = {s: s for s in uniq}
     max_state = max((s.real_page_size_bytes for s in states), default=0)
     max_attn = max((s.real_page_size_bytes for s in attn), default=0)
+    state_align = math.lcm(*(_alignment(s, None) for s in states)) if states else 1
     if attn and max_state > max_attn:
         for s in attn:
-            m = _kernel_multiple(s, kernel_block_size)
+            m = math.lcm(s.block_size, _alignment(s, kernel_block_size), state_align)
             page_m = s.copy_with_new_block_size(m).real_page_size_bytes
             if page_m == 0:
                 continue
@@ -169,89 +403,399 @@ def unify_page_sizes(
                 new[s] = s.copy_with_new_block_size(block)
     target = max(n.real_page_size_bytes for n in new.values())
     whole = True
+    blocks = {new[s].block_size for s in attn}
     for s in uniq:
         n = new[s]
         page = n.real_page_size_bytes
         if page == target or page == 0:
             continue
-        if n.scales_with_block_size and target % page == 0:
+        if n.scales_with_block_size:
             factor = target // page
-            new[s] = n.copy_with_new_block_size(n.block_size * factor)
-            notes.append(f"{s.kind} block size scaled x{factor} -> {n.block_size * factor} "
-                         f"tokens (page {target} B)")
-        else:
-            if n.scales_with_block_size:
+            if commensurate and factor > 1:
+                others = [b for b in blocks if b != n.block_size]
+                for f in range(factor, 0, -1):
+                    if all(_commensurate(n.block_size * f, b) for b in others):
+                        factor = f
+                        break
+            if factor > 1:
+                notes.append(f"{s.kind} block size scaled x{factor} -> "
+                             f"{n.block_size * factor} tokens (page {target} B)")
+                n = n.copy_with_new_block_size(n.block_size * factor)
+            if n.real_page_size_bytes != target:
                 whole = False
+                notes.append(f"{s.kind} page padded {n.real_page_size_bytes} -> {target} "
+                             f"B (+{target - n.real_page_size_bytes} B)")
+                n = n.with_page_size_padded(target)
+            new[s] = n
+        else:
             new[s] = n.with_page_size_padded(target)
-            notes.append(f"{s.kind} page padded {page} -> {target} B "
-                         f"(+{target - page} B)")
+            notes.append(f"{s.kind} page padded {page} -> {target} B (+{target - page} B)")
     return new, whole, notes
 
 
-# ---- grouping ----------------------------------------------------------------------
+# ---- groups ----------------------------------------------------------------------
 
-def _try_merge(specs: list[KVCacheSpec]) -> KVCacheSpec | None:
-    classes = {type(s) for s in specs}
-    if len(classes) != 1:
-        return None
-    try:
-        return type(specs[0]).merge(list(specs))
-    except SpecMergeError:
-        return None
+def _manager_key(spec: KVCacheSpec) -> Any:
+    st = get_registry().spec_type(spec)
+    m = st.manager_cls
+    return m if isinstance(m, str) else (getattr(m, "__module__", ""),
+                                         getattr(m, "__qualname__", repr(m)))
 
 
-def _strided_groups(names: list[str], spec: KVCacheSpec, group_size: int
-                    ) -> list[KVCacheGroupSpec]:
-    n_groups = cdiv(len(names), group_size)
-    return [KVCacheGroupSpec(tuple(names[i::n_groups]), spec) for i in range(n_groups)]
+_SHAREABLE_MANAGERS = {"FullAttentionManager", "SlidingWindowManager"}
 
 
-def _bucket(items: list[tuple[str, KVCacheSpec]]) -> list[tuple[KVCacheSpec, list[str]]]:
-    buckets: dict[KVCacheSpec, list[str]] = {}
+def table_key(spec: KVCacheSpec) -> Any:
+    """Layers with equal keys may share one block table although their specs differ:
+    the core full-attention and sliding-window managers keep the same blocks for every
+    layer of one block size (a sliding group keeps the largest window).  Other kinds
+    share a table only with equal specs."""
+    key = _manager_key(spec)
+    name = key.rpartition(":")[2] if isinstance(key, str) else key[1]
+    if name not in _SHAREABLE_MANAGERS or \
+            getattr(spec, "participates_in_prefix_caching", True) is not True:
+        return ("spec", spec)
+    return ("table", key, spec.block_size)
+
+
+def _reach(spec: KVCacheSpec) -> int:
+    window = getattr(spec, "sliding_window", None) if isinstance(spec, SlidingWindowSpec) \
+        else None
+    return window if window is not None else 1 << 62
+
+
+def group_spec(specs: Sequence[KVCacheSpec]) -> KVCacheSpec:
+    """The spec a group's runtime manager reads: the specs merged when their class
+    allows it (``merge``), else the layer with the largest sliding window (the group
+    frees and looks up by it), else the first layer's."""
+    uniq = list(dict.fromkeys(specs))
+    if len(uniq) == 1:
+        return uniq[0]
+    if len({type(s) for s in uniq}) == 1:
+        try:
+            return type(uniq[0]).merge(list(uniq))
+        except SpecMergeError:
+            pass
+    if all(isinstance(s, SlidingWindowSpec) for s in uniq):
+        return max(uniq, key=lambda s: s.sliding_window)  # type: ignore[attr-defined]
+    return min(uniq, key=lambda s: -_reach(s))
+
+
+def make_group(names: Sequence[str], specs: Sequence[KVCacheSpec]) -> KVCacheGroupSpec:
+    """One group; per-layer specs are kept (``layer_specs``) when the layers differ."""
+    first = specs[0]
+    if all(s is first or s == first for s in specs):
+        return KVCacheGroupSpec(tuple(names), first)
+    return KVCacheGroupSpec(tuple(names), group_spec(specs), layer_specs=tuple(specs))
+
+
+def _buckets(items: Items, by_table: bool) -> list[tuple[list[str], list[KVCacheSpec]]]:
+    out: dict[Any, tuple[list[str], list[KVCacheSpec]]] = {}
     for name, spec in items:
-        buckets.setdefault(spec, []).append(name)
-    return list(buckets.items())
+        key = table_key(spec) if by_table else spec
+        names, specs = out.setdefault(key, ([], []))
+        names.append(name)
+        specs.append(spec)
+    return list(out.values())
 
 
-def _group_size(buckets: list[tuple[KVCacheSpec, list[str]]]) -> int:
-    sizes = [len(names) for _, names in buckets]
-    smallest, largest = min(sizes), max(sizes)
-    return largest if largest < 1.5 * smallest else smallest
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
-def _hybrid_groups(items: list[tuple[str, KVCacheSpec]]) -> list[KVCacheGroupSpec]:
-    buckets = _bucket(items)
-    size = _group_size(buckets)
+def group_sizes(bucket_sizes: Sequence[int]) -> list[int]:
+    """Group sizes worth trying for buckets of these sizes (see the module docstring),
+    vLLM's rule first."""
+    smallest, largest = min(bucket_sizes), max(bucket_sizes)
+    out = [largest if largest < 1.5 * smallest else smallest]
+    multi = [n for n in bucket_sizes if n > 1] or list(bucket_sizes)
+    lo, hi = min(multi), max(multi)
+    out += [hi if hi < 1.5 * lo else lo, lo]
+    for n in sorted(set(multi)):
+        out += [d for d in _divisors(n) if d <= hi]
+    return list(dict.fromkeys(out))
+
+
+def _strided(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int
+             ) -> list[KVCacheGroupSpec]:
     groups: list[KVCacheGroupSpec] = []
-    for spec, names in buckets:
-        groups.extend(_strided_groups(names, spec, size))
+    for names, specs in buckets:
+        n_groups = cdiv(len(names), size)
+        for i in range(n_groups):
+            groups.append(make_group(names[i::n_groups], specs[i::n_groups]))
     return groups
 
 
-def _packed_group(items: list[tuple[str, KVCacheSpec]]) -> KVCacheGroupSpec:
-    names = tuple(n for n, _ in items)
-    specs = tuple(s for _, s in items)
-    merged = _try_merge(list(specs))
-    if merged is not None:
-        return KVCacheGroupSpec(names, merged)
-    return KVCacheGroupSpec(names, specs[0], layer_specs=specs)
+@dataclass(frozen=True)
+class Layout:
+    """One candidate layout: its groups, the generator's name and notes."""
+
+    strategy: str
+    groups: tuple[KVCacheGroupSpec, ...]
+    notes: tuple[str, ...] = ()
 
 
-def _candidate_cost(groups: list[KVCacheGroupSpec], ctx: PlanContext | None,
-                    budget: int | None) -> float:
-    """Lower is better: bytes one request of max_model_len needs (or 1/max_concurrency
-    when a budget is known)."""
-    bpb = max(g.bytes_per_block for g in groups)
-    if ctx is None or ctx.max_model_len <= 0:
-        ctx_len = PlanContext(max_model_len=8192) if ctx is None else \
-            dataclasses.replace(ctx, max_model_len=8192)
+@dataclass(frozen=True)
+class SearchEnv:
+    """What the generators and the scorer need besides the layers.
+
+    ``budgets`` are bytes per pipeline stage (None: no budget), ``stage_layers`` the
+    layers of each stage; ``num_blocks_override`` replaces the budget's block count;
+    ``max_model_len`` -1 asks for the longest length that fits (up to ``limit``)."""
+
+    ctx: PlanContext
+    kernel_block_size: int | None = None
+    block_outermost: bool = False
+    budgets: tuple[int, ...] | None = None
+    stage_layers: tuple[frozenset[str], ...] | None = None
+    num_blocks_override: int | None = None
+    max_model_len: int = 8192
+    limit: int = 1 << 24
+    enable_prefix_caching: bool = True
+
+
+def _one_table(items: Items) -> bool:
+    keys = {table_key(s) for _, s in items}
+    return len(keys) == 1
+
+
+def one_group(items: Items, env: SearchEnv) -> list[Layout]:
+    """Every layer in one block table (``single`` / ``packed``), when they can share it."""
+    if not _one_table(items):
+        return []
+    names = [n for n, _ in items]
+    specs = [s for _, s in items]
+    group = make_group(names, specs)
+    strategy = "single" if group.layer_specs is None else "packed"
+    note = () if strategy == "single" else (
+        "one block table for every layer (same blocks per request; each block id holds "
+        "every layer's page)",)
+    return [Layout(strategy, (group,), note)]
+
+
+def _as_full(items: Items) -> Items | None:
+    out: Items = []
+    changed = False
+    cache: dict[KVCacheSpec, KVCacheSpec] = {}
+    for name, spec in items:
+        if spec not in cache:
+            full = spec.as_full_attention() if _window_of(spec) is not None else None
+            cache[spec] = full if full is not None else spec
+        changed = changed or cache[spec] is not spec
+        out.append((name, cache[spec]))
+    return out if changed else None
+
+
+def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
+    """Every windowed layer as full attention: one group when the layers then share one
+    table, and the hybrid layouts of the promoted layers."""
+    full = _as_full(items)
+    if full is None:
+        return []
+    note = "sliding-window / chunked layers planned as full attention (blocks kept for " \
+           "every token)"
+    out = [Layout("all-as-full", lay.groups, (note,) + lay.notes)
+           for lay in one_group(full, env)]
+    out += [Layout("hybrid-as-full", lay.groups, (note,) + lay.notes)
+            for lay in hybrid(full, env)]
+    return out
+
+
+def _unified_items(items: Items, env: SearchEnv, commensurate: bool, pad: bool
+                   ) -> tuple[Items, list[str]] | None:
+    specs = [s for _, s in items]
+    mapping, _whole, notes = unify_page_sizes(specs, env.kernel_block_size,
+                                              commensurate=commensurate)
+    if not pad:  # block-outermost: keep each page (blocks still raised for states)
+        mapping = {s: (m.copy_with_new_block_size(m.block_size)
+                       if m.scales_with_block_size else s) for s, m in mapping.items()}
+        notes = [n for n in notes if "padded" not in n]
+    attn_blocks = {m.block_size for m in mapping.values() if m.scales_with_block_size}
+    if len(attn_blocks) == 1:
+        block = next(iter(attn_blocks))
+        mapping = {s: (m if m.scales_with_block_size else m.with_attention_block_size(block))
+                   for s, m in mapping.items()}
+    for s, m in mapping.items():
+        if m.block_size % _alignment(s, None):
+            return None  # a state that follows the attention block breaks its alignment
+    return [(n, mapping[s]) for n, s in items], notes
+
+
+def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
+    """The unified-page (or, with ``pad=False``, block-packed) layouts: two unification
+    variants x bucketing by spec or by table x the group sizes of :func:`group_sizes`."""
+    strategy = "hybrid" if pad else "block-packed"
+    out: list[Layout] = []
+    if len({s for _, s in items}) == 1:
+        return out  # one spec: one group (splitting it only trades rounding)
+    seen: set[Any] = set()
+    for commensurate in (False, True):
+        unified = _unified_items(items, env, commensurate, pad)
+        if unified is None:
+            continue
+        u_items, notes = unified
+        for by_table in (False, True):
+            buckets = _buckets(u_items, by_table)
+            key = tuple((tuple(n), tuple(dict.fromkeys(s))) for n, s in buckets)
+            if key in seen:
+                continue
+            seen.add(key)
+            for size in group_sizes([len(n) for n, _ in buckets]):
+                extra = [f"{len(buckets)} buckets, group size {size}"]
+                if by_table:
+                    extra.append("layers of one manager kind and block size share tables")
+                out.append(Layout(strategy, tuple(_strided(buckets, size)),
+                                  tuple(notes + extra)))
+    return out
+
+
+def block_packed(items: Items, env: SearchEnv) -> list[Layout]:
+    """Block-outermost layouts: pages packed side by side inside each block id."""
+    return hybrid(items, env, pad=False) if env.block_outermost else []
+
+
+GENERATORS: tuple[Callable[[Items, SearchEnv], list[Layout]], ...] = (
+    one_group, all_as_full, hybrid, block_packed)
+
+
+def candidate_layouts(items: Items, env: SearchEnv) -> list[Layout]:
+    """Every generator's layouts, in a fixed order (ties go to the earlier one)."""
+    out: list[Layout] = []
+    for gen in GENERATORS:
+        out.extend(gen(items, env))
+    return out
+
+
+# ---- scoring -----------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class Score:
+    """A layout's score; smaller sorts first (better).
+
+    ``key`` = (does not fit, -longest length [auto only], -max concurrency [with a
+    budget] or bytes per request [without], padding bytes per request, prefix-hit
+    alignment, number of groups).  Max concurrency is the exact ratio
+    ``min over stages(budget / bytes per block id) / blocks per request`` (so the
+    rounding of ``num_blocks`` cannot pick a layout of more groups for a gain below one
+    block)."""
+
+    key: tuple[Any, ...]
+    max_concurrency: float | None = field(compare=False, default=None)
+    bytes_per_request: int = field(compare=False, default=0)
+    padding_bytes_per_request: int = field(compare=False, default=0)
+    prefix_hit_alignment_tokens: int | None = field(compare=False, default=None)
+    num_groups: int = field(compare=False, default=0)
+    max_model_len: int = field(compare=False, default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_concurrency": self.max_concurrency,
+                "bytes_per_request": self.bytes_per_request,
+                "padding_bytes_per_request": self.padding_bytes_per_request,
+                "prefix_hit_alignment_tokens": self.prefix_hit_alignment_tokens,
+                "num_groups": self.num_groups, "max_model_len": self.max_model_len}
+
+    def describe(self) -> str:
+        conc = "n/a" if self.max_concurrency is None else f"{self.max_concurrency:.4g}"
+        return (f"max concurrency {conc}, {self.bytes_per_request:,} B per request, "
+                f"padding {self.padding_bytes_per_request:,} B, hit alignment "
+                f"{self.prefix_hit_alignment_tokens} tokens, {self.num_groups} groups")
+
+
+def padding_per_request(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
+                        max_len: int) -> int:
+    """Padding bytes one request of ``max_len`` holds: per group, its blocks per request
+    times the padding of its layers' pages."""
+    total = 0
+    for g in groups:
+        specs = g.layer_specs if g.layer_specs is not None else (g.spec,)
+        pad = g.spec.padding_bytes * len(g.layer_names) if g.layer_specs is None else \
+            sum(s.padding_bytes for s in specs)
+        if pad:
+            total += pad * max(s.max_num_blocks_per_req(ctx, max_len)
+                               for s in dict.fromkeys(specs))
+    return total
+
+
+def _stage_bpb(groups: Sequence[KVCacheGroupSpec], env: SearchEnv) -> list[int]:
+    if env.stage_layers is None or len(env.stage_layers) <= 1:
+        return [bytes_per_block_of(groups)]
+    return [stage_bytes_per_block(groups, set(s)) for s in env.stage_layers]
+
+
+def pool_blocks(groups: Sequence[KVCacheGroupSpec], env: SearchEnv
+                ) -> tuple[Fraction | None, int | None]:
+    """(exact blocks the budget gives, num_blocks), both None without a budget."""
+    if env.num_blocks_override is not None:
+        return Fraction(env.num_blocks_override), env.num_blocks_override
+    if env.budgets is None:
+        return None, None
+    bpbs = _stage_bpb(groups, env)
+    pairs = [(b, p) for b, p in zip(env.budgets, bpbs) if p > 0]
+    if not pairs:
+        return None, None
+    exact = min(Fraction(b, p) for b, p in pairs)
+    return exact, min(b // p for b, p in pairs)
+
+
+def longest_len(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext, usable_blocks: int,
+                limit: int) -> int:
+    """Largest L in [0, limit] with blocks_per_request(L) <= usable_blocks."""
+    if usable_blocks <= 0:
+        return 0
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks_per_request(groups, ctx, mid) <= usable_blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def score_layout(groups: Sequence[KVCacheGroupSpec], env: SearchEnv) -> Score:
+    """The score of one layout (see :class:`Score`)."""
+    ctx = env.ctx
+    exact, num_blocks = pool_blocks(groups, env)
+    length = env.max_model_len if env.max_model_len > 0 else env.limit
+    reserved = reserved_blocks(groups)
+    auto: tuple[int, ...] = ()
+    if env.max_model_len == -1 and num_blocks is not None:
+        length = longest_len(groups, ctx, num_blocks - 1 - reserved, env.limit)
+        auto = (-length,)
+    blocks = blocks_per_request(groups, ctx, length)
+    bpb = max(_stage_bpb(groups, env))
+    padding = padding_per_request(groups, ctx, length)
+    align = prefix_hit_alignment(groups) if env.enable_prefix_caching else None
+    conc: float | None = None
+    if exact is not None and num_blocks is not None:
+        fits = length > 0 and num_blocks - 1 - reserved >= blocks
+        value = exact / blocks if blocks else Fraction(1 << 62)
+        conc = float(value) if blocks else None
+        main: tuple[Any, ...] = (not fits, *auto, -value)
     else:
-        ctx_len = ctx
-    blocks = max(blocks_per_request(groups, ctx_len), 1)
-    if budget:
-        num_blocks = budget // bpb
-        return -(num_blocks / blocks) if num_blocks else float("inf")
-    return float(bpb * blocks)
+        main = (False, blocks * bpb)
+    key = (*main, padding, align or 0, len(groups))
+    return Score(key, conc, blocks * bpb, padding, align, len(groups), length)
+
+
+def search_layouts(items: Items, env: SearchEnv
+                   ) -> tuple[Layout, Score, list[tuple[Layout, Score]]]:
+    """Score every candidate; returns (winner, its score, all scored in order).
+    Deterministic: the first of equal scores wins."""
+    scored = [(lay, score_layout(lay.groups, env)) for lay in candidate_layouts(items, env)]
+    best = min(range(len(scored)), key=lambda i: scored[i][1])
+    return scored[best][0], scored[best][1], scored
+
+
+def _runner_up(scored: list[tuple[Layout, Score]], best: Score, winner: Layout
+               ) -> tuple[str, Score] | None:
+    rest = [(lay, sc) for lay, sc in scored if lay is not winner and
+            lay.groups != winner.groups]
+    if not rest:
+        return None
+    lay, sc = min(rest, key=lambda p: p[1])
+    return lay.strategy, sc
 
 
 def group_layers(
@@ -262,8 +806,10 @@ def group_layers(
     disable_hybrid_kv_cache_manager: bool = False,
     kv_cache_layout: str | None = None,
     kv_cache_memory_bytes: int | None = None,
+    env: SearchEnv | None = None,
 ) -> GroupingResult:
-    """Group per-layer specs into KV-cache groups.
+    """Group per-layer specs into KV-cache groups: normalize, generate the candidate
+    layouts, keep the best by :func:`score_layout`.
 
     Parameters
     ----------
@@ -271,8 +817,7 @@ def group_layers(
         ``{layer name: spec}`` in layer order (order matters: buckets and strided
         groups follow it).
     ctx:
-        Sizing context, used to pick between unification candidates by max
-        concurrency (default: max_model_len 8192).
+        Sizing context (default: max_model_len 8192).
     kernel_block_size:
         Attention block sizes must be multiples of it (tokens).
     disable_hybrid_kv_cache_manager:
@@ -281,123 +826,53 @@ def group_layers(
         Physical axis order (``LBNHC`` default; block-outermost such as ``BLHNC`` packs
         different page sizes inside one block id).
     kv_cache_memory_bytes:
-        Budget, to compare candidates by real max concurrency (optional).
+        Budget, to compare candidates by max concurrency (optional; without it the
+        fewest bytes per request win).
+    env:
+        A full :class:`SearchEnv` (used by :func:`kvcore.planning.plan`; overrides the
+        options above except ``disable_hybrid_kv_cache_manager``).
 
     Raises
     ------
     ConfigError
-        No layers, a bad kernel_block_size or layout, or hybrid disabled on a model with
-        state layers.
+        No layers, a bad kernel_block_size or layout, a plugin spec with an invalid
+        size, or hybrid disabled on a model with state layers.
     """
     layer_specs = check_layer_specs(layer_specs)
     if not layer_specs:
         raise ConfigError("no layers to plan: the model has no KV-cache layers",
                           field="layers")
-    if kernel_block_size is not None and (not isinstance(kernel_block_size, int)
-                                          or kernel_block_size <= 0):
-        raise ConfigError(f"kernel_block_size must be a positive int, got "
-                          f"{kernel_block_size!r}", field="kernel_block_size")
-    block_outermost = is_block_outermost(kv_cache_layout)
-    notes: list[str] = []
-
-    items = [(n, s) for n, s in layer_specs.items()]
-    skipped = tuple(n for n, s in items if s.real_page_size_bytes == 0)
-    items = [(n, s) for n, s in items if s.real_page_size_bytes > 0]
+    norm_len: int | None = None
+    if env is None:
+        norm_len = ctx.max_model_len if ctx is not None and ctx.max_model_len > 0 else None
+        if ctx is None or ctx.max_model_len <= 0:
+            ctx = PlanContext(max_model_len=8192) if ctx is None else \
+                dataclasses.replace(ctx, max_model_len=8192)
+        env = SearchEnv(
+            ctx=ctx, kernel_block_size=kernel_block_size,
+            block_outermost=is_block_outermost(kv_cache_layout),
+            budgets=None if kv_cache_memory_bytes is None else (kv_cache_memory_bytes,),
+            max_model_len=ctx.max_model_len)
+    else:
+        is_block_outermost(kv_cache_layout)
+        norm_len = env.max_model_len if env.max_model_len > 0 else env.limit
+    items, skipped, notes = normalize_specs(
+        layer_specs, max_model_len=norm_len,
+        kernel_block_size=env.kernel_block_size,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
     if not items:
         return GroupingResult((), "empty", skipped, ("no layer needs a KV cache",))
+    winner, best, scored = search_layouts(items, env)
+    runner = _runner_up(scored, best, winner)
+    distinct = len({lay.groups for lay, _ in scored})
+    why = [f"layout: {winner.strategy} chosen among {distinct} candidate layouts "
+           f"({best.describe()})"]
+    if runner is not None:
+        why.append(f"runner-up: {runner[0]} ({runner[1].describe()})")
+    return GroupingResult(winner.groups, winner.strategy, skipped,
+                          tuple(notes) + _dedupe(winner.notes) + tuple(why), runner,
+                          distinct, env.block_outermost)
 
-    if disable_hybrid_kv_cache_manager:
-        converted = []
-        for n, s in items:
-            full = s.as_full_attention()
-            if full is None:
-                raise ConfigError(
-                    f"disable_hybrid_kv_cache_manager is set but layer {n!r} is a "
-                    f"{s.kind} state, which cannot be planned as full attention; "
-                    f"enable the hybrid KV cache manager for this model",
-                    field="disable_hybrid_kv_cache_manager", layer=n)
-            converted.append((n, full))
-        items = converted
 
-    if kernel_block_size:
-        adjusted = []
-        for n, s in items:
-            if s.scales_with_block_size and s.block_size % kernel_block_size:
-                s = s.copy_with_new_block_size(_lcm(s.block_size, kernel_block_size))
-            adjusted.append((n, s))
-        items = adjusted
-
-    specs = [s for _, s in items]
-    merged = _try_merge(specs)
-    if merged is not None:
-        return GroupingResult((KVCacheGroupSpec(tuple(n for n, _ in items), merged),),
-                              "single", skipped, tuple(notes))
-
-    reg = get_registry()
-    bases = {reg.grouping_base(s) for s in specs}
-    block_sizes = {s.block_size for s in specs}
-    if len(bases) == 1 and len(block_sizes) == 1:
-        return GroupingResult((_packed_group(items),), "packed", skipped,
-                              ("one grouping type and block size: one packed group",))
-
-    mapping, whole, unify_notes = unify_page_sizes(specs, kernel_block_size)
-    packed_result = None
-    if block_outermost:
-        # Pages need not be equal: keep each layer's page (attention blocks still raised
-        # so a page holds a state, as in the padded layout), pack pages inside a block id.
-        raised = {s: (mapping[s].copy_with_new_block_size(mapping[s].block_size)
-                      if mapping[s].scales_with_block_size else s) for s in specs}
-        blocks = {raised[s].block_size for s in specs if raised[s].scales_with_block_size}
-        packed_items = []
-        for n, s in items:
-            r = raised[s]
-            if len(blocks) == 1 and not r.scales_with_block_size:
-                r = r.with_attention_block_size(next(iter(blocks)))
-            packed_items.append((n, r))
-        packed_result = GroupingResult(
-            tuple(_hybrid_groups(packed_items)), "block-packed", skipped,
-            ("block-outermost layout: pages packed inside each block id",))
-
-    attn_blocks = {mapping[s].block_size for s in specs if mapping[s].scales_with_block_size}
-    unified = []
-    for n, s in items:
-        u = mapping[s]
-        if len(attn_blocks) == 1 and not u.scales_with_block_size:
-            u = u.with_attention_block_size(next(iter(attn_blocks)))
-        unified.append((n, u))
-    hybrid = _hybrid_groups(unified)
-    result = GroupingResult(tuple(hybrid), "hybrid", skipped, tuple(notes + unify_notes))
-    if packed_result is not None:
-        # the padded layout is also valid block-outermost: keep the better of the two
-        if _candidate_cost(list(packed_result.groups), ctx, kv_cache_memory_bytes) <= \
-                _candidate_cost(hybrid, ctx, kv_cache_memory_bytes):
-            return packed_result
-        result = GroupingResult(result.groups, result.strategy, skipped, result.notes + (
-            "block-outermost layout: padded pages beat packing here",))
-    has_states = any(not s.scales_with_block_size for s in specs)
-    if whole or has_states:
-        return result
-
-    # Candidate B: every windowed layer as full attention, one packed group.
-    full_items = []
-    for n, s in items:
-        full = s.as_full_attention()
-        full_items.append((n, full if full is not None else s))
-    full_specs = [s for _, s in full_items]
-    if len({reg.grouping_base(s) for s in full_specs}) == 1 and \
-            len({s.block_size for s in full_specs}) == 1:
-        single = [_packed_group(full_items)]
-        cost_a = _candidate_cost(hybrid, ctx, kv_cache_memory_bytes)
-        cost_b = _candidate_cost(single, ctx, kv_cache_memory_bytes)
-        if cost_b < cost_a:
-            return GroupingResult(
-                tuple(single), "hybrid-as-full", skipped,
-                tuple(notes + ["page ratio not whole: windowed layers planned as full "
-                               "attention in one group (higher max concurrency than "
-                               "padding)"]))
-        result = GroupingResult(result.groups, result.strategy, skipped,
-                                result.notes + ("page ratio not whole: padded (higher max "
-                                                "concurrency than one full-attention "
-                                                "group)",))
-    return result
-
+def _dedupe(notes: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(notes))

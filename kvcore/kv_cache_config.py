@@ -21,12 +21,12 @@ class KVCacheGroupSpec:
     layer_names:
         The group's layers, in layer order.
     spec:
-        The merged spec of the group (for a packed group of layers with different page
-        sizes, the first layer's spec: it carries the kind, block size and windows the
-        runtime manager needs).
+        The spec the group's runtime manager reads: the layers' merged spec, or, when
+        they differ, the one with the largest sliding window (the group frees and looks
+        up by it) or the first layer's (kind, block size).
     layer_specs:
-        Per-layer specs when the layers' pages differ (a packed group); None when every
-        layer has ``spec``.
+        Per-layer specs when the layers' specs differ (kinds, pages or windows); None
+        when every layer has ``spec``.  ``spec_of(layer)`` gives a layer's own spec.
     """
 
     layer_names: tuple[str, ...]
@@ -38,6 +38,8 @@ class KVCacheGroupSpec:
         if self.layer_specs is not None:
             object.__setattr__(self, "layer_specs", tuple(self.layer_specs))
             assert len(self.layer_specs) == len(self.layer_names)
+            object.__setattr__(self, "_spec_by_name",
+                               dict(zip(self.layer_names, self.layer_specs)))
 
     @property
     def kind(self) -> str:
@@ -55,21 +57,40 @@ class KVCacheGroupSpec:
         """The spec of one layer of the group."""
         if self.layer_specs is None:
             return self.spec
-        return self.layer_specs[self.layer_names.index(layer_name)]
+        return self.__dict__["_spec_by_name"][layer_name]
+
+    @property
+    def page_sizes_differ(self) -> bool:
+        """True when the group's layers have pages of different sizes."""
+        if self.layer_specs is None:
+            return False
+        first = self.layer_specs[0].page_size_bytes
+        return any(s.page_size_bytes != first for s in self.layer_specs)
 
     @property
     def page_size_bytes(self) -> int:
-        """Bytes one block id takes per layer; for a packed group, across the group."""
+        """One layer's page (bytes per block) when every layer of the group has the same
+        page; the bytes one block id takes across the group when the pages differ
+        (``layer_page_size_bytes`` then lists each layer's)."""
         if self.layer_specs is None:
             return self.spec.page_size_bytes
-        return sum(s.page_size_bytes for s in self.layer_specs)
+        if not self.page_sizes_differ:
+            return self.layer_specs[0].page_size_bytes
+        return self.bytes_per_block
+
+    @property
+    def layer_page_size_bytes(self) -> list[int]:
+        """Each layer's page (bytes per block), in layer order."""
+        if self.layer_specs is None:
+            return [self.spec.page_size_bytes] * len(self.layer_names)
+        return [s.page_size_bytes for s in self.layer_specs]
 
     @property
     def bytes_per_block(self) -> int:
         """Bytes one block id of this group takes across all of its layers."""
         if self.layer_specs is None:
             return self.spec.page_size_bytes * len(self.layer_names)
-        return self.page_size_bytes
+        return sum(s.page_size_bytes for s in self.layer_specs)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -81,6 +102,8 @@ class KVCacheGroupSpec:
         }
         if self.layer_specs is not None:
             out["layer_specs"] = [s.to_dict() for s in self.layer_specs]
+            if self.page_sizes_differ:
+                out["layer_page_size_bytes"] = self.layer_page_size_bytes
         return out
 
 

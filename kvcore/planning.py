@@ -27,17 +27,31 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvcore.errors import ConfigError, NotEnoughMemoryError
 from kvcore.grouping import (
     GroupingResult,
+    SearchEnv,
     blocks_per_request,
+    bytes_per_block_of,
     check_layer_specs,
     group_layers,
     is_block_outermost,
+    longest_len,
+    padding_per_request,
+    prefix_hit_alignment,
+    reserved_blocks,
+    stage_bytes_per_block,
 )
-from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, PlanStats
+from kvcore.kv_cache_config import (
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+    PlanStats,
+    _json_value,
+)
 from kvcore.specs import KVCacheSpec, PlanContext
 
 __all__ = ["plan", "plan_from_specs_file", "plan_to_dict", "format_bytes",
@@ -116,17 +130,11 @@ def _check_stages(stages: Any, names: list[str]) -> list[list[str]]:
     return out
 
 
-def _stage_bytes_per_block(groups: Sequence[KVCacheGroupSpec], layers: set[str]) -> int:
-    best = 0
-    for g in groups:
-        specs = g.layer_specs if g.layer_specs is not None else (g.spec,) * len(g.layer_names)
-        best = max(best, sum(s.page_size_bytes for n, s in zip(g.layer_names, specs)
-                             if n in layers))
-    return best
-
-
 def _tensors(groups: Sequence[KVCacheGroupSpec], num_blocks: int, block_outermost: bool,
              bytes_per_block: int) -> list[KVCacheTensor]:
+    """The buffers: block-outermost, every layer a view at its offset inside a block id;
+    one group, one buffer per layer; several groups, buffer j holds layer j of every
+    group (its page the largest of theirs)."""
     if block_outermost:
         out = []
         for g in groups:
@@ -136,7 +144,7 @@ def _tensors(groups: Sequence[KVCacheGroupSpec], num_blocks: int, block_outermos
                 out.append(KVCacheTensor(num_blocks * page, (name,), offset, bytes_per_block))
                 offset += page
         return out
-    if len(groups) == 1 and groups[0].layer_specs is not None:
+    if len(groups) == 1:
         g = groups[0]
         return [KVCacheTensor(num_blocks * g.spec_of(n).page_size_bytes, (n,), 0,
                               g.spec_of(n).page_size_bytes) for n in g.layer_names]
@@ -150,19 +158,343 @@ def _tensors(groups: Sequence[KVCacheGroupSpec], num_blocks: int, block_outermos
     return out
 
 
-def _longest_len(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext, usable_blocks: int,
-                 limit: int) -> int:
-    """Largest L in [0, limit] with blocks_per_request(L) <= usable_blocks."""
-    if usable_blocks <= 0:
-        return 0
-    lo, hi = 0, limit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if blocks_per_request(groups, ctx, mid) <= usable_blocks:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+# ---- step 1: options -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Options:
+    """The plan's options, checked (step 1 of :func:`plan`)."""
+
+    max_model_len: int            # -1: the longest that fits
+    limit: int
+    limit_source: str
+    budgets: list[int] | None
+    override: int | None
+    ctx: PlanContext
+    kernel_block_size: int | None
+    kv_cache_layout: str | None
+    disable_hybrid: bool
+    stages: Sequence[Sequence[str]] | None
+    notes: tuple[str, ...]
+
+    @property
+    def plan_len(self) -> int:
+        return self.max_model_len if self.max_model_len > 0 else self.limit
+
+
+def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) -> _Options:
+    try:
+        max_model_len = _check_int("max_model_len", o["max_model_len"], -1)
+    except ConfigError:
+        max_model_len = 0
+    if max_model_len == 0:
+        raise ConfigError("max_model_len must be a positive int or -1 (the longest that "
+                          "fits)", field="max_model_len")
+    model_limit = o["max_model_len_limit"]
+    limit = _check_int("max_model_len_limit", model_limit or (1 << 24), 1)
+    notes: list[str] = []
+    limit_source = "model" if model_limit else "search"
+    if max_model_len > limit:
+        if model_limit:
+            notes.append(f"max_model_len {max_model_len} exceeds the model's "
+                         f"max_position_embeddings {limit}")
+        limit = max_model_len
+        limit_source = "requested"
+    enable_prefix_caching = _check_bool("enable_prefix_caching", o["enable_prefix_caching"])
+    disable_hybrid = _check_bool("disable_hybrid_kv_cache_manager",
+                                 o["disable_hybrid_kv_cache_manager"])
+    for name in ("max_num_batched_tokens", "tensor_parallel_size", "pipeline_parallel_size",
+                 "decode_context_parallel_size"):
+        _check_int(name, o[name], 1)
+    for name in ("max_num_encoder_input_tokens", "num_speculative_tokens"):
+        _check_int(name, o[name], 0)
+    layout = o["kv_cache_layout"]
+    if layout is not None and not isinstance(layout, str):
+        raise ConfigError(f"kv_cache_layout must be a string such as LBNHC or BLHNC, got "
+                          f"{layout!r}", field="kv_cache_layout")
+    is_block_outermost(layout)
+    kbs = o["kernel_block_size"]
+    if kbs is not None:
+        kbs = _check_int("kernel_block_size", kbs, 1)
+    pp = o["pipeline_parallel_size"]
+    if pp > len(layer_specs):
+        raise ConfigError(f"pipeline_parallel_size {pp} exceeds the {len(layer_specs)} "
+                          f"KV-cache layers; each stage needs at least one layer",
+                          field="pipeline_parallel_size", value=pp)
+    if o["max_num_encoder_input_tokens"] == 0 and any(
+            s.kind == "cross_attention" for s in layer_specs.values()):
+        raise ConfigError("cross_attention layers are sized by the encoder input of one "
+                          "request: set max_num_encoder_input_tokens (e.g. 1500 audio "
+                          "frames for Whisper)", field="max_num_encoder_input_tokens")
+    mem = o["kv_cache_memory_bytes"]
+    budgets: list[int] | None
+    if mem is None:
+        budgets = None
+    elif isinstance(mem, (list, tuple)):
+        budgets = [_check_int("kv_cache_memory_bytes", b, 0) for b in mem]
+        if not budgets:
+            raise ConfigError("kv_cache_memory_bytes is an empty list",
+                              field="kv_cache_memory_bytes")
+    else:
+        budgets = [_check_int("kv_cache_memory_bytes", mem, 0)]
+    override = o["num_gpu_blocks_override"]
+    if override is not None:
+        override = _check_int("num_gpu_blocks_override", override, 1)
+    if max_model_len == -1 and budgets is None and override is None:
+        raise ConfigError("max_model_len -1 (the longest that fits) needs a memory budget "
+                          "(kv_cache_memory_bytes)", field="max_model_len")
+    try:
+        ctx = PlanContext(
+            max_model_len=max_model_len if max_model_len > 0 else limit,
+            max_num_batched_tokens=o["max_num_batched_tokens"],
+            max_num_encoder_input_tokens=o["max_num_encoder_input_tokens"],
+            tensor_parallel_size=o["tensor_parallel_size"], pipeline_parallel_size=pp,
+            decode_context_parallel_size=o["decode_context_parallel_size"],
+            mamba_cache_mode=o["mamba_cache_mode"],
+            num_speculative_tokens=o["num_speculative_tokens"],
+            enable_prefix_caching=enable_prefix_caching)
+    except Exception as exc:  # SpecError from validation
+        raise ConfigError(str(exc), **getattr(exc, "extra", {})) from exc
+    return _Options(max_model_len, limit, limit_source, budgets, override, ctx, kbs, layout,
+                    disable_hybrid, o["stages"], tuple(notes))
+
+
+def _stage_layers(opts: _Options, names: list[str]) -> list[list[str]]:
+    """Each pipeline stage's layers (one stage: every layer)."""
+    budgets, pp = opts.budgets, opts.ctx.pipeline_parallel_size
+    if opts.stages is not None:
+        stage_layers = _check_stages(opts.stages, names)
+        if pp > 1 and len(stage_layers) != pp:
+            raise ConfigError(f"stages lists {len(stage_layers)} stages but "
+                              f"pipeline_parallel_size is {pp}", field="stages")
+    elif budgets is not None and len(budgets) > 1 and pp > 1 and len(budgets) != pp:
+        raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} budgets for "
+                          f"pipeline_parallel_size {pp}; give one budget or one per stage",
+                          field="kv_cache_memory_bytes")
+    elif (budgets is not None and len(budgets) > 1) or pp > 1:
+        k = len(budgets) if budgets is not None and len(budgets) > 1 else pp
+        if k > len(names):
+            raise ConfigError(f"kv_cache_memory_bytes lists {k} stage budgets for "
+                              f"{len(names)} layers", field="kv_cache_memory_bytes")
+        stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
+                        for i in range(k)]
+    else:
+        stage_layers = [names]
+    if budgets is not None and len(budgets) != len(stage_layers) and len(budgets) > 1:
+        raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} budgets for "
+                          f"{len(stage_layers)} pipeline stages", field="kv_cache_memory_bytes")
+    return stage_layers
+
+
+# ---- step 5: size the winner ---------------------------------------------------------
+
+@dataclass
+class _Sizing:
+    num_blocks: int | None
+    per_stage_blocks: list[int] | None
+    stage_bpb: list[int]
+    plan_len: int
+    ctx: PlanContext
+    blocks_req: int
+    reserved: int
+    estimated: int | None
+
+
+def _size(groups: tuple[KVCacheGroupSpec, ...], opts: _Options, env: SearchEnv,
+          stage_layers: list[list[str]]) -> _Sizing:
+    """num_blocks and the planned length of the chosen layout; raises
+    NotEnoughMemoryError when one request of max_model_len (plus the null block and the
+    reserved sink blocks) does not fit."""
+    ctx = opts.ctx
+    stage_bpb = [stage_bytes_per_block(groups, set(s)) for s in stage_layers] \
+        if len(stage_layers) > 1 else [bytes_per_block_of(groups)]
+    budgets = opts.budgets
+    if budgets is not None and len(budgets) == 1:
+        budgets = budgets * len(stage_layers)
+    num_blocks: int | None = None
+    per_stage: list[int] | None = None
+    limiting = 0
+    if opts.override is not None:
+        num_blocks = opts.override
+    elif budgets is not None:
+        per_stage = [b // bpb if bpb else 0 for b, bpb in zip(budgets, stage_bpb)]
+        live = [i for i, bpb in enumerate(stage_bpb) if bpb] or [0]
+        limiting = min(live, key=per_stage.__getitem__)
+        num_blocks = per_stage[limiting]
+    plan_len = opts.plan_len
+    reserved = reserved_blocks(groups)
+    blocks_req = blocks_per_request(groups, ctx, plan_len)
+    estimated = None
+    if num_blocks is not None:
+        usable = num_blocks - 1 - reserved
+        bpb = stage_bpb[limiting]
+        if opts.max_model_len == -1:
+            fit_len = longest_len(groups, ctx, usable, opts.limit)
+            if fit_len <= 0:
+                need = blocks_per_request(groups, ctx, 1) + 1 + reserved
+                raise NotEnoughMemoryError(
+                    f"the KV-cache budget holds {num_blocks} blocks of {bpb} B, not enough "
+                    f"for the null block{_reserved_text(reserved)} plus one block per "
+                    f"group ({len(groups)} groups); the smallest budget that plans is "
+                    f"{need * bpb} B", min_kv_cache_memory_bytes=need * bpb,
+                    estimated_max_model_len=0)
+            plan_len = fit_len
+            ctx = dataclasses.replace(ctx, max_model_len=plan_len)
+            blocks_req = blocks_per_request(groups, ctx, plan_len)
+        elif blocks_req > usable:
+            _raise_not_enough(groups, opts, ctx, num_blocks, blocks_req, reserved, bpb,
+                              budgets[limiting] if budgets else None,
+                              limiting if len(stage_layers) > 1 else None)
+        estimated = plan_len
+    return _Sizing(num_blocks, per_stage, stage_bpb, plan_len, ctx, blocks_req, reserved,
+                   estimated)
+
+
+def _reserved_text(reserved: int) -> str:
+    return f" and {reserved} reserved sink block(s)" if reserved else ""
+
+
+def _raise_not_enough(groups: tuple[KVCacheGroupSpec, ...], opts: _Options,
+                      ctx: PlanContext, num_blocks: int, blocks_req: int, reserved: int,
+                      bpb: int, budget: int | None, stage: int | None) -> None:
+    plan_len = opts.plan_len
+    usable = num_blocks - 1 - reserved
+    min_budget = (blocks_req + 1 + reserved) * bpb
+    fits = longest_len(groups, ctx, usable, plan_len)
+    extra = _reserved_text(reserved)
+    if opts.override is not None:
+        raise NotEnoughMemoryError(
+            f"one request of max_model_len {plan_len} needs {blocks_req} blocks plus the "
+            f"null block{extra}, more than num_gpu_blocks_override {opts.override} gives; "
+            f"at least {blocks_req + 1 + reserved} blocks are needed, and the longest "
+            f"max_model_len {num_blocks} blocks allow is {fits}",
+            min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=fits,
+            min_num_blocks=blocks_req + 1 + reserved, max_model_len=plan_len)
+    budget = budget if budget is not None else num_blocks * bpb
+    needed = blocks_req * bpb
+    where = f" (pipeline stage {stage})" if stage is not None else ""
+    raise NotEnoughMemoryError(
+        f"one request of max_model_len {plan_len} needs {needed} B "
+        f"({format_bytes(needed)}) of KV cache{where} ({blocks_req} blocks of {bpb} B) "
+        f"plus the null block{extra}, more than the budget of {budget} B "
+        f"({format_bytes(budget)}) holds; the smallest budget that plans is {min_budget} B "
+        f"({format_bytes(min_budget)}), and the longest max_model_len this budget allows "
+        f"is {fits}",
+        min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=fits,
+        kv_cache_memory_bytes=budget, max_model_len=plan_len)
+
+
+# ---- step 6: report --------------------------------------------------------------
+
+def _per_request_bytes(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
+                       plan_len: int) -> tuple[float, int, int]:
+    """(K/V bytes per token, cross-attention bytes, real state bytes) of one request."""
+    bytes_per_token = 0.0
+    cross = state = 0
+    for g in groups:
+        for n in g.layer_names:
+            ls = g.spec_of(n)
+            if ls.kind == "cross_attention" or (ls.scales_with_block_size
+                                                and ls.bytes_per_token == 0):
+                cross += ls.max_memory_usage_bytes(ctx, plan_len)
+            elif ls.scales_with_block_size:
+                bytes_per_token += ls.bytes_per_token
+            else:  # real bytes (padding is reported on its own)
+                state += ls.max_num_blocks_per_req(ctx, plan_len) * ls.real_page_size_bytes
+    return bytes_per_token, cross, state
+
+
+def _report(grouping: GroupingResult, sz: _Sizing, opts: _Options,
+            stage_layers: list[list[str]], block_outermost: bool) -> KVCacheConfig:
+    groups = grouping.groups
+    ctx, plan_len, num_blocks, blocks_req = sz.ctx, sz.plan_len, sz.num_blocks, sz.blocks_req
+    bytes_per_block = bytes_per_block_of(groups)
+    bytes_per_token, cross, state = _per_request_bytes(groups, ctx, plan_len)
+    longest = max_conc = capacity = batched = None
+    if num_blocks is not None:
+        longest = longest_len(groups, ctx, num_blocks - 1 - sz.reserved, opts.limit)
+        if blocks_req:
+            max_conc = num_blocks / blocks_req
+            capacity = int(max_conc * plan_len)
+            # vLLM's admission caps count a whole step in flight for every request; a
+            # tighter figure: one request prefilling a whole chunk, the others decoding.
+            decode_ctx = dataclasses.replace(
+                ctx, max_num_batched_tokens=1 + ctx.num_speculative_tokens)
+            decode = blocks_per_request(groups, decode_ctx, plan_len)
+            if decode and num_blocks - sz.reserved >= blocks_req:
+                batched = 1 + (num_blocks - sz.reserved - blocks_req) / decode
+    specs = [g.spec_of(n) for g in groups for n in g.layer_names]
+    attn_dtypes = {getattr(s, "kv_cache_dtype", None) for s in specs} - {None}
+    elem_dtypes = {getattr(s, "dtype", None) for s in specs} - {None}
+    mixed = len(attn_dtypes) > 1 or len(elem_dtypes) > 1
+    has_state = any(not s.scales_with_block_size for s in specs)
+    budgets = opts.budgets
+    notes = list(grouping.notes) + list(opts.notes)
+    if sz.reserved:
+        notes.append(f"{sz.reserved} block(s) reserved once for attention sinks "
+                     f"(subtracted from the blocks a request can use)")
+    runner = grouping.runner_up
+    stats = PlanStats(
+        max_concurrency=max_conc, max_concurrency_batched=batched,
+        kv_cache_capacity_tokens=capacity, estimated_max_model_len=sz.estimated,
+        longest_max_model_len=longest, bytes_per_token=bytes_per_token,
+        cross_attention_bytes_per_request=cross, state_bytes_per_request=state,
+        padding_bytes_per_block=max((sum(g.spec_of(n).padding_bytes for n in g.layer_names)
+                                     for g in groups), default=0),
+        padding_bytes_per_request=padding_per_request(groups, ctx, plan_len),
+        blocks_per_request=blocks_req,
+        kv_cache_memory_bytes_for_one_request=(blocks_req + 1 + sz.reserved)
+        * max(sz.stage_bpb, default=0),
+        num_reserved_blocks=sz.reserved,
+        prefix_hit_alignment_tokens=prefix_hit_alignment(groups)
+        if ctx.enable_prefix_caching else None,
+        kv_cache_memory_bytes=budgets[0] if budgets and len(budgets) == 1 else budgets,
+        kv_cache_memory_bytes_used=(num_blocks or 0) * max(sz.stage_bpb, default=0),
+        num_blocks_per_stage=sz.per_stage_blocks if len(stage_layers) > 1 else None,
+        bytes_per_block_per_stage=sz.stage_bpb if len(stage_layers) > 1 else None,
+        stages=stage_layers if len(stage_layers) > 1 else None,
+        has_mamba_layers=any(s.kind == "mamba" for s in specs),
+        has_mixed_precision_kv_cache=mixed, needs_kv_cache_zeroing=has_state or mixed,
+        skipped_layers=list(grouping.skipped_layers), strategy=grouping.strategy,
+        runner_up_strategy=runner[0] if runner else None,
+        runner_up_score=runner[1].to_dict() if runner else None,
+        candidates_scored=grouping.candidates_scored, notes=notes,
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
+        max_num_encoder_input_tokens=ctx.max_num_encoder_input_tokens,
+        enable_prefix_caching=ctx.enable_prefix_caching,
+        tensor_parallel_size=ctx.tensor_parallel_size,
+        pipeline_parallel_size=max(ctx.pipeline_parallel_size, len(stage_layers)),
+        plan_context=ctx, max_model_len_limit=opts.limit,
+        max_model_len_limit_source=opts.limit_source)
+    tensors = _tensors(groups, num_blocks or 0, block_outermost, bytes_per_block)
+    layout = (opts.kv_cache_layout or "LBNHC").upper()
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
+                         kv_cache_groups=groups, max_model_len=plan_len,
+                         bytes_per_block=bytes_per_block, kv_cache_layout=layout,
+                         stats=stats)
+
+
+def _empty_plan(grouping: GroupingResult, opts: _Options) -> KVCacheConfig:
+    """A model whose layers need no KV cache: no groups, only the null block, nothing
+    per token; concurrency is not bounded by the KV cache (None)."""
+    ctx = opts.ctx
+    stats = PlanStats(
+        estimated_max_model_len=opts.plan_len, strategy="empty",
+        skipped_layers=list(grouping.skipped_layers),
+        notes=list(grouping.notes) + ["no layer keeps a KV cache: requests need no "
+                                      "blocks, concurrency is not bounded by the KV "
+                                      "cache"] + list(opts.notes),
+        kv_cache_memory_bytes=opts.budgets[0] if opts.budgets and len(opts.budgets) == 1
+        else opts.budgets,
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
+        max_num_encoder_input_tokens=ctx.max_num_encoder_input_tokens,
+        enable_prefix_caching=ctx.enable_prefix_caching,
+        tensor_parallel_size=ctx.tensor_parallel_size,
+        pipeline_parallel_size=ctx.pipeline_parallel_size, plan_context=ctx,
+        max_model_len_limit=opts.limit, max_model_len_limit_source=opts.limit_source)
+    return KVCacheConfig(num_blocks=1, kv_cache_tensors=(), kv_cache_groups=(),
+                         max_model_len=opts.plan_len, bytes_per_block=0,
+                         kv_cache_layout=(opts.kv_cache_layout or "LBNHC").upper(),
+                         stats=stats)
 
 
 def plan(
@@ -187,16 +519,23 @@ def plan(
 ) -> KVCacheConfig:
     """Plan a KV cache for ``layer_specs`` (``{layer name: spec}`` in layer order).
 
+    A pipeline of named steps: validate the options -> normalize the specs (plan
+    context, sizes checked, windows >= max_model_len as full attention, block-size
+    multiples) -> generate the candidate layouts -> score them -> size the winner ->
+    report (:mod:`kvcore.grouping` has the generators and the scorer).
+
     Parameters
     ----------
     max_model_len:
         Tokens per request; -1 = the longest that fits the budget (up to
-        ``max_model_len_limit``, default 2**24).
+        ``max_model_len_limit``, default 2**24); the layout with the longest such length
+        wins.
     kv_cache_memory_bytes:
         The KV-cache budget in bytes per rank; a list gives one budget per pipeline
         stage (then ``stages`` lists each stage's layers, or layers are split evenly).
         None: plan without a budget (per-token, per-block and per-request figures only;
-        ``num_blocks`` and the capacity fields are None).
+        ``num_blocks`` and the capacity fields are None; the layout with the fewest
+        bytes per request wins).
     num_gpu_blocks_override:
         Use this many blocks instead of the budget's.
     Other parameters: see :class:`kvcore.specs.PlanContext` and
@@ -205,288 +544,71 @@ def plan(
     Returns
     -------
     KVCacheConfig
-        ``stats`` holds max_concurrency, kv_cache_capacity_tokens,
-        estimated_max_model_len, bytes_per_token, blocks_per_request, ... (see
-        :func:`plan_to_dict`).
+        ``stats`` is a :class:`~kvcore.kv_cache_config.PlanStats` (max_concurrency,
+        kv_cache_capacity_tokens, estimated_max_model_len, bytes_per_token,
+        blocks_per_request, the chosen strategy and the runner-up, ...).  A model whose
+        layers keep no KV cache plans with no groups, ``num_blocks`` 1 (the null block)
+        and ``max_concurrency`` None.
 
     Raises
     ------
     ConfigError
-        A malformed option (names the option and what is valid).
+        A malformed option (names the option and what is valid), or a spec whose sizes
+        are not positive ints (names the layer, kind and plugin).
     NotEnoughMemoryError
-        The budget cannot hold one request of ``max_model_len``; carries
-        ``min_kv_cache_memory_bytes`` and ``estimated_max_model_len``.
+        The budget cannot hold one request of ``max_model_len`` plus the null block and
+        the reserved sink blocks; carries ``min_kv_cache_memory_bytes`` and
+        ``estimated_max_model_len``.
     """
     layer_specs = check_layer_specs(layer_specs)
-    try:
-        max_model_len = _check_int("max_model_len", max_model_len, -1)
-    except ConfigError:
-        max_model_len = 0
-    if max_model_len == 0:
-        raise ConfigError("max_model_len must be a positive int or -1 (the longest that "
-                          "fits)", field="max_model_len")
-    limit = _check_int("max_model_len_limit", max_model_len_limit or (1 << 24), 1)
-    notes: list[str] = []
-    limit_source = "model" if max_model_len_limit else "search"
-    if max_model_len > limit:
-        if max_model_len_limit:
-            notes.append(f"max_model_len {max_model_len} exceeds the model's "
-                         f"max_position_embeddings {limit}")
-        limit = max_model_len
-        limit_source = "requested"
-    enable_prefix_caching = _check_bool("enable_prefix_caching", enable_prefix_caching)
-    disable_hybrid_kv_cache_manager = _check_bool("disable_hybrid_kv_cache_manager",
-                                                  disable_hybrid_kv_cache_manager)
-    for name, value in (("max_num_batched_tokens", max_num_batched_tokens),
-                        ("tensor_parallel_size", tensor_parallel_size),
-                        ("pipeline_parallel_size", pipeline_parallel_size),
-                        ("decode_context_parallel_size", decode_context_parallel_size)):
-        _check_int(name, value, 1)
-    for name, value in (("max_num_encoder_input_tokens", max_num_encoder_input_tokens),
-                        ("num_speculative_tokens", num_speculative_tokens)):
-        _check_int(name, value, 0)
-    if kv_cache_layout is not None and not isinstance(kv_cache_layout, str):
-        raise ConfigError(f"kv_cache_layout must be a string such as LBNHC or BLHNC, got "
-                          f"{kv_cache_layout!r}", field="kv_cache_layout")
-    if pipeline_parallel_size > len(layer_specs):
-        raise ConfigError(f"pipeline_parallel_size {pipeline_parallel_size} exceeds the "
-                          f"{len(layer_specs)} KV-cache layers; each stage needs at least "
-                          f"one layer", field="pipeline_parallel_size",
-                          value=pipeline_parallel_size)
-    if max_num_encoder_input_tokens == 0 and any(
-            s.kind == "cross_attention" for s in layer_specs.values()):
-        raise ConfigError("cross_attention layers are sized by the encoder input of one "
-                          "request: set max_num_encoder_input_tokens (e.g. 1500 audio "
-                          "frames for Whisper)", field="max_num_encoder_input_tokens")
-    budgets: list[int] | None
-    if kv_cache_memory_bytes is None:
-        budgets = None
-    elif isinstance(kv_cache_memory_bytes, (list, tuple)):
-        budgets = [_check_int("kv_cache_memory_bytes", b, 0) for b in kv_cache_memory_bytes]
-        if not budgets:
-            raise ConfigError("kv_cache_memory_bytes is an empty list",
-                              field="kv_cache_memory_bytes")
-    else:
-        budgets = [_check_int("kv_cache_memory_bytes", kv_cache_memory_bytes, 0)]
-    if num_gpu_blocks_override is not None:
-        _check_int("num_gpu_blocks_override", num_gpu_blocks_override, 1)
-    if max_model_len == -1 and budgets is None and num_gpu_blocks_override is None:
-        raise ConfigError("max_model_len -1 (the longest that fits) needs a memory budget "
-                          "(kv_cache_memory_bytes)", field="max_model_len")
-    try:
-        ctx = PlanContext(
-            max_model_len=max_model_len if max_model_len > 0 else limit,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_encoder_input_tokens=max_num_encoder_input_tokens,
-            tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
-            decode_context_parallel_size=decode_context_parallel_size,
-            mamba_cache_mode=mamba_cache_mode,
-            num_speculative_tokens=num_speculative_tokens,
-            enable_prefix_caching=enable_prefix_caching,
-        )
-    except Exception as exc:  # SpecError from validation
-        raise ConfigError(str(exc), **getattr(exc, "extra", {})) from exc
-
-    layer_specs = {name: spec.with_plan_context(ctx) for name, spec in layer_specs.items()}
-    grouping: GroupingResult = group_layers(
-        layer_specs, ctx=ctx, kernel_block_size=kernel_block_size,
-        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-        kv_cache_layout=kv_cache_layout,
-        kv_cache_memory_bytes=budgets[0] if budgets else None)
-    groups = grouping.groups
-    if not groups:
-        raise ConfigError("no layer needs a KV cache (every layer is encoder-only "
-                          "attention): there is nothing to plan", field="layers")
-    block_outermost = is_block_outermost(kv_cache_layout)
-    layout = (kv_cache_layout or "LBNHC").upper()
-    bytes_per_block = grouping.bytes_per_block
-    all_layers = [n for g in groups for n in g.layer_names]
-
-    # ---- pipeline stages ----
-    stage_layers: list[list[str]]
-    if stages is not None:
-        stage_layers = _check_stages(stages, list(layer_specs))
-        if pipeline_parallel_size > 1 and len(stage_layers) != pipeline_parallel_size:
-            raise ConfigError(f"stages lists {len(stage_layers)} stages but "
-                              f"pipeline_parallel_size is {pipeline_parallel_size}",
-                              field="stages")
-    elif budgets is not None and len(budgets) > 1 and pipeline_parallel_size > 1 and \
-            len(budgets) != pipeline_parallel_size:
-        raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} budgets for "
-                          f"pipeline_parallel_size {pipeline_parallel_size}; give one budget "
-                          f"or one per stage", field="kv_cache_memory_bytes")
-    elif budgets is not None and len(budgets) > 1:
-        names = list(layer_specs)
-        if len(budgets) > len(names):
-            raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} stage budgets "
-                              f"for {len(names)} layers", field="kv_cache_memory_bytes")
-        k = len(budgets)
-        stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
-                        for i in range(k)]
-    elif pipeline_parallel_size > 1:
-        names = list(layer_specs)
-        k = pipeline_parallel_size
-        stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
-                        for i in range(k)]
-    else:
-        stage_layers = [all_layers]
-    if budgets is not None and len(budgets) == 1 and len(stage_layers) > 1:
-        budgets = budgets * len(stage_layers)
-    if budgets is not None and len(budgets) != len(stage_layers):
-        raise ConfigError(f"kv_cache_memory_bytes lists {len(budgets)} budgets for "
-                          f"{len(stage_layers)} pipeline stages", field="kv_cache_memory_bytes")
-    stage_bpb = [_stage_bytes_per_block(groups, set(s)) for s in stage_layers] \
-        if len(stage_layers) > 1 else [bytes_per_block]
-
-    # ---- per-request figures ----
-    plan_len = max_model_len if max_model_len > 0 else limit
-    blocks_req = blocks_per_request(groups, ctx, plan_len) if groups else 0
-    bytes_per_token = 0.0
-    cross_bytes = 0
-    state_bytes = 0
-    for g in groups:
-        for n in g.layer_names:
-            ls = g.spec_of(n)
-            if ls.kind == "cross_attention" or (ls.scales_with_block_size
-                                                and ls.bytes_per_token == 0):
-                cross_bytes += ls.max_memory_usage_bytes(ctx, plan_len)
-            elif ls.scales_with_block_size:
-                bytes_per_token += ls.bytes_per_token
-            else:  # real bytes (padding is reported on its own)
-                state_bytes += ls.max_num_blocks_per_req(ctx, plan_len) * \
-                    ls.real_page_size_bytes
-    padding = max((sum(g.spec_of(n).padding_bytes for n in g.layer_names) for g in groups),
-                  default=0)
-    # What padding really costs one request: each group's padding times the blocks a
-    # request holds in that group (a one-block state padded to a large page costs one
-    # block, not one per token block).
-    padding_req = 0
-    for g in groups:
-        specs = g.layer_specs if g.layer_specs is not None else (g.spec,)
-        blocks = max(sp.max_num_blocks_per_req(ctx, plan_len) for sp in specs)
-        padding_req += blocks * sum(g.spec_of(n).padding_bytes for n in g.layer_names)
-
-    # ---- blocks ----
-    num_blocks: int | None = None
-    per_stage_blocks: list[int] | None = None
-    limiting = 0
-    if num_gpu_blocks_override is not None:
-        num_blocks = num_gpu_blocks_override
-    elif budgets is not None and bytes_per_block > 0:
-        per_stage_blocks = [b // max(bpb, 1) if bpb else 1 << 62
-                            for b, bpb in zip(budgets, stage_bpb)]
-        limiting = min(range(len(per_stage_blocks)), key=per_stage_blocks.__getitem__)
-        num_blocks = per_stage_blocks[limiting]
-
-    estimated = None
-    if num_blocks is not None:
-        usable = num_blocks - 1
-        fit_len = _longest_len(groups, ctx, usable, limit if max_model_len == -1
-                               else max(plan_len, 1))
-        if max_model_len == -1:
-            if fit_len <= 0:
-                bpb = stage_bpb[limiting]
-                raise NotEnoughMemoryError(
-                    f"the KV-cache budget holds {num_blocks} blocks of {bpb} B, not enough "
-                    f"for the null block plus one block per group ({len(groups)} groups); "
-                    f"the smallest budget that plans is {(len(groups) + 1) * bpb} B",
-                    min_kv_cache_memory_bytes=(blocks_per_request(groups, ctx, 1) + 1) * bpb,
-                    estimated_max_model_len=0)
-            plan_len = fit_len
-            ctx = dataclasses.replace(ctx, max_model_len=plan_len)
-            blocks_req = blocks_per_request(groups, ctx, plan_len)
-            estimated = plan_len
-        elif blocks_req > usable:
-            bpb = stage_bpb[limiting]
-            needed = blocks_req * bpb
-            min_budget = (blocks_req + 1) * bpb
-            budget = budgets[limiting] if budgets else num_blocks * bpb
-            fits = _longest_len(groups, ctx, usable, plan_len)
-            stage = f" (pipeline stage {limiting})" if len(stage_layers) > 1 else ""
-            if num_gpu_blocks_override is not None:
-                raise NotEnoughMemoryError(
-                    f"one request of max_model_len {plan_len} needs {blocks_req} blocks "
-                    f"plus the null block, more than num_gpu_blocks_override "
-                    f"{num_gpu_blocks_override} gives; at least {blocks_req + 1} blocks "
-                    f"are needed, and the longest max_model_len {num_blocks} blocks allow "
-                    f"is {fits}",
-                    min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=fits,
-                    min_num_blocks=blocks_req + 1, max_model_len=plan_len)
-            raise NotEnoughMemoryError(
-                f"one request of max_model_len {plan_len} needs {needed} B "
-                f"({format_bytes(needed)}) of KV cache{stage} ({blocks_req} blocks of "
-                f"{bpb} B) plus the null block, more than the budget of {budget} B "
-                f"({format_bytes(budget)}) holds; the smallest budget that plans is "
-                f"{min_budget} B ({format_bytes(min_budget)}), and the longest "
-                f"max_model_len this budget allows is {fits}",
-                min_kv_cache_memory_bytes=min_budget, estimated_max_model_len=fits,
-                kv_cache_memory_bytes=budget, max_model_len=plan_len)
-        else:
-            estimated = plan_len
-
-    longest: int | None = None
-    if num_blocks is not None and groups:
-        longest = _longest_len(groups, ctx, num_blocks - 1, limit)
-    max_conc = capacity = None
-    max_conc_batched = None
-    if num_blocks is not None and blocks_req:
-        max_conc = num_blocks / blocks_req
-        capacity = int(max_conc * plan_len)
-        # vLLM's admission caps count a full step of max_num_batched_tokens in flight for
-        # every request, although the step's tokens are shared by the batch.  A tighter
-        # figure: one request prefilling a whole chunk, the others decoding one token.
-        decode_ctx = dataclasses.replace(ctx, max_num_batched_tokens=1 + num_speculative_tokens)
-        blocks_decode = blocks_per_request(groups, decode_ctx, plan_len)
-        if blocks_decode and num_blocks >= blocks_req:
-            max_conc_batched = 1 + (num_blocks - blocks_req) / blocks_decode
-
-    attn_dtypes = {getattr(g.spec_of(n), "kv_cache_dtype", None) for g in groups
-                   for n in g.layer_names} - {None}
-    elem_dtypes = {getattr(g.spec_of(n), "dtype", None) for g in groups
-                   for n in g.layer_names} - {None}
-    has_mamba = any(g.spec_of(n).kind == "mamba" for g in groups for n in g.layer_names)
-    has_state = any(not g.spec_of(n).scales_with_block_size for g in groups
-                    for n in g.layer_names)
-    mixed = len(attn_dtypes) > 1 or len(elem_dtypes) > 1
-    tensors = _tensors(groups, num_blocks or 0, block_outermost, bytes_per_block)
-    stats: dict[str, Any] = {
-        "max_concurrency": max_conc,
-        "max_concurrency_batched": max_conc_batched,
-        "kv_cache_capacity_tokens": capacity,
-        "estimated_max_model_len": estimated,
-        "longest_max_model_len": longest,
-        "bytes_per_token": bytes_per_token,
-        "cross_attention_bytes_per_request": cross_bytes,
-        "state_bytes_per_request": state_bytes,
-        "padding_bytes_per_block": padding,
-        "padding_bytes_per_request": padding_req,
-        "blocks_per_request": blocks_req,
-        "kv_cache_memory_bytes_for_one_request": (blocks_req + 1) * max(stage_bpb),
-        "kv_cache_memory_bytes": budgets[0] if budgets and len(budgets) == 1 else budgets,
-        "num_blocks_per_stage": per_stage_blocks,
-        "stages": stage_layers if len(stage_layers) > 1 else None,
-        "has_mamba_layers": has_mamba,
-        "has_mixed_precision_kv_cache": mixed,
-        "needs_kv_cache_zeroing": has_state or mixed,
-        "strategy": grouping.strategy,
-        "notes": list(grouping.notes) + notes,
-        "bytes_per_block_per_stage": stage_bpb if len(stage_layers) > 1 else None,
-        "kv_cache_memory_bytes_used": (num_blocks or 0) * max(stage_bpb),
-        "skipped_layers": list(grouping.skipped_layers),
+    if not layer_specs:
+        raise ConfigError("no layers to plan: the model has no KV-cache layers",
+                          field="layers")
+    opts = _validate_options(layer_specs, {
+        "max_model_len": max_model_len, "kv_cache_memory_bytes": kv_cache_memory_bytes,
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_num_encoder_input_tokens": max_num_encoder_input_tokens,
         "enable_prefix_caching": enable_prefix_caching,
+        "disable_hybrid_kv_cache_manager": disable_hybrid_kv_cache_manager,
+        "mamba_cache_mode": mamba_cache_mode,
+        "num_gpu_blocks_override": num_gpu_blocks_override,
         "tensor_parallel_size": tensor_parallel_size,
-        "pipeline_parallel_size": max(pipeline_parallel_size, len(stage_layers)),
-        "plan_context": ctx,
-        "max_model_len_limit": limit,
-        "max_model_len_limit_source": limit_source,
-    }
-    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
-                         kv_cache_groups=groups, max_model_len=plan_len,
-                         bytes_per_block=bytes_per_block, kv_cache_layout=layout,
-                         stats=PlanStats.from_mapping(stats))
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "decode_context_parallel_size": decode_context_parallel_size,
+        "num_speculative_tokens": num_speculative_tokens,
+        "kernel_block_size": kernel_block_size, "kv_cache_layout": kv_cache_layout,
+        "stages": stages, "max_model_len_limit": max_model_len_limit})
+    specs = _with_plan_context(layer_specs, opts.ctx)
+    stage_layers = _stage_layers(opts, list(specs))
+    budgets = opts.budgets
+    if budgets is not None and len(budgets) == 1:
+        budgets = budgets * len(stage_layers)
+    env = SearchEnv(
+        ctx=opts.ctx, kernel_block_size=opts.kernel_block_size,
+        block_outermost=is_block_outermost(opts.kv_cache_layout),
+        budgets=tuple(budgets) if budgets is not None else None,
+        stage_layers=tuple(frozenset(s) for s in stage_layers),
+        num_blocks_override=opts.override, max_model_len=opts.max_model_len,
+        limit=opts.limit, enable_prefix_caching=opts.ctx.enable_prefix_caching)
+    grouping = group_layers(specs, env=env, kv_cache_layout=opts.kv_cache_layout,
+                            disable_hybrid_kv_cache_manager=opts.disable_hybrid)
+    if not grouping.groups:
+        return _empty_plan(grouping, opts)
+    sizing = _size(grouping.groups, opts, env, stage_layers)
+    return _report(grouping, sizing, opts, stage_layers, env.block_outermost)
+
+
+def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
+                       ) -> dict[str, KVCacheSpec]:
+    """Each spec given the plan's context (once per distinct spec)."""
+    cache: dict[KVCacheSpec, KVCacheSpec] = {}
+    out = {}
+    for name, spec in layer_specs.items():
+        new = cache.get(spec)
+        if new is None:
+            new = cache[spec] = spec.with_plan_context(ctx)
+        out[name] = new
+    return out
 
 
 def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
@@ -539,6 +661,8 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
             "padding_bytes": sum(g.spec_of(n).padding_bytes for n in g.layer_names),
             "spec": g.spec.to_dict(),
         })
+        if g.page_sizes_differ:  # page_size_bytes is then the group's bytes per block id
+            groups[-1]["layer_page_size_bytes"] = g.layer_page_size_bytes
     out: dict[str, Any] = {
         "num_blocks": config.num_blocks,
         "groups": groups,
@@ -565,6 +689,10 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
         "has_mixed_precision_kv_cache": s.get("has_mixed_precision_kv_cache"),
         "needs_kv_cache_zeroing": s.get("needs_kv_cache_zeroing"),
         "strategy": s.get("strategy"),
+        "runner_up_strategy": s.get("runner_up_strategy"),
+        "runner_up_score": s.get("runner_up_score"),
+        "prefix_hit_alignment_tokens": s.get("prefix_hit_alignment_tokens"),
+        "num_reserved_blocks": s.get("num_reserved_blocks"),
         "notes": s.get("notes"),
     }
     bpt = out["bytes_per_token"]
@@ -574,4 +702,4 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
                 "skipped_layers"):
         if s.get(key):
             out[key] = s[key]
-    return out
+    return _json_value(out)
