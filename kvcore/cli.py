@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -301,11 +302,17 @@ def _add_plugins(sub: Any) -> None:
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
     from kvcore.plugins import list_plugins
+    from kvcore.registry import get_registry
 
     plugins = [p.to_dict() for p in list_plugins()]
+    # manager paths are imported here (and when a KVCacheManager is built), not at import
+    problems = get_registry().check_managers()
     if args.json:
-        print(json.dumps({"plugins": plugins}, indent=2))
-        return 0
+        out: dict[str, Any] = {"plugins": plugins}
+        if problems:
+            out["errors"] = [e.to_dict() for e in problems]
+        print(json.dumps(out, indent=2))
+        return 2 if problems else 0
 
     def short(items: list[str], limit: int = 12) -> str:
         if not items:
@@ -324,7 +331,9 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print(f"  kv_cache_dtypes: {short(p['kv_cache_dtypes'])}")
         print(f"  model types:     {short(p['model_types'], 24)}")
         print(f"  hooks:           {short(p['hooks'])}")
-    return 0
+    for e in problems:
+        print(f"kvcore plugins: error: {e.message}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def _add_models(sub: Any) -> None:
@@ -352,7 +361,9 @@ def _model_kinds(name: str) -> tuple[str, str]:
 def _cmd_models(args: argparse.Namespace) -> int:
     from kvcore.models import embedded_names
     from kvcore.models.embedded import embedded_config_path, provenance_note
+    from kvcore.registry import get_registry
 
+    get_registry()  # a plugin conflict is one error (exit 2), not a note in every row
     rows = []
     for name in embedded_names():
         model_type, kinds = _model_kinds(name)
@@ -435,6 +446,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Any, category: Any, filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Warnings as one line each on stderr (``kvcore: warning: ...``)."""
+    from kvcore.units import shorten_message
+
+    print(f"kvcore: warning: {shorten_message(str(message))}", file=sys.stderr)
+
+
+def _internal_error(command: str, exc: BaseException, as_json: bool) -> int:
+    """Last resort for an input that slipped past validation: one line, exit 2."""
+    from kvcore.units import shorten
+
+    message = (f"cannot handle this input ({type(exc).__name__}: {shorten(str(exc))}); "
+               f"this is a kvcore bug, please report it with the command line")
+    if as_json:
+        print(json.dumps({"error": {"type": "InternalError", "message": message}}))
+    else:
+        print(f"kvcore {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _command_parser(parser: argparse.ArgumentParser, command: str | None
                     ) -> argparse.ArgumentParser:
     """The subparser of ``command`` (the top-level parser when there is none)."""
@@ -461,13 +493,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     as_json = bool(getattr(args, "json", False))
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.func(args) or 0)
     except KVCoreError as exc:
         if as_json:
             print(json.dumps({"error": exc.to_dict()}))
         else:
             print(f"kvcore {args.command}: error: {exc.message}", file=sys.stderr)
         return 2
+    except RecursionError as exc:  # e.g. a pathological input nested too deeply
+        return _internal_error(args.command, exc, as_json)
+    except (MemoryError, OverflowError) as exc:
+        return _internal_error(args.command, exc, as_json)
     except BrokenPipeError:  # e.g. `kvcore plan ... --json | head`
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
