@@ -292,6 +292,15 @@ class PlanStats:
     model_dtype: str | None = None
     layers_per_kind: dict[str, int] | None = None
     num_layers: int | None = None
+    # ---- the GPU budget (set by kvcore.budget.plan_on_gpu; issue #16) ---------------
+    weights_bytes: int | None = None
+    weights_bytes_total: int | None = None
+    weights_source: str | None = None
+    overhead_bytes: int | None = None
+    gpu: dict[str, Any] | None = None
+    gpu_memory_utilization: float | None = None
+    fits: bool | None = None
+    min_tensor_parallel_size_that_fits: int | None = None
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
