@@ -533,9 +533,17 @@ def load_model_config(model: str | Path) -> ModelConfig:
     read too.  Raises ConfigError (unreadable, not JSON, malformed field, unknown name).
     """
     from kvcore.models.embedded import embedded_config_path, embedded_names
+    from kvcore.units import shorten
 
     text = str(model)
     path = Path(text)
+    try:
+        path.is_dir() and path.exists()
+    except (OSError, ValueError) as exc:  # a 5,000-character name, a NUL byte
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"{shorten(text)} is not a usable path ({why}); give a "
+                          f"config.json path, a folder holding one, or an embedded model "
+                          f"name (kvcore models)", model=shorten(text)) from None
     if path.is_dir():
         path = path / "config.json"
         if not path.exists():

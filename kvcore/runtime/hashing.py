@@ -19,7 +19,10 @@ were plain strings in one tuple).  Sources:
   block (``mm_features``: ``(offset, length, identifier)`` in prompt positions).
 
 Encoding (all integers little-endian): ``parent (32 B) | u32 n | n x i64 token ids |
-for each extra key: u8 tag | u32 len | utf-8 bytes``.  ``hash="sha256"`` (default)
+for each extra key: u8 tag | u32 len | utf-8 bytes``; a key value that is not a string
+(e.g. a multimodal identifier ``5``) is typed: tag | 0x80 and the bytes of
+``"int:5"``, so ``5`` and ``"5"`` never share a hash.  Token ids must be ints in
+``[0, 2**63)`` (:func:`check_token_ids`; RequestError otherwise).  ``hash="sha256"`` (default)
 digests it with :func:`hashlib.sha256`; ``"sha256_128"`` keeps the first 16 bytes;
 any callable ``bytes -> bytes`` may be given.
 """
@@ -38,6 +41,8 @@ __all__ = [
     "hash_block_tokens",
     "block_extra_keys",
     "BlockHasher",
+    "check_token_ids",
+    "MAX_TOKEN_ID",
     "Request",
 ]
 
@@ -84,9 +89,41 @@ def _encode_extra(extra_keys: Sequence[tuple[str, str]] | None) -> bytes:
         return b""
     out = bytearray()
     for tag, value in extra_keys:
-        raw = str(value).encode()
-        out += _TAGS[tag].to_bytes(1, "little") + len(raw).to_bytes(4, "little") + raw
+        code = _TAGS[tag]
+        if isinstance(value, str):
+            raw = value.encode()
+        else:  # typed: identifier 5 and "5" must not collide (tag | 0x80, "type:repr")
+            code |= 0x80
+            raw = f"{type(value).__qualname__}:{value!r}".encode()
+        out += code.to_bytes(1, "little") + len(raw).to_bytes(4, "little") + raw
     return bytes(out)
+
+
+#: the largest token id a block hash can hold (``array("q")``: signed 64-bit)
+MAX_TOKEN_ID = (1 << 63) - 1
+
+
+def check_token_ids(token_ids: Sequence[Any], request_id: Any = None,
+                    start: int = 0) -> None:
+    """Token ids must be ints in ``[0, 2**63)`` (block hashes store them as signed
+    64-bit integers).  Raises RequestError naming the request, the position and the
+    value (cut when long)."""
+    try:
+        arr = array("q", token_ids)
+        if not arr or min(arr) >= 0:
+            return
+    except (OverflowError, TypeError):
+        pass
+    from kvcore.errors import RequestError
+    from kvcore.units import shorten
+
+    for i, t in enumerate(token_ids):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_TOKEN_ID:
+            who = f"request {shorten(request_id)}: " if request_id is not None else ""
+            raise RequestError(
+                f"{who}token id {shorten(t)} at position {start + i:,} is not an int in "
+                f"[0, 2**63) (block hashes store token ids as signed 64-bit integers)",
+                field="prompt_token_ids", position=start + i, value=shorten(t))
 
 
 def hash_block_tokens(hash_fn: Callable[[bytes], bytes], parent: BlockHash,
@@ -100,7 +137,11 @@ def hash_block_tokens(hash_fn: Callable[[bytes], bytes], parent: BlockHash,
     token_ids: the block's token ids (non-negative ints < 2**63).
     extra_keys: ``(source, value)`` pairs, source one of ``lora``, ``salt``, ``mm``.
     """
-    toks = array("q", token_ids)
+    try:
+        toks = array("q", token_ids)
+    except (OverflowError, TypeError):
+        check_token_ids(token_ids)
+        raise
     return hash_fn(parent + len(toks).to_bytes(4, "little") + toks.tobytes()
                    + _encode_extra(extra_keys))
 
@@ -164,8 +205,12 @@ class BlockHasher:
                     s, s + bs, lora_name=lora, cache_salt=salt, mm_features=mm))
             else:
                 extra = simple_extra
-            parent = hash_fn(parent + header + array("q", tokens[s:s + bs]).tobytes()
-                             + extra)
+            try:
+                toks = array("q", tokens[s:s + bs])
+            except (OverflowError, TypeError):
+                check_token_ids(tokens[s:s + bs], getattr(request, "request_id", None), s)
+                raise
+            parent = hash_fn(parent + header + toks.tobytes() + extra)
             hashes.append(parent)
 
 
@@ -202,6 +247,7 @@ class Request:
                  num_encoder_tokens: int = 0) -> None:
         self.request_id = request_id
         self.all_token_ids = list(prompt_token_ids)
+        check_token_ids(self.all_token_ids, request_id)
         self.num_prompt_tokens = len(self.all_token_ids)
         self.max_tokens = max_tokens
         self.num_computed_tokens = 0

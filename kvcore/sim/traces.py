@@ -45,6 +45,7 @@ from typing import IO, Any
 
 from kvcore.errors import ConfigError
 from kvcore.sim.tokens import stream_tokens
+from kvcore.units import MAX_TOKEN_ID, MAX_TOKENS
 
 __all__ = [
     "TraceRequest",
@@ -97,10 +98,12 @@ class TraceRequest:
 
 def _shown(value: Any) -> str:
     """``value`` as the user wrote it (JSON spelling), cut to one short line."""
+    from kvcore.units import shorten
+
     try:
         text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError):  # ValueError: an int too long to print
+        return shorten(value, 60)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -138,8 +141,10 @@ def _int_field(path: Path, line: int, name: str, value: Any, minimum: int,
                maximum: int | None = None) -> int:
     """``value`` if it is a JSON integer (not a bool) in ``[minimum, maximum]``."""
     if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        valid = (f"an integer in [{minimum}, {maximum}]" if maximum is not None
-                 else f"an integer >= {minimum}")
+        ranged = maximum is not None and (maximum not in (MAX_TOKENS, MAX_TOKEN_ID) or
+                                          _is_int(value) and value > maximum)
+        valid = f"an integer in [{minimum}, {maximum}]" if ranged else \
+            f"an integer >= {minimum}"
         raise _bad(path, line, name, value, valid)
     return int(value)
 
@@ -248,8 +253,8 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
             _need(p, line, row, name, "Mooncake", _MOONCAKE_FIELDS)
             for name in ("timestamp", "input_length", "output_length", "hash_ids"))
         ts = _time_field(p, line, "timestamp", ts_raw)
-        n = _int_field(p, line, "input_length", n_raw, 1)
-        o = _int_field(p, line, "output_length", o_raw, 0)
+        n = _int_field(p, line, "input_length", n_raw, 1, MAX_TOKENS)
+        o = _int_field(p, line, "output_length", o_raw, 0, MAX_TOKENS)
         if not isinstance(raw_ids, list):
             raise _bad(p, line, "hash_ids", raw_ids, "a list of integers")
         ids = [_int_field(p, line, f"hash_ids[{i}]", h, 0, MAX_HASH_ID)
@@ -278,8 +283,10 @@ _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
 def _azure_int(path: Path, line: int, name: str, text: str, minimum: int) -> int:
-    if not _INT_TEXT.fullmatch(text) or int(text) < minimum:
+    if not _INT_TEXT.fullmatch(text) or int(text[:24]) < minimum:
         raise _bad(path, line, name, text, f"an integer >= {minimum}")
+    if len(text.strip()) > 20 or int(text) > MAX_TOKENS:  # checked before int(5,000 digits)
+        raise _bad(path, line, name, text, f"an integer in [{minimum}, {MAX_TOKENS}]")
     return int(text)
 
 
@@ -372,7 +379,8 @@ def read_kvcore_jsonl(path: str | Path) -> list[TraceRequest]:
     for line, row in _json_rows(p, "kvcore trace"):
         k = line - 1
         o = _int_field(p, line, "output_len",
-                       _need(p, line, row, "output_len", "kvcore trace", _KVCORE_FIELDS), 0)
+                       _need(p, line, row, "output_len", "kvcore trace", _KVCORE_FIELDS), 0,
+                       MAX_TOKENS)
         if "id" in row:
             rid_raw = row["id"]
             if not (_is_int(rid_raw) or (isinstance(rid_raw, str) and rid_raw)):
@@ -399,7 +407,7 @@ def read_kvcore_jsonl(path: str | Path) -> list[TraceRequest]:
             if not isinstance(toks_raw, list) or not toks_raw:
                 raise _bad(p, line, "prompt_token_ids", toks_raw,
                            "a non-empty list of token ids (a prompt has at least 1 token)")
-            toks = [_int_field(p, line, f"prompt_token_ids[{i}]", t, 0)
+            toks = [_int_field(p, line, f"prompt_token_ids[{i}]", t, 0, MAX_TOKEN_ID)
                     for i, t in enumerate(toks_raw)]
             if "prompt_len" in row and row["prompt_len"] != len(toks):
                 raise _bad(p, line, "prompt_len", row["prompt_len"],
@@ -408,7 +416,8 @@ def read_kvcore_jsonl(path: str | Path) -> list[TraceRequest]:
                                     token_ids=toks))
             continue
         n = _int_field(p, line, "prompt_len",
-                       _need(p, line, row, "prompt_len", "kvcore trace", _KVCORE_FIELDS), 1)
+                       _need(p, line, row, "prompt_len", "kvcore trace", _KVCORE_FIELDS), 1,
+                       MAX_TOKENS)
         pid = row.get("prefix_id")
         if pid is not None:
             pid = _int_field(p, line, "prefix_id", pid, 0, MAX_PREFIX_ID)
