@@ -390,7 +390,7 @@ def test_runtime_refuses_misaligned_all_mode_block():
 @pytest.mark.parametrize("name,chunk", [
     ("nemotron-h-56b-base-8k.json", 128),   # chunk_size in the config
     ("mamba2-2.7b.json", None),             # mamba_ssm schema without chunk_size
-    ("jamba-v0.1.json", None),              # Mamba1: no chunks
+    ("qwen3-next-80b-a3b-thinking.json", None),  # gated DeltaNet: none given
 ])
 def test_chunk_size_from_configs(data_dir, name, chunk):
     from kvcore_mamba.adapters import mamba_layer_specs
