@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvcore.errors import ConfigError
+from kvcore.models.config import REQUIRED, field_dict, field_int, field_list
 from kvcore.specs import FullAttentionSpec, KVCacheSpec
 from kvcore_mamba.shapes import (
     gated_delta_net_state_shapes,
@@ -67,16 +68,22 @@ def _where(mc: Any) -> str:
     return getattr(mc, "source", "") or getattr(mc, "name", "") or "config"
 
 
-def _int(raw: dict[str, Any], key: str, mc: Any, default: int | None = None) -> int:
-    value = raw.get(key, default)
-    if value is None:
-        raise ConfigError(f"{_where(mc)}: missing field {key!r} (needed for model_type "
-                          f"{mc.model_type!r})", field=key)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{_where(mc)}: field {key!r} = {value!r} must be a positive int",
-                          field=key, value=repr(value))
+def _int(raw: dict[str, Any], key: str, mc: Any, default: int | None = None,
+         within: str | None = None) -> int:
+    """A positive, plausibly bounded int field (kvcore's typed reader: absent -> the
+    default, present but invalid -> ConfigError naming the field); ``within`` names the
+    sub-object ``raw`` is (``ssm_cfg``, ``attn_cfg``) for the message."""
+    value: int = field_int(raw, key, REQUIRED if default is None else default,
+                           where=_where(mc), path=f"{within}.{key}" if within else None,
+                           model_type=mc.model_type)
+    return value
+
+
+def _obj(raw: dict[str, Any], key: str, mc: Any) -> dict[str, Any]:
+    """A sub-object field (``ssm_cfg``, ``attn_cfg``): absent -> {}, not an object ->
+    ConfigError."""
+    value: dict[str, Any] = field_dict(raw, key, {}, where=_where(mc),
+                                       model_type=mc.model_type)
     return value
 
 
@@ -146,7 +153,8 @@ class _Ctx:
         """Attention from the normalized fields (num_key_value_heads, head_dim)."""
         mc = self.mc
         kv = mc.num_key_value_heads
-        head = self.raw.get("head_dim") or self.raw.get("attention_head_dim") or mc.head_dim
+        head = _int(self.raw, "head_dim", mc, default=0) or \
+            _int(self.raw, "attention_head_dim", mc, default=0) or mc.head_dim
         if kv is None or head is None:
             missing = "num_key_value_heads" if kv is None else "head_dim"
             raise ConfigError(f"{_where(mc)}: missing field {missing!r} for the attention "
@@ -177,21 +185,31 @@ def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
     """mamba_ssm schema: ``n_layer`` blocks, attention at ``attn_layer_idx``."""
     raw, mc = c.raw, c.mc
     n = _int(raw, "n_layer", mc)
-    attn_idx = raw.get("attn_layer_idx") or []
-    if not isinstance(attn_idx, list) or not all(
-            isinstance(i, int) and 0 <= i < n for i in attn_idx):
-        raise ConfigError(f"{_where(mc)}: field 'attn_layer_idx' = {attn_idx!r} must be a "
-                          f"list of layer indices in [0, {n})", field="attn_layer_idx")
+    attn_idx = field_list(raw, "attn_layer_idx", [], item="int", minimum=0, maximum=n - 1,
+                          where=_where(mc), model_type=mc.model_type)
+    if len(set(attn_idx)) != len(attn_idx):
+        raise ConfigError(f"{_where(mc)}: field 'attn_layer_idx' lists a layer twice",
+                          field="attn_layer_idx")
     attn = None
     if attn_idx:
-        cfg = raw.get("attn_cfg") or {}
-        if not isinstance(cfg, dict) or "num_heads" not in cfg:
+        cfg = _obj(raw, "attn_cfg", mc)
+        if "num_heads" not in cfg:
             raise ConfigError(f"{_where(mc)}: field 'attn_cfg' must give num_heads for the "
                               f"attention layers {attn_idx}", field="attn_cfg")
-        heads = _int(cfg, "num_heads", mc)
-        kv = _int(cfg, "num_heads_kv", mc, default=heads)
+        heads = _int(cfg, "num_heads", mc, within="attn_cfg")
+        kv = _int(cfg, "num_heads_kv", mc, default=heads, within="attn_cfg")
+        if kv > heads or heads % kv:
+            raise ConfigError(f"{_where(mc)}: attn_cfg.num_heads_kv {kv} must divide "
+                              f"attn_cfg.num_heads {heads}", field="attn_cfg.num_heads_kv",
+                              value=kv)
+        if c.tp > 1 and heads % c.tp:
+            raise ConfigError(f"{_where(mc)}: attn_cfg.num_heads {heads} is not divisible "
+                              f"by tensor_parallel_size {c.tp} (vLLM requires the size to "
+                              f"divide the attention heads)", field="tensor_parallel_size",
+                              value=c.tp)
         d_model = _int(raw, "d_model", mc)
-        head = _int(cfg, "head_dim", mc, default=d_model // heads)
+        head = _int(cfg, "head_dim", mc, default=max(1, d_model // heads),
+                    within="attn_cfg")
         attn = c.attention(kv, head)
     out: dict[str, KVCacheSpec] = {}
     idx = set(attn_idx)
@@ -204,12 +222,12 @@ def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
 def _mamba1(c: _Ctx) -> dict[str, KVCacheSpec]:
     raw, mc = c.raw, c.mc
     if _is_mamba_ssm_schema(raw):
-        ssm = raw.get("ssm_cfg") or {}
+        ssm = _obj(raw, "ssm_cfg", mc)
         d_model = _int(raw, "d_model", mc)
-        expand = _int(ssm, "expand", mc, default=2)
+        expand = _int(ssm, "expand", mc, default=2, within="ssm_cfg")
         state = _mamba1_state(c, d_inner=expand * d_model,
-                              d_state=_int(ssm, "d_state", mc, default=16),
-                              d_conv=_int(ssm, "d_conv", mc, default=4))
+                              d_state=_int(ssm, "d_state", mc, default=16, within="ssm_cfg"),
+                              d_conv=_int(ssm, "d_conv", mc, default=4, within="ssm_cfg"))
         return _mamba_ssm_layers(c, state)
     hidden = _int(raw, "hidden_size", mc)
     d_inner = _int(raw, "intermediate_size", mc,
@@ -223,18 +241,19 @@ def _mamba1(c: _Ctx) -> dict[str, KVCacheSpec]:
 def _mamba2(c: _Ctx) -> dict[str, KVCacheSpec]:
     raw, mc = c.raw, c.mc
     if _is_mamba_ssm_schema(raw):
-        ssm = raw.get("ssm_cfg") or {}
+        ssm = _obj(raw, "ssm_cfg", mc)
         d_model = _int(raw, "d_model", mc)
-        d_inner = _int(ssm, "expand", mc, default=2) * d_model
-        d_ssm = _int(ssm, "d_ssm", mc, default=d_inner)
-        head_dim = _int(ssm, "headdim", mc, default=64)
+        d_inner = _int(ssm, "expand", mc, default=2, within="ssm_cfg") * d_model
+        d_ssm = _int(ssm, "d_ssm", mc, default=d_inner, within="ssm_cfg")
+        head_dim = _int(ssm, "headdim", mc, default=64, within="ssm_cfg")
         if d_ssm % head_dim:
             raise ConfigError(f"{_where(mc)}: d_ssm {d_ssm} is not a multiple of headdim "
                               f"{head_dim}", field="ssm_cfg.headdim")
-        state = _mamba2_state(c, d_inner=d_ssm, n_groups=_int(ssm, "ngroups", mc, default=1),
+        state = _mamba2_state(c, d_inner=d_ssm,
+                              n_groups=_int(ssm, "ngroups", mc, default=1, within="ssm_cfg"),
                               n_heads=d_ssm // head_dim, head_dim=head_dim,
-                              d_state=_int(ssm, "d_state", mc, default=128),
-                              d_conv=_int(ssm, "d_conv", mc, default=4))
+                              d_state=_int(ssm, "d_state", mc, default=128, within="ssm_cfg"),
+                              d_conv=_int(ssm, "d_conv", mc, default=4, within="ssm_cfg"))
         return _mamba_ssm_layers(c, state)
     hidden = _int(raw, "hidden_size", mc)
     d_inner = _int(raw, "intermediate_size", mc,
@@ -254,8 +273,9 @@ def _jamba(c: _Ctx) -> dict[str, KVCacheSpec]:
     raw, mc = c.raw, c.mc
     n = _int(raw, "num_hidden_layers", mc, default=32)
     period = _int(raw, "attn_layer_period", mc, default=8)
-    offset = raw.get("attn_layer_offset", 4)
-    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < period:
+    offset = field_int(raw, "attn_layer_offset", 4, minimum=0, maximum=period - 1,
+                       where=_where(mc), model_type=mc.model_type)
+    if not 0 <= offset < period:
         raise ConfigError(f"{_where(mc)}: field 'attn_layer_offset' = {offset!r} must be an "
                           f"int in [0, attn_layer_period={period})",
                           field="attn_layer_offset")
@@ -285,8 +305,12 @@ def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[s
     with ``num_hidden_layers``."""
     pattern = raw.get("hybrid_override_pattern")
     if pattern is not None:
-        if not isinstance(pattern, str):
-            raise ConfigError(f"{where}: field 'hybrid_override_pattern' must be a string",
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError(f"{where}: field 'hybrid_override_pattern' must be a "
+                              f"non-empty string", field="hybrid_override_pattern")
+        if len(pattern) > 10_000:
+            raise ConfigError(f"{where}: hybrid_override_pattern has {len(pattern):,} "
+                              f"layers, implausibly many (at most 10,000)",
                               field="hybrid_override_pattern")
         bad = sorted(set(pattern) - set(_NEMOTRON_CHARS))
         if bad:
@@ -300,13 +324,17 @@ def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[s
         if not isinstance(listed, list) or not listed:
             raise ConfigError(f"{where}: a nemotron_h config needs hybrid_override_pattern "
                               f"or layers_block_type", field="hybrid_override_pattern")
-        bad = sorted({str(k) for k in listed if k not in _NEMOTRON_CHARS.values()})
+        if len(listed) > 10_000:
+            raise ConfigError(f"{where}: layers_block_type has {len(listed):,} layers, "
+                              f"implausibly many (at most 10,000)", field="layers_block_type")
+        bad = sorted({str(k)[:40] for k in listed if not isinstance(k, str)
+                      or k not in _NEMOTRON_CHARS.values()})
         if bad:
             raise ConfigError(f"{where}: layers_block_type has unknown type(s) {bad}; "
                               f"valid: mamba, attention, mlp, moe",
                               field="layers_block_type")
         kinds = [str(k) for k in listed]
-    n = raw.get("num_hidden_layers")
+    n = field_int(raw, "num_hidden_layers", None, where=where)
     if n is not None and n != len(kinds):
         raise ConfigError(f"{where}: num_hidden_layers {n} but the layer pattern has "
                           f"{len(kinds)} entries", field="num_hidden_layers")
@@ -331,7 +359,8 @@ def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
         elif k == "attention":
             out[f"model.layers.{i}.mixer.attn"] = attn  # type: ignore[assignment]
     if c.include_mtp:
-        mtp = raw.get("mtp_layers_block_type") or []
+        mtp = field_list(raw, "mtp_layers_block_type", [], item="str",
+                         choices=tuple(_NEMOTRON_CHARS.values()), where=_where(mc))
         for j, k in enumerate(mtp):
             if k == "attention":
                 out[f"mtp.layers.{j}.mixer.attn"] = c.std_attention()
@@ -345,7 +374,7 @@ def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
 def _qwen_layer_types(c: _Ctx) -> list[str]:
     raw, mc = c.raw, c.mc
     n = _int(raw, "num_hidden_layers", mc)
-    types = raw.get("layer_types")
+    types = field_list(raw, "layer_types", None, item="str", where=_where(mc))
     if types is not None:
         if len(types) != n:
             raise ConfigError(f"{_where(mc)}: layer_types has {len(types)} entries but "
@@ -379,8 +408,10 @@ def _gated_delta_net(c: _Ctx) -> dict[str, KVCacheSpec]:
         else:
             out[f"model.layers.{i}.linear_attn"] = state
     if c.include_mtp:
-        n_mtp = raw.get("mtp_num_hidden_layers") or raw.get("num_nextn_predict_layers") or 0
-        for j in range(int(n_mtp)):
+        key = "mtp_num_hidden_layers" if raw.get("mtp_num_hidden_layers") is not None \
+            else "num_nextn_predict_layers"
+        n_mtp = field_int(raw, key, 0, minimum=0, where=_where(mc), model_type=mc.model_type)
+        for j in range(n_mtp):
             out[f"mtp.layers.{j}.self_attn.attn"] = c.std_attention()
     return out
 
