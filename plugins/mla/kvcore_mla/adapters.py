@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
+from kvcore.models.config import REQUIRED, field_int, field_list
 from kvcore.specs import KVCacheSpec
 from kvcore_mla.specs import (
     DEEPSEEK_V4,
@@ -80,10 +81,7 @@ def _num_layers(mc: Any) -> int:
 def _num_mtp(mc: Any, cc: Any) -> int:
     if not getattr(cc, "include_mtp_layers", False):
         return 0
-    n = mc.get("num_nextn_predict_layers", 0) or 0
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ConfigError(f"{mc._where()}: field 'num_nextn_predict_layers' = {n!r} must "
-                          f"be an int >= 0", field="num_nextn_predict_layers")
+    n: int = mc.get_int("num_nextn_predict_layers", 0, minimum=0)
     return n
 
 
@@ -178,7 +176,7 @@ def deepseek_v4_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     if ratios is None:
         ratios = [0] * num_layers
     if (not isinstance(ratios, list) or len(ratios) not in (num_layers, num_layers + 1)
-            or any(r not in (0, 1, 4, 128) for r in ratios)):
+            or any(isinstance(r, bool) or r not in (0, 1, 4, 128) for r in ratios)):
         raise ConfigError(
             f"{mc._where()}: field 'compress_ratios' must list 0, 1, 4 or 128 for each of "
             f"the {num_layers} layers (plus one for the MTP layer), got {ratios!r}",
@@ -245,18 +243,12 @@ def kda_state_shapes(mc: Any, tp: int = 1, num_speculative_tokens: int = 0
 
     Raises ConfigError naming a missing or bad field, or an indivisible ``tp``.
     """
-    lac = mc.get("linear_attn_config")
-    if not isinstance(lac, dict):
-        raise ConfigError(f"{mc._where()}: missing field 'linear_attn_config' (needed for "
-                          f"the KDA layers of {mc.model_type!r})", field="linear_attn_config")
+    lac = mc.get_dict("linear_attn_config")
     vals: dict[str, int] = {}
-    for key, default in (("num_heads", None), ("head_dim", None),
+    for key, default in (("num_heads", REQUIRED), ("head_dim", REQUIRED),
                          ("short_conv_kernel_size", 4)):
-        v = lac.get(key, default)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ConfigError(f"{mc._where()}: field 'linear_attn_config.{key}' = {v!r} "
-                              f"must be a positive int", field=f"linear_attn_config.{key}")
-        vals[key] = v
+        vals[key] = field_int(lac, key, default, where=mc._where(),
+                              path=f"linear_attn_config.{key}", model_type=mc.model_type)
     h, d, k = vals["num_heads"], vals["head_dim"], vals["short_conv_kernel_size"]
     if h % tp:
         raise ConfigError(
@@ -328,13 +320,12 @@ def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     every layer).  Raises MissingPluginError naming kvcore-mamba when it is not
     installed.
     """
-    lac = mc.get("linear_attn_config")
-    if not isinstance(lac, dict):
-        raise ConfigError(f"{mc._where()}: missing field 'linear_attn_config'",
-                          field="linear_attn_config")
+    lac = mc.get_dict("linear_attn_config")
     num_layers = _num_layers(mc)
-    full = lac.get("full_attn_layers") or []
-    kda = lac.get("kda_layers") or []
+    full = field_list(lac, "full_attn_layers", [], where=mc._where(),
+                      path="linear_attn_config.full_attn_layers")
+    kda = field_list(lac, "kda_layers", [], where=mc._where(),
+                     path="linear_attn_config.kda_layers")
     kinds: dict[int, str] = {}
     for key, idx, kind in (("full_attn_layers", full, "mla"), ("kda_layers", kda, "kda")):
         if not isinstance(idx, list) or any(
