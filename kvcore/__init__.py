@@ -32,6 +32,7 @@ from kvcore.planning import plan, plan_from_specs_file, plan_to_dict
 from kvcore.quant import KVQuantMode, QuantScheme
 from kvcore.registry import SpecType, get_registry
 from kvcore.runtime import KVCacheBlocks, KVCacheManager, Request
+from kvcore.runtime.kernel_tables import block_tables, slot_mapping, state_indices
 from kvcore.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -68,6 +69,9 @@ __all__ = [
     "KVCacheTensor",
     # runtime
     "KVCacheManager",
+    "block_tables",
+    "slot_mapping",
+    "state_indices",
     "KVCacheBlocks",
     "Request",
     # models

@@ -26,6 +26,14 @@ from kvcore.runtime.hashing import (
     get_hash_function,
     hash_block_tokens,
 )
+from kvcore.runtime.kernel_tables import (
+    NULL_BLOCK_KERNEL_ID,
+    block_table_ids,
+    block_tables,
+    request_block_tables,
+    slot_mapping,
+    state_indices,
+)
 from kvcore.runtime.manager import KVCacheBlocks, KVCacheManager, PrefixCacheStats
 from kvcore.runtime.managers import (
     ChunkedLocalAttentionManager,
@@ -63,4 +71,10 @@ __all__ = [
     "UnitaryCoordinator",
     "HybridCoordinator",
     "make_coordinator",
+    "NULL_BLOCK_KERNEL_ID",
+    "block_table_ids",
+    "block_tables",
+    "slot_mapping",
+    "state_indices",
+    "request_block_tables",
 ]

@@ -1,0 +1,161 @@
+"""Kernel-facing block tables: what a model runner hands to the attention and state
+kernels, with the null block mapped to -1.
+
+The runtime's tables hold :class:`~kvcore.runtime.block_pool.KVCacheBlock` objects, and
+positions a layer no longer reads (outside a sliding window, the align-mode entries of
+a Mamba table, the gap of R-SWA) hold the **null block**, block id 0, which every request
+shares.  Passed to a kernel as id 0, a write there corrupts every request and a read
+returns another request's data.  These helpers turn tables into ids in which the null
+block is ``-1``; every kernel of kvcore and its plugins skips ids < 0 (writers leave the
+memory alone, readers mask the position or return zeros).
+
+* :func:`block_table_ids`: one table -> ``list[int]``.
+* :func:`block_tables`: a batch of tables -> ``int32 [num_reqs, width]`` padded with
+  -1 (a list of lists, or a torch tensor with ``as_tensor=True``).
+* :func:`slot_mapping`: token positions -> slots ``block_id x block_size + offset``
+  (vLLM's ``slot_mapping``), -1 where the block is null or missing.
+* :func:`state_indices`: the state columns of Mamba-like groups
+  (``[running block, speculative blocks]`` per request) -> ``int32 [num_reqs,
+  1 + num_speculative_blocks]``.
+* :func:`request_block_tables`: the tables of some requests of a
+  :class:`~kvcore.runtime.manager.KVCacheManager` group.
+
+Imports no torch unless a tensor is asked for (``as_tensor=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "NULL_BLOCK_KERNEL_ID",
+    "block_table_ids",
+    "block_tables",
+    "slot_mapping",
+    "state_indices",
+    "request_block_tables",
+]
+
+#: the id kernels receive for the null block and for padding
+NULL_BLOCK_KERNEL_ID = -1
+
+
+def _kernel_id(b: Any) -> int:
+    """-1 for the null block (``is_null`` or id 0) or None; the block id otherwise."""
+    if b is None:
+        return -1
+    if isinstance(b, bool):
+        raise _type_error(b)
+    if isinstance(b, int):
+        bid = b
+    else:
+        if getattr(b, "is_null", False):
+            return -1
+        bid = getattr(b, "block_id", None)
+        if not isinstance(bid, int) or isinstance(bid, bool):
+            raise _type_error(b)
+    return -1 if bid <= 0 else bid
+
+
+def _type_error(b: Any) -> Exception:
+    from kvcore.errors import KVCoreError
+
+    return KVCoreError(f"a block table entry must be a KVCacheBlock or an int block id, "
+                       f"got {b!r}", field="block_table", value=repr(b))
+
+
+def block_table_ids(table: Iterable[Any]) -> list[int]:
+    """Kernel ids of one block table (KVCacheBlocks or int ids): the null block (id 0)
+    and None become -1, negative ids stay -1.  ``[null, null, block 7] -> [-1, -1, 7]``.
+    """
+    return [_kernel_id(b) for b in table]
+
+
+def _as_int32(rows: list[list[int]], device: Any) -> Any:
+    import torch
+
+    return torch.tensor(rows, dtype=torch.int32, device=device) if rows and rows[0] \
+        else torch.empty((len(rows), 0), dtype=torch.int32, device=device)
+
+
+def block_tables(tables: Sequence[Iterable[Any]], *, width: int | None = None,
+                 as_tensor: bool = False, device: Any = None) -> Any:
+    """A batch of block tables as kernel ids, one row per request, padded with -1.
+
+    Parameters
+    ----------
+    tables: one table per request (KVCacheBlocks or int ids).
+    width: columns (``max_blocks_per_req``); default the longest table.  A table longer
+        than ``width`` raises :class:`~kvcore.errors.KVCoreError`.
+    as_tensor: return ``torch.int32 [num_reqs, width]`` on ``device`` instead of lists.
+
+    Returns ``list[list[int]]`` or the tensor; the null block and padding are -1.
+    """
+    rows = [block_table_ids(t) for t in tables]
+    w = max((len(r) for r in rows), default=0) if width is None else width
+    if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+        from kvcore.errors import KVCoreError
+
+        raise KVCoreError(f"width must be an int >= 0 (blocks per request), got {w!r}",
+                          field="width", value=repr(w))
+    for i, r in enumerate(rows):
+        if len(r) > w:
+            from kvcore.errors import KVCoreError
+
+            raise KVCoreError(f"table {i} has {len(r)} blocks, more than width {w}",
+                              field="width", value=w)
+        r.extend([-1] * (w - len(r)))
+    return _as_int32(rows, device) if as_tensor else rows
+
+
+def slot_mapping(table: Iterable[Any], positions: Iterable[int], block_size: int, *,
+                 as_tensor: bool = False, device: Any = None) -> Any:
+    """Slots of token ``positions`` of one request: ``id x block_size + position %
+    block_size`` with ``id = table[position // block_size]``; -1 where that block is
+    the null block or the position lies past the table (padding), so a writer skips
+    it.  ``block_size`` in tokens; returns ``list[int]`` or ``torch.int64 [n]``."""
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        from kvcore.errors import KVCoreError
+
+        raise KVCoreError(f"block_size must be a positive int (tokens), got "
+                          f"{block_size!r}", field="block_size", value=repr(block_size))
+    ids = block_table_ids(table)
+    out = []
+    for p in positions:
+        i = p // block_size if p >= 0 else -1
+        bid = ids[i] if 0 <= i < len(ids) else -1
+        out.append(bid * block_size + p % block_size if bid >= 0 else -1)
+    if as_tensor:
+        import torch
+
+        return torch.tensor(out, dtype=torch.int64, device=device)
+    return out
+
+
+def state_indices(columns: Sequence[Iterable[Any]], *, width: int | None = None,
+                  as_tensor: bool = False, device: Any = None) -> Any:
+    """The state columns of a state group, one row per request (the running block,
+    then the speculative blocks: ``MambaManager.state_blocks``), as kernel ids padded
+    with -1: ``int32 [num_reqs, 1 + num_speculative_blocks]``.  Same conventions as
+    :func:`block_tables`."""
+    return block_tables(columns, width=width, as_tensor=as_tensor, device=device)
+
+
+def request_block_tables(manager: Any, requests: Sequence[Any], group_id: int = 0, *,
+                         width: int | None = None, as_tensor: bool = False,
+                         device: Any = None) -> Any:
+    """The block tables of ``requests`` (Request objects or ids) in group ``group_id``
+    of a :class:`~kvcore.runtime.manager.KVCacheManager`, as :func:`block_tables`.
+    A request without blocks gives a row of -1."""
+    managers = manager.managers
+    if not isinstance(group_id, int) or not 0 <= group_id < len(managers):
+        from kvcore.errors import KVCoreError
+
+        raise KVCoreError(f"group_id {group_id!r} is not a group of this manager "
+                          f"(0..{len(managers) - 1})", field="group_id",
+                          value=repr(group_id))
+    m = managers[group_id]
+    rids = [r if isinstance(r, str) else r.request_id for r in requests]
+    return block_tables([m.get_blocks(rid) for rid in rids], width=width,
+                        as_tensor=as_tensor, device=device)
