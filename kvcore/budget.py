@@ -93,7 +93,18 @@ def _positive_int(value: Any, name: str) -> int:
 
 
 def _config(model: str | Path | ModelConfig) -> ModelConfig:
-    return model if isinstance(model, ModelConfig) else load_model_config(model)
+    return _resolve(model)[0]
+
+
+def _resolve(model: str | Path | ModelConfig) -> tuple[ModelConfig, str]:
+    """A ModelConfig for a path, embedded name or HuggingFace id, and the hub's note."""
+    if isinstance(model, ModelConfig):
+        return model, ""
+    from kvcore.models.hub import resolve_model
+
+    resolved, note = resolve_model(model)
+    cfg = resolved if isinstance(resolved, ModelConfig) else load_model_config(resolved)
+    return cfg, note
 
 
 def estimate_overhead(model: str | Path | ModelConfig, *, tensor_parallel_size: int = 1,
@@ -384,7 +395,7 @@ def plan_on_gpu(
     from kvcore.models.planner import plan_model
     from kvcore.planning import format_bytes
 
-    cfg = _config(model)
+    cfg, hub_note = _resolve(model)
     tp = plan_kwargs.get("tensor_parallel_size", 1)
     budget_kwargs: dict[str, Any] = dict(
         gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
@@ -451,4 +462,6 @@ def plan_on_gpu(
         "fits": fits,
         "min_tensor_parallel_size_that_fits": min_tp,
     })
+    if hub_note:
+        config.stats.notes = [*(config.stats.notes or []), hub_note]
     return config

@@ -102,7 +102,8 @@ def plan_model(
     mamba_ssm_cache_dtype: str | None = None,
     **plan_options: Any,
 ) -> KVCacheConfig:
-    """Plan the KV cache of a model (a config.json path, a folder, an embedded name, or a
+    """Plan the KV cache of a model (a config.json path, a folder, an embedded name, a
+    HuggingFace id ``org/name[@revision]`` (:mod:`kvcore.models.hub`), or a
     :class:`ModelConfig`), per rank.
 
     ``max_model_len`` None = the config's ``max_position_embeddings``; -1 = the longest
@@ -116,6 +117,11 @@ def plan_model(
     """
     from kvcore.planning import plan
 
+    hub_note = ""
+    if not isinstance(model, ModelConfig):  # a HuggingFace id (kvcore.models.hub)
+        from kvcore.models.hub import resolve_model
+
+        model, hub_note = resolve_model(model)
     cfg = model if isinstance(model, ModelConfig) else load_model_config(model)
     for name, value in (("tensor_parallel_size", tensor_parallel_size),
                         ("pipeline_parallel_size", pipeline_parallel_size)):
@@ -170,4 +176,6 @@ def plan_model(
         "layers_per_kind": dict(Counter(s.kind for s in specs.values())),
         "num_layers": len(specs),
     })
+    if hub_note:
+        config.stats.notes = [*(config.stats.notes or []), hub_note]
     return config
