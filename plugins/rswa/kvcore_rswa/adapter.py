@@ -14,8 +14,9 @@ their config.json holds ``"rswa_window": null``).  The adapter reads:
   :func:`kvcore.models.load_model_config` has merged already).
 
 Layers are named ``model.layers.{i}.self_attn`` (i = 0 .. num_hidden_layers - 1).
-KV heads are split over ``tensor_parallel_size`` ranks (``max(1, kv_heads // tp)``,
-replicated when there are fewer heads than ranks).
+KV heads are split over ``tensor_parallel_size`` ranks by kvcore's one rule (tp
+divides the attention heads; ``kv_heads // tp`` per rank, or one replicated head when
+tp is a multiple of the KV heads; anything else is a ConfigError).
 
 An MLA decoder (``kv_lora_rank`` set and ``use_mla`` not false) is not served: MLA
 stores one latent per token, not K and V per head, so an ``rswa`` page would be
@@ -32,6 +33,9 @@ import warnings
 from typing import Any
 
 from kvcore.errors import ConfigError
+from kvcore.models.adapters import kv_heads_per_rank as core_kv_heads_per_rank
+from kvcore.models.config import REQUIRED, field_int
+from kvcore.units import bound
 from kvcore_rswa.spec import RSWASpec
 
 __all__ = ["rswa_layer_specs", "find_rswa_window", "DEFAULT_BLOCK_SIZE", "RSWAMLAWarning"]
@@ -66,24 +70,16 @@ def find_rswa_window(model_config: Any) -> int | None:
         field = "language_config.rswa_window"
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(
-            f"{where}: field {field!r} = {value!r} must be a non-negative int (0 or null "
-            f"disables R-SWA)", field=field, value=repr(value))
-    return value or None
+    window: int = field_int({field: value}, field, minimum=0, maximum=bound("sliding_window"),
+                            where=where)  # 0 or null disables R-SWA
+    return window or None
 
 
 def _positive(raw: dict[str, Any], key: str, where: str, default: Any = None) -> int:
-    value = raw.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if value is None or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must be a positive int "
-                          f"(needed for the R-SWA layers)", field=key, value=repr(value))
+    """A positive, bounded int (kvcore's typed reader; absent -> ``default``, or an
+    error naming the field when there is none)."""
+    value: int = field_int(raw, key, REQUIRED if default is None else default,
+                           where=where, model_type="rswa")
     return value
 
 
@@ -122,8 +118,16 @@ def rswa_layer_specs(model_config: Any, cache_config: Any) -> dict[str, RSWASpec
         hidden = _positive(raw, "hidden_size", where)
         head_dim = hidden // heads
     head_dim = _positive({"head_dim": head_dim}, "head_dim", where)
+    if kv_heads > heads or heads % kv_heads:
+        raise ConfigError(f"{where}: num_key_value_heads {kv_heads} must divide "
+                          f"num_attention_heads {heads}", field="num_key_value_heads",
+                          value=kv_heads)
     tp = getattr(cache_config, "tensor_parallel_size", 1) or 1
-    kv_heads_per_rank = max(1, kv_heads // tp)
+    if heads % tp:  # the one tensor-parallel rule (kvcore.models.adapters)
+        raise ConfigError(f"{where}: num_attention_heads {heads} cannot be split over "
+                          f"tensor_parallel_size {tp} (it must divide the head count, as "
+                          f"in vLLM)", field="tensor_parallel_size", value=tp)
+    kv_heads_per_rank = core_kv_heads_per_rank(kv_heads, tp, where)
     block_size = cache_config.block_size_or(DEFAULT_BLOCK_SIZE) \
         if hasattr(cache_config, "block_size_or") else \
         (getattr(cache_config, "block_size", None) or DEFAULT_BLOCK_SIZE)

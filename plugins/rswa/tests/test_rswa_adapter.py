@@ -43,10 +43,19 @@ def test_hook_answers_before_family_adapters():
 
 
 def test_tp_block_size_and_dtype_options():
-    specs = rswa_layer_specs(mc(OCR), CacheConfig(tensor_parallel_size=4, block_size=32,
+    # 10 KV heads over TP 2: 5 per rank
+    specs = rswa_layer_specs(mc(OCR), CacheConfig(tensor_parallel_size=2, block_size=32,
                                                   kv_cache_dtype="fp8"))
     s = specs["model.layers.11.self_attn"]
-    assert (s.num_kv_heads, s.block_size, s.kv_cache_dtype) == (2, 32, "fp8")
+    assert (s.num_kv_heads, s.block_size, s.kv_cache_dtype) == (5, 32, "fp8")
+
+
+@pytest.mark.parametrize("tp", [3, 4, 20])
+def test_tp_that_does_not_divide_the_heads_is_refused(tp):
+    # issue 15 item 6: one rule for every adapter; vLLM refuses a TP size that does not
+    # divide the 10 attention heads (ModelConfig.verify_with_parallel_config)
+    with pytest.raises(ConfigError, match="tensor_parallel_size"):
+        rswa_layer_specs(mc(OCR), CacheConfig(tensor_parallel_size=tp))
 
 
 @pytest.mark.parametrize("value", [None, 0])
