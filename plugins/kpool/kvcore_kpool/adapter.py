@@ -31,6 +31,8 @@ import re
 from typing import Any
 
 from kvcore.errors import ConfigError, SpecError
+from kvcore.models.adapters import kv_heads_per_rank
+from kvcore.models.config import field_int
 from kvcore.specs import FullAttentionSpec, KVCacheSpec
 from kvcore_kpool.spec import KPoolTailSpec
 
@@ -57,21 +59,14 @@ def find_index_kpool(model_config: Any) -> int | None:
             value = sub.get("index_kpool")
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{_where(model_config)}: field 'index_kpool' = {value!r} must "
-                          f"be a non-negative int", field="index_kpool", value=repr(value))
-    return value if value > 1 else None
+    kpool: int = field_int({"index_kpool": value}, "index_kpool", minimum=0,
+                           maximum=1 << 16, where=_where(model_config))
+    return kpool if kpool > 1 else None
 
 
 def _int_field(raw: dict[str, Any], key: str, default: int, where: str) -> int:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: field {key!r} = {value!r} must be a positive int",
-                          field=key, value=repr(value))
+    """A positive, bounded int (kvcore's typed reader; absent -> ``default``)."""
+    value: int = field_int(raw, key, default, where=where)
     return value
 
 
@@ -82,10 +77,10 @@ def _base_layers(model_config: Any, cache_config: Any) -> dict[str, KVCacheSpec]
     kv_cache_dtype = getattr(cache_config, "kv_cache_dtype", "auto") or "auto"
     if kv_cache_dtype == "auto" and getattr(model_config, "kv_cache_dtype", None):
         kv_cache_dtype = model_config.kv_cache_dtype
-    del where, heads
+    del heads
     spec = FullAttentionSpec(
         block_size=cache_config.block_size_or(DEFAULT_BLOCK_SIZE),
-        num_kv_heads=max(1, kv_heads // tp), head_size=head_dim,
+        num_kv_heads=kv_heads_per_rank(kv_heads, tp, where), head_size=head_dim,
         dtype=model_config.dtype, kv_cache_dtype=kv_cache_dtype)
     return {f"model.layers.{i}.self_attn": spec for i in range(layers)}
 
