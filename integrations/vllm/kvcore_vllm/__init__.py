@@ -38,10 +38,10 @@ _WHERE = {
     "from_vllm_spec": "kvcore_vllm.specs",
     "to_vllm_config": "kvcore_vllm.specs",
     "from_vllm_config": "kvcore_vllm.specs",
-    "install": "kvcore_vllm.install",
-    "uninstall": "kvcore_vllm.install",
-    "installed": "kvcore_vllm.install",
-    "SUPPORTED_VLLM": "kvcore_vllm.install",
+    "install": "kvcore_vllm.installer",
+    "uninstall": "kvcore_vllm.installer",
+    "installed": "kvcore_vllm.installer",
+    "SUPPORTED_VLLM": "kvcore_vllm.installer",
 }
 
 

@@ -274,6 +274,8 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
                      for _ in drafts]))
         step += 1
     wall = time.perf_counter() - t0
+    if record:  # one more (empty) step reports the requests finished in the last one
+        steps.append(canon_output(sched.schedule()))
     return {"steps": steps, "stats": stats, "events": events, "num_steps": step,
             "wall_s": wall, "manager_s": timer.total if timer else None,
             "usage": kvm.usage}

