@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 
+import kvcore_vllm
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kvcore_vllm
 from kvcore.errors import ConfigError, KVCoreError, SpecError
 
 

@@ -11,7 +11,6 @@ fails instead of passing vacuously."""
 from __future__ import annotations
 
 import pytest
-
 from kvcore_vllm.harness import Workload, run
 
 SEEDS = (0, 1, 2)
