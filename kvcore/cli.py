@@ -69,6 +69,8 @@ def _fmt(n: float | None) -> str:
 # ---- plan ------------------------------------------------------------------------------
 
 def _add_plan(sub: Any) -> None:
+    from kvcore.sweep import add_gpu_arguments, list_of
+
     p = sub.add_parser("plan", help="lay out and size the KV cache of a model",
                        description="Lay out and size the KV cache of a model, per rank.")
     p.add_argument("model", nargs="?", help="embedded name (kvcore models), config.json "
@@ -78,7 +80,7 @@ def _add_plan(sub: Any) -> None:
                    help="KV-cache budget per rank (20GiB, 20GB, bytes); a comma list gives "
                         "one budget per pipeline stage")
     p.add_argument("--max-model-len", metavar="N|auto",
-                   type=length_arg("max_model_len", allow_auto=True),
+                   type=list_of(length_arg("max_model_len", allow_auto=True)),
                    help="tokens per request, with vLLM's suffixes (128K = 131,072, 128k = "
                         "128,000; default: the config's max_position_embeddings; auto or "
                         "-1: the longest that fits)")
@@ -88,9 +90,10 @@ def _add_plan(sub: Any) -> None:
                         "dtype)")
     p.add_argument("--block-size", type=length_arg("block_size"), metavar="N",
                    help="tokens per block")
-    p.add_argument("--tp", type=length_arg("tensor_parallel_size"), default=1, metavar="N",
+    p.add_argument("--tp", type=list_of(length_arg("tensor_parallel_size")), default=1,
+                   metavar="N[,N]",
                    help="tensor-parallel size")
-    p.add_argument("--pp", type=length_arg("pipeline_parallel_size"), default=1,
+    p.add_argument("--pp", type=list_of(length_arg("pipeline_parallel_size")), default=1,
                    metavar="N", help="pipeline-parallel size")
     p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
                    default=8192, metavar="N")
@@ -113,6 +116,7 @@ def _add_plan(sub: Any) -> None:
                    metavar="N")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--show-tensors", action="store_true", help="list the KV-cache tensors")
+    add_gpu_arguments(p)  # --gpu, --gpu-memory, ... and the sweep outputs (kvcore.sweep)
     p.set_defaults(func=_cmd_plan)
 
 
@@ -181,7 +185,16 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             extra[opt] = getattr(args, opt)
     if args.disable_hybrid_kv_cache_manager:
         extra["disable_hybrid_kv_cache_manager"] = True
-    config = plan_model(
+    from kvcore.sweep import gpu_plan_kwargs, on_gpu
+
+    planner: Any = plan_model
+    if on_gpu(args):  # --gpu / --gpu-memory: the budget comes from the GPU (kvcore.budget)
+        import functools
+
+        from kvcore.budget import plan_on_gpu
+
+        planner = functools.partial(plan_on_gpu, **gpu_plan_kwargs(args))
+    config = planner(
         args.model, kv_cache_memory_bytes=budget, max_model_len=max_len,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tp, pipeline_parallel_size=args.pp,
@@ -197,7 +210,10 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from kvcore.planning import plan_to_dict
+    from kvcore.sweep import is_sweep, plan_json_extras, print_gpu_summary, run_cli
 
+    if is_sweep(args):  # comma lists, --csv or --plot: one table of plans
+        return run_cli(args)
     config, model = _plan_from_args(args)
     out = plan_to_dict(config)
     s = config.stats
@@ -207,9 +223,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 out[key] = s[key]
         out["per_rank"] = {"tensor_parallel_size": s.get("tensor_parallel_size", 1),
                            "pipeline_parallel_size": s.get("pipeline_parallel_size", 1)}
+        out.update(plan_json_extras(s))
         print(json.dumps(out, indent=2))
         return 0
     _print_plan(config, out, model)
+    print_gpu_summary(s)
     if args.show_tensors:
         _print_tensors(out)
     return 0
@@ -443,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
         sim_command.add_subparser(sub)
     _add_plugins(sub)
     _add_models(sub)
+    from kvcore.gpus import add_subparser as add_gpus
+
+    add_gpus(sub)
     return parser
 
 

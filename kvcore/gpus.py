@@ -135,3 +135,42 @@ def get_gpu(name: str) -> GPU:
     raise ConfigError(f"--gpu: unknown GPU {name!r}; known: "
                       f"{', '.join(g.name for g in GPU_CATALOG)} (or give --gpu-memory "
                       f"SIZE)", field="gpu", value=name)
+
+
+# ---- `kvcore gpus` -------------------------------------------------------------------------
+
+def add_subparser(sub: object) -> None:
+    """Register ``kvcore gpus [--json]`` on the CLI's subparsers."""
+    p = sub.add_parser("gpus", help="list the GPU catalog (kvcore plan --gpu NAME)",  # type: ignore[attr-defined]
+                       description="The GPU catalog: memory as the device reports it "
+                       "(nvidia-smi / rocm-smi), with the source of each figure.")
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    p.set_defaults(func=_cmd_gpus)
+
+
+def _cmd_gpus(args: object) -> int:
+    import json
+
+    from kvcore.planning import format_bytes
+
+    if getattr(args, "json", False):
+        print(json.dumps({"gpus": [g.to_dict() for g in GPU_CATALOG]}, indent=2))
+        return 0
+    rows = [[g.name, f"{g.memory_bytes:,}", format_bytes(g.memory_bytes), g.vendor,
+             ", ".join(g.aliases) or "-", g.source] for g in GPU_CATALOG]
+    headers = ["name", "memory (B)", "memory", "vendor", "also", "source"]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        for r in [headers, *rows]:
+            print("  ".join(r))
+        return 0
+    table = Table(title="GPU catalog (kvcore plan MODEL --gpu NAME)", title_justify="left")
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="right" if i in (1, 2) else "left", overflow="fold",
+                         no_wrap=i in (0, 1, 2))
+    for r in rows:
+        table.add_row(*r)
+    Console(highlight=False).print(table)
+    return 0

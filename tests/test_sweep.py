@@ -1,0 +1,141 @@
+"""kvcore.sweep and the plan CLI's GPU flags: every combination, one table, CSV, JSON, PNG."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+
+import pytest
+
+from kvcore.budget import compute_budget
+from kvcore.cli import main
+from kvcore.errors import ConfigError
+from kvcore.sweep import sweep
+
+TPS, DTYPES, LENS = [1, 2, 4, 8], ["auto", "fp8", "nvfp4"], ["8K", "32K", "128K"]
+
+
+def test_sweep_rows_cover_every_combination():
+    rows = sweep("llama-3.1-8b", gpu="H100", tensor_parallel_size=TPS,
+                 kv_cache_dtype=DTYPES, max_model_len=LENS)
+    assert len(rows) == 36
+    got = {(r["tensor_parallel_size"], r["kv_cache_dtype"], r["max_model_len"]) for r in rows}
+    assert got == set(itertools.product(TPS, DTYPES, [8192, 32768, 131072]))
+    for r in rows:
+        b = compute_budget("llama-3.1-8b", gpu="H100", tensor_parallel_size=r[
+            "tensor_parallel_size"])
+        assert r["kv_cache_memory_bytes"] == b.kv_cache_memory_bytes
+        assert r["weights_bytes"] == b.weights.per_rank_bytes and r["fits"] is True
+    by = {(r["tensor_parallel_size"], r["kv_cache_dtype"], r["max_model_len"]): r
+          for r in rows}
+    # the same budget holds twice the blocks at fp8 (half the bytes per token)
+    a, f = by[(1, "auto", 8192)], by[(1, "fp8", 8192)]
+    assert abs(f["num_blocks"] / a["num_blocks"] - 2) < 0.01
+    # concurrency falls as the length grows
+    assert by[(2, "auto", 8192)]["max_concurrency"] > by[(2, "auto", 131072)][
+        "max_concurrency"]
+
+
+def test_a_row_that_does_not_fit_says_so_and_the_sweep_goes_on():
+    rows = sweep("qwen3-8b", gpu=["L4", "H100"], max_model_len="128K")
+    l4, h100 = rows
+    assert l4["fits"] is False and "does not fit" in l4["error"]
+    assert l4["min_tensor_parallel_size_that_fits"] == 2
+    assert h100["fits"] is True and h100["num_blocks"] > 0
+
+
+def test_bad_axis_value_fails_before_planning():
+    with pytest.raises(ConfigError, match="gpu"):
+        sweep("qwen3-8b", gpu=["H100", "nope"])
+    with pytest.raises(ConfigError, match="max_model_len"):
+        sweep("qwen3-8b", max_model_len=["8K", "1.5K"])
+
+
+def test_cli_sweep_prints_one_table_and_writes_csv_json_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    csv_path, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
+    argv = ["plan", "llama-3.1-8b", "--gpu", "H100-SXM", "--tp", "1,2,4,8",
+            "--kv-cache-dtype", "auto,fp8,nvfp4", "--max-model-len", "8K,32K,128K"]
+    assert main(argv + ["--csv", str(csv_path), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("36 plans") == 1 and out.count("┏") == 1  # one table
+    for head in ("TP", "KV dtype", "max_model_len", "weights/rank", "KV budget/rank",
+                 "blocks", "max concurrency", "longest context", "fits?"):
+        assert head in out
+    rows = list(csv.DictReader(csv_path.open()))
+    assert len(rows) == 36 and {r["kv_cache_dtype"] for r in rows} == set(DTYPES)
+    from PIL import Image
+
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > 600 and im.size[1] > 400
+    assert main(argv + ["--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)
+    assert isinstance(plans, list) and len(plans) == 36
+    assert all(p["gpu"]["name"] == "H100-SXM" and p["fits"] is True for p in plans)
+    assert {"weights_bytes", "weights_bytes_total", "weights_source", "overhead_bytes",
+            "gpu_memory_utilization", "min_tensor_parallel_size_that_fits",
+            "kv_cache_memory_bytes", "num_blocks"} <= set(plans[0])
+
+
+def test_cli_single_plan_on_a_gpu_json_and_text(capsys):
+    assert main(["plan", "llama-3.1-8b", "--gpu", "h100", "--gpu-memory-utilization",
+                 "0.95", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert isinstance(d, dict) and d["fits"] is True
+    assert d["gpu"] == {"name": "H100-SXM", "memory_bytes": 81559 << 20}
+    assert d["gpu_memory_utilization"] == 0.95 and d["weights_source"] == "config"
+    b = compute_budget("llama-3.1-8b", gpu="H100-SXM", gpu_memory_utilization=0.95)
+    assert d["kv_cache_memory_bytes"] == b.kv_cache_memory_bytes
+    assert main(["plan", "llama-3.1-8b", "--gpu-memory", "24GB", "--max-model-len",
+                 "8K"]) == 0
+    assert "fits: yes" in capsys.readouterr().out
+
+
+def test_cli_does_not_fit_is_one_line_exit_2(capsys):
+    assert main(["plan", "deepseek-v3", "--gpu", "H100-SXM", "--tp", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tp 16" in err
+    assert main(["plan", "deepseek-v3", "--gpu", "H100-SXM", "--tp", "8", "--json"]) == 2
+    e = json.loads(capsys.readouterr().out)["error"]
+    assert e["fits"] is False and e["min_tensor_parallel_size_that_fits"] == 16
+    assert {"type", "message", "weights_bytes"} <= set(e)
+
+
+def test_cli_kv_cache_memory_still_wins_and_checks_the_sum(capsys):
+    assert main(["plan", "llama-3.1-8b", "--gpu", "H100", "--kv-cache-memory", "20GiB",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kv_cache_memory_bytes"] == 20 << 30 and d["fits"] is True
+    assert main(["plan", "llama-3.1-8b", "--gpu", "H100", "--kv-cache-memory", "70GiB"]) == 2
+    assert "given KV budget" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gpu", "H999"], "unknown GPU"),
+    (["--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
+    (["--gpu-memory-utilization", "x"], "gpu-memory-utilization"),
+    (["--gpu", "H100", "--overhead", "-1GiB"], "overhead"),
+    (["--tp", "1,x"], "tensor_parallel_size"),
+])
+def test_cli_bad_gpu_flags(argv, needle, capsys):
+    assert main(["plan", "llama-3.1-8b", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err
+
+
+def test_kvcore_gpus_lists_the_catalog(capsys):
+    assert main(["gpus", "--json"]) == 0
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
+    assert {g["name"] for g in gpus} >= {"H100-SXM", "H200", "MI355X", "RTX-4090"}
+    assert all(g["memory_bytes"] > 0 and g["source"] for g in gpus)
+    assert main(["gpus"]) == 0
+    assert "H100-SXM" in capsys.readouterr().out
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["plan", "qwen3-8b", "--tp", "1,2", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "pip install kvcore[plot]" in capsys.readouterr().err
