@@ -41,6 +41,7 @@ the runtime manager reads) takes the largest sliding window among its layers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,9 @@ __all__ = [
     "Layout",
     "Score",
     "SearchEnv",
+    "choose",
+    "padding_per_request",
+    "longest_len",
     "group_layers",
     "normalize_specs",
     "candidate_layouts",
@@ -309,17 +313,20 @@ def normalize_specs(
         raise ConfigError(f"kernel_block_size must be a positive int, got "
                           f"{kernel_block_size!r}", field="kernel_block_size")
     cache: dict[KVCacheSpec, KVCacheSpec | None] = {}
+    by_id: dict[int, KVCacheSpec | None] = {}
     notes: list[str] = []
     items: Items = []
     skipped: list[str] = []
     promoted = 0
     for name, spec in layer_specs.items():
-        if spec in cache:
-            new = cache[spec]
+        if id(spec) in by_id:
+            new = by_id[id(spec)]
+        elif spec in cache:
+            new = by_id[id(spec)] = cache[spec]
         else:
             new = _normalize_one(name, spec, max_model_len, kernel_block_size,
                                  disable_hybrid_kv_cache_manager)
-            cache[spec] = new
+            cache[spec] = by_id[id(spec)] = new
             if new is not None and _window_of(spec) is not None and \
                     _window_of(new) is None and not disable_hybrid_kv_cache_manager:
                 promoted += 1
@@ -403,8 +410,10 @@ def unify_page_sizes(
                 new[s] = s.copy_with_new_block_size(block)
     target = max(n.real_page_size_bytes for n in new.values())
     whole = True
-    blocks = {new[s].block_size for s in attn}
-    for s in uniq:
+    # commensurate: the final block sizes so far (largest pages first: those not scaled)
+    chosen = {new[s].block_size for s in attn if new[s].real_page_size_bytes == target}
+    order = sorted(uniq, key=lambda s: -new[s].real_page_size_bytes)
+    for s in order:
         n = new[s]
         page = n.real_page_size_bytes
         if page == target or page == 0:
@@ -412,11 +421,11 @@ def unify_page_sizes(
         if n.scales_with_block_size:
             factor = target // page
             if commensurate and factor > 1:
-                others = [b for b in blocks if b != n.block_size]
                 for f in range(factor, 0, -1):
-                    if all(_commensurate(n.block_size * f, b) for b in others):
+                    if all(_commensurate(n.block_size * f, b) for b in chosen):
                         factor = f
                         break
+            chosen.add(n.block_size * factor)
             if factor > 1:
                 notes.append(f"{s.kind} block size scaled x{factor} -> "
                              f"{n.block_size * factor} tokens (page {target} B)")
@@ -489,10 +498,21 @@ def make_group(names: Sequence[str], specs: Sequence[KVCacheSpec]) -> KVCacheGro
     return KVCacheGroupSpec(tuple(names), group_spec(specs), layer_specs=tuple(specs))
 
 
+def uniq(specs: Iterable[KVCacheSpec]) -> list[KVCacheSpec]:
+    """Distinct specs in first-seen order (by identity first: hashing a spec is slow)."""
+    by_id = {id(s): s for s in specs}
+    return list(dict.fromkeys(by_id.values()))
+
+
 def _buckets(items: Items, by_table: bool) -> list[tuple[list[str], list[KVCacheSpec]]]:
+    keys: dict[int, Any] = {}
+    for s in uniq(s for _, s in items):
+        keys[id(s)] = table_key(s) if by_table else s
     out: dict[Any, tuple[list[str], list[KVCacheSpec]]] = {}
     for name, spec in items:
-        key = table_key(spec) if by_table else spec
+        key = keys.get(id(spec))
+        if key is None:
+            key = keys[id(spec)] = table_key(spec) if by_table else spec
         names, specs = out.setdefault(key, ([], []))
         names.append(name)
         specs.append(spec)
@@ -509,31 +529,102 @@ def group_sizes(bucket_sizes: Sequence[int]) -> list[int]:
     vLLM's rule first."""
     smallest, largest = min(bucket_sizes), max(bucket_sizes)
     out = [largest if largest < 1.5 * smallest else smallest]
-    multi = [n for n in bucket_sizes if n > 1] or list(bucket_sizes)
+    multi = sorted(set(n for n in bucket_sizes if n > 1)) or [largest]
     lo, hi = min(multi), max(multi)
     out += [hi if hi < 1.5 * lo else lo, lo]
-    for n in sorted(set(multi)):
+    for n in multi:
         out += [d for d in _divisors(n) if d <= hi]
+        # near-repeats: n split into k about equal groups (8,334 layers at a 5:1 ratio
+        # to 1,666 -> groups of 1,667)
+        out += [cdiv(n, k) for k in range(1, 9)]
+        out += [cdiv(n, max(1, round(n / m))) for m in multi if m < n]
     return list(dict.fromkeys(out))
 
 
 def _strided(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int
-             ) -> list[KVCacheGroupSpec]:
+             ) -> tuple[KVCacheGroupSpec, ...]:
     groups: list[KVCacheGroupSpec] = []
     for names, specs in buckets:
         n_groups = cdiv(len(names), size)
+        one = specs[0] if all(s is specs[0] for s in specs) else None
         for i in range(n_groups):
-            groups.append(make_group(names[i::n_groups], specs[i::n_groups]))
-    return groups
+            if one is not None:
+                groups.append(KVCacheGroupSpec(tuple(names[i::n_groups]), one))
+            else:
+                groups.append(make_group(names[i::n_groups], specs[i::n_groups]))
+    return tuple(groups)
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One candidate layout: its groups, the generator's name and notes."""
+class _Entry:
+    """``count`` groups of one shape, as the scorer sees them."""
 
-    strategy: str
-    groups: tuple[KVCacheGroupSpec, ...]
-    notes: tuple[str, ...] = ()
+    count: int
+    specs: tuple[KVCacheSpec, ...]     # distinct layer specs (blocks: the largest cap)
+    bytes_per_block: int
+    padding_per_block: int
+    block_size: int
+    caching: bool
+    sink_blocks: int
+
+
+def _entry_of(g: KVCacheGroupSpec) -> _Entry:
+    specs = tuple(uniq(g.layer_specs)) if g.layer_specs is not None else (g.spec,)
+    pad = g.spec.padding_bytes * len(g.layer_names) if g.layer_specs is None else \
+        sum(s.padding_bytes for s in g.layer_specs)
+    return _Entry(1, specs, g.bytes_per_block, pad, g.spec.block_size,
+                  getattr(g.spec, "participates_in_prefix_caching", True) is True,
+                  int(getattr(g.spec, "num_sink_blocks", 0) or 0))
+
+
+def _bucket_entries(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int
+                    ) -> tuple[_Entry, ...] | None:
+    """The groups :func:`_strided` would build, summarized without building them (None
+    when a bucket mixes specs)."""
+    out = []
+    for names, specs in buckets:
+        spec = specs[0]
+        if not all(s is spec for s in specs):
+            return None
+        k = cdiv(len(names), size)
+        q, r = divmod(len(names), k)
+        caching = getattr(spec, "participates_in_prefix_caching", True) is True
+        sink = int(getattr(spec, "num_sink_blocks", 0) or 0)
+        page, pad = spec.page_size_bytes, spec.padding_bytes
+        for count, n in ((r, q + 1), (k - r, q)):
+            if count:
+                out.append(_Entry(count, (spec,), n * page, n * pad, spec.block_size,
+                                  caching, sink))
+    return tuple(out)
+
+
+class Layout:
+    """One candidate layout: the generator's name, notes, and its groups (built on
+    first use; the scorer reads ``entries``, a summary, when the generator gives one).
+    ``baseline`` marks vLLM's own rule (and the former fixed ladder): the search never
+    picks a layout that scores below the best baseline."""
+
+    def __init__(self, strategy: str, build: Callable[[], tuple[KVCacheGroupSpec, ...]],
+                 notes: Sequence[str] = (), *, baseline: bool = False,
+                 entries: tuple[_Entry, ...] | None = None) -> None:
+        self.strategy = strategy
+        self._build = build
+        self.notes = tuple(notes)
+        self.baseline = baseline
+        self._entries = entries
+
+    @functools.cached_property
+    def groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        return self._build()
+
+    @property
+    def entries(self) -> tuple[_Entry, ...]:
+        if self._entries is None:
+            self._entries = tuple(_entry_of(g) for g in self.groups)
+        return self._entries
+
+    def __repr__(self) -> str:
+        return f"Layout({self.strategy!r}, {sum(e.count for e in self.entries)} groups)"
 
 
 @dataclass(frozen=True)
@@ -542,7 +633,9 @@ class SearchEnv:
 
     ``budgets`` are bytes per pipeline stage (None: no budget), ``stage_layers`` the
     layers of each stage; ``num_blocks_override`` replaces the budget's block count;
-    ``max_model_len`` -1 asks for the longest length that fits (up to ``limit``)."""
+    ``max_model_len`` -1 asks for the longest length that fits (up to ``limit``);
+    ``tolerance``: layouts whose main figure is within this fraction of the best one
+    (and no worse than the best baseline) are near-ties, decided by the tie-breaks."""
 
     ctx: PlanContext
     kernel_block_size: int | None = None
@@ -553,10 +646,16 @@ class SearchEnv:
     max_model_len: int = 8192
     limit: int = 1 << 24
     enable_prefix_caching: bool = True
+    tolerance: float = 0.005
+
+
+def _fixed(groups: Sequence[KVCacheGroupSpec]) -> Callable[[], tuple[KVCacheGroupSpec, ...]]:
+    frozen = tuple(groups)
+    return lambda: frozen
 
 
 def _one_table(items: Items) -> bool:
-    keys = {table_key(s) for _, s in items}
+    keys = {table_key(s) for s in uniq(s for _, s in items)}
     return len(keys) == 1
 
 
@@ -564,27 +663,24 @@ def one_group(items: Items, env: SearchEnv) -> list[Layout]:
     """Every layer in one block table (``single`` / ``packed``), when they can share it."""
     if not _one_table(items):
         return []
-    names = [n for n, _ in items]
-    specs = [s for _, s in items]
-    group = make_group(names, specs)
+    group = make_group([n for n, _ in items], [s for _, s in items])
     strategy = "single" if group.layer_specs is None else "packed"
     note = () if strategy == "single" else (
         "one block table for every layer (same blocks per request; each block id holds "
         "every layer's page)",)
-    return [Layout(strategy, (group,), note)]
+    return [Layout(strategy, _fixed((group,)), note, baseline=True)]
 
 
 def _as_full(items: Items) -> Items | None:
-    out: Items = []
-    changed = False
-    cache: dict[KVCacheSpec, KVCacheSpec] = {}
-    for name, spec in items:
-        if spec not in cache:
-            full = spec.as_full_attention() if _window_of(spec) is not None else None
-            cache[spec] = full if full is not None else spec
-        changed = changed or cache[spec] is not spec
-        out.append((name, cache[spec]))
-    return out if changed else None
+    cache: dict[int, KVCacheSpec] = {}
+    by_value: dict[KVCacheSpec, KVCacheSpec] = {}
+    for spec in uniq(s for _, s in items):
+        full = spec.as_full_attention() if _window_of(spec) is not None else None
+        full = by_value.setdefault(full, full) if full is not None else spec
+        cache[id(spec)] = full
+    if all(cache[k] is s for k, s in ((id(s), s) for s in uniq(s for _, s in items))):
+        return None
+    return [(name, cache[id(spec)]) for name, spec in items]
 
 
 def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
@@ -595,16 +691,16 @@ def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
         return []
     note = "sliding-window / chunked layers planned as full attention (blocks kept for " \
            "every token)"
-    out = [Layout("all-as-full", lay.groups, (note,) + lay.notes)
+    out = [Layout("all-as-full", lay._build, (note,) + lay.notes, baseline=True)
            for lay in one_group(full, env)]
-    out += [Layout("hybrid-as-full", lay.groups, (note,) + lay.notes)
-            for lay in hybrid(full, env)]
+    out += [Layout("hybrid-as-full", lay._build, (note,) + lay.notes,
+                   entries=lay._entries) for lay in hybrid(full, env)]
     return out
 
 
 def _unified_items(items: Items, env: SearchEnv, commensurate: bool, pad: bool
                    ) -> tuple[Items, list[str]] | None:
-    specs = [s for _, s in items]
+    specs = uniq(s for _, s in items)
     mapping, _whole, notes = unify_page_sizes(specs, env.kernel_block_size,
                                               commensurate=commensurate)
     if not pad:  # block-outermost: keep each page (blocks still raised for states)
@@ -619,15 +715,18 @@ def _unified_items(items: Items, env: SearchEnv, commensurate: bool, pad: bool
     for s, m in mapping.items():
         if m.block_size % _alignment(s, None):
             return None  # a state that follows the attention block breaks its alignment
-    return [(n, mapping[s]) for n, s in items], notes
+    by_id = {id(s): m for s, m in mapping.items()}
+    return [(n, by_id[id(s)]) for n, s in items], notes
 
 
 def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
     """The unified-page (or, with ``pad=False``, block-packed) layouts: two unification
-    variants x bucketing by spec or by table x the group sizes of :func:`group_sizes`."""
+    variants x bucketing by spec or by table x the group sizes of :func:`group_sizes`.
+    The first (largest-factor unification, buckets by spec, vLLM's group size) is the
+    baseline."""
     strategy = "hybrid" if pad else "block-packed"
     out: list[Layout] = []
-    if len({s for _, s in items}) == 1:
+    if len(uniq(s for _, s in items)) == 1:
         return out  # one spec: one group (splitting it only trades rounding)
     seen: set[Any] = set()
     for commensurate in (False, True):
@@ -637,16 +736,18 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
         u_items, notes = unified
         for by_table in (False, True):
             buckets = _buckets(u_items, by_table)
-            key = tuple((tuple(n), tuple(dict.fromkeys(s))) for n, s in buckets)
-            if key in seen:
-                continue
+            key = tuple((len(n), n[0], tuple(uniq(s))) for n, s in buckets)
+            if key in seen or len(buckets) == 1:
+                continue  # one bucket: one_group covers it
             seen.add(key)
-            for size in group_sizes([len(n) for n, _ in buckets]):
+            for i, size in enumerate(group_sizes([len(n) for n, _ in buckets])):
                 extra = [f"{len(buckets)} buckets, group size {size}"]
                 if by_table:
                     extra.append("layers of one manager kind and block size share tables")
-                out.append(Layout(strategy, tuple(_strided(buckets, size)),
-                                  tuple(notes + extra)))
+                out.append(Layout(
+                    strategy, functools.partial(_strided, buckets, size),
+                    tuple(notes + extra), entries=_bucket_entries(buckets, size),
+                    baseline=i == 0 and not commensurate and not by_table))
     return out
 
 
@@ -660,7 +761,7 @@ GENERATORS: tuple[Callable[[Items, SearchEnv], list[Layout]], ...] = (
 
 
 def candidate_layouts(items: Items, env: SearchEnv) -> list[Layout]:
-    """Every generator's layouts, in a fixed order (ties go to the earlier one)."""
+    """Every generator's layouts, in a fixed order (near-ties go to the earlier one)."""
     out: list[Layout] = []
     for gen in GENERATORS:
         out.extend(gen(items, env))
@@ -669,24 +770,30 @@ def candidate_layouts(items: Items, env: SearchEnv) -> list[Layout]:
 
 # ---- scoring -----------------------------------------------------------------------
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Score:
-    """A layout's score; smaller sorts first (better).
+    """A layout's figures, as the search compares them.
 
-    ``key`` = (does not fit, -longest length [auto only], -max concurrency [with a
-    budget] or bytes per request [without], padding bytes per request, prefix-hit
-    alignment, number of groups).  Max concurrency is the exact ratio
-    ``min over stages(budget / bytes per block id) / blocks per request`` (so the
-    rounding of ``num_blocks`` cannot pick a layout of more groups for a gain below one
-    block)."""
+    ``value`` is the main figure (higher is better): with a budget (or a block count)
+    max concurrency as the exact ratio ``min over stages(budget / bytes per block id) /
+    blocks per request`` (vLLM's convention without the rounding of num_blocks);
+    without one, minus the bytes one request takes.  With ``max_model_len`` -1,
+    ``max_model_len`` (the longest that fits) is compared first.  Tie-breaks, in order:
+    fewer padding bytes per request, a smaller prefix-hit alignment, fewer groups."""
 
-    key: tuple[Any, ...]
-    max_concurrency: float | None = field(compare=False, default=None)
-    bytes_per_request: int = field(compare=False, default=0)
-    padding_bytes_per_request: int = field(compare=False, default=0)
-    prefix_hit_alignment_tokens: int | None = field(compare=False, default=None)
-    num_groups: int = field(compare=False, default=0)
-    max_model_len: int = field(compare=False, default=0)
+    fits: bool
+    max_model_len: int
+    value: Fraction
+    padding_bytes_per_request: int
+    prefix_hit_alignment_tokens: int | None
+    num_groups: int
+    max_concurrency: float | None
+    bytes_per_request: int
+
+    @property
+    def tie_break(self) -> tuple[int, int, int]:
+        return (self.padding_bytes_per_request, self.prefix_hit_alignment_tokens or 0,
+                self.num_groups)
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_concurrency": self.max_concurrency,
@@ -706,96 +813,155 @@ def padding_per_request(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
                         max_len: int) -> int:
     """Padding bytes one request of ``max_len`` holds: per group, its blocks per request
     times the padding of its layers' pages."""
-    total = 0
-    for g in groups:
-        specs = g.layer_specs if g.layer_specs is not None else (g.spec,)
-        pad = g.spec.padding_bytes * len(g.layer_names) if g.layer_specs is None else \
-            sum(s.padding_bytes for s in specs)
-        if pad:
-            total += pad * max(s.max_num_blocks_per_req(ctx, max_len)
-                               for s in dict.fromkeys(specs))
-    return total
+    return _padding(tuple(_entry_of(g) for g in groups), ctx, max_len)
 
 
-def _stage_bpb(groups: Sequence[KVCacheGroupSpec], env: SearchEnv) -> list[int]:
+def _caps(entries: Sequence[_Entry], ctx: PlanContext, max_len: int) -> list[int]:
+    cache: dict[KVCacheSpec, int] = {}
+    out = []
+    for e in entries:
+        best = 0
+        for s in e.specs:
+            v = cache.get(s)
+            if v is None:
+                v = cache[s] = s.max_num_blocks_per_req(ctx, max_len)
+            best = max(best, v)
+        out.append(best)
+    return out
+
+
+def _blocks(entries: Sequence[_Entry], ctx: PlanContext, max_len: int) -> int:
+    return sum(e.count * c for e, c in zip(entries, _caps(entries, ctx, max_len)))
+
+
+def _padding(entries: Sequence[_Entry], ctx: PlanContext, max_len: int) -> int:
+    return sum(e.count * e.padding_per_block * c
+               for e, c in zip(entries, _caps(entries, ctx, max_len)) if e.padding_per_block)
+
+
+def _stage_bpb(layout: Layout, env: SearchEnv) -> list[int]:
     if env.stage_layers is None or len(env.stage_layers) <= 1:
-        return [bytes_per_block_of(groups)]
-    return [stage_bytes_per_block(groups, set(s)) for s in env.stage_layers]
+        return [max((e.bytes_per_block for e in layout.entries), default=0)]
+    return [stage_bytes_per_block(layout.groups, set(s)) for s in env.stage_layers]
 
 
-def pool_blocks(groups: Sequence[KVCacheGroupSpec], env: SearchEnv
-                ) -> tuple[Fraction | None, int | None]:
-    """(exact blocks the budget gives, num_blocks), both None without a budget."""
-    if env.num_blocks_override is not None:
-        return Fraction(env.num_blocks_override), env.num_blocks_override
+def _pool(bpbs: list[int], env: SearchEnv) -> tuple[Fraction | None, int | None]:
+    """(exact blocks the budget gives, num_blocks), both None without a budget.  A
+    ``num_blocks_override`` without a budget does not pick the layout (more layers per
+    group would look free): layouts are then compared by bytes per request, and the
+    override only decides whether one request fits."""
     if env.budgets is None:
         return None, None
-    bpbs = _stage_bpb(groups, env)
     pairs = [(b, p) for b, p in zip(env.budgets, bpbs) if p > 0]
     if not pairs:
         return None, None
-    exact = min(Fraction(b, p) for b, p in pairs)
-    return exact, min(b // p for b, p in pairs)
+    return min(Fraction(b, p) for b, p in pairs), min(b // p for b, p in pairs)
 
 
 def longest_len(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext, usable_blocks: int,
                 limit: int) -> int:
     """Largest L in [0, limit] with blocks_per_request(L) <= usable_blocks."""
+    return _longest(tuple(_entry_of(g) for g in groups), ctx, usable_blocks, limit)
+
+
+def _longest(entries: Sequence[_Entry], ctx: PlanContext, usable_blocks: int,
+             limit: int) -> int:
     if usable_blocks <= 0:
         return 0
     lo, hi = 0, limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if blocks_per_request(groups, ctx, mid) <= usable_blocks:
+        if _blocks(entries, ctx, mid) <= usable_blocks:
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-def score_layout(groups: Sequence[KVCacheGroupSpec], env: SearchEnv) -> Score:
+def score_layout(layout: Layout | Sequence[KVCacheGroupSpec], env: SearchEnv) -> Score:
     """The score of one layout (see :class:`Score`)."""
+    if not isinstance(layout, Layout):
+        layout = Layout("given", _fixed(layout))
+    entries = layout.entries
     ctx = env.ctx
-    exact, num_blocks = pool_blocks(groups, env)
+    bpbs = _stage_bpb(layout, env)
+    exact, num_blocks = _pool(bpbs, env)
     length = env.max_model_len if env.max_model_len > 0 else env.limit
-    reserved = reserved_blocks(groups)
-    auto: tuple[int, ...] = ()
+    reserved = sum(e.count * e.sink_blocks for e in entries)
+    if env.num_blocks_override is not None:
+        num_blocks = env.num_blocks_override
     if env.max_model_len == -1 and num_blocks is not None:
-        length = longest_len(groups, ctx, num_blocks - 1 - reserved, env.limit)
-        auto = (-length,)
-    blocks = blocks_per_request(groups, ctx, length)
-    bpb = max(_stage_bpb(groups, env))
-    padding = padding_per_request(groups, ctx, length)
-    align = prefix_hit_alignment(groups) if env.enable_prefix_caching else None
+        length = _longest(entries, ctx, num_blocks - 1 - reserved, env.limit)
+    blocks = _blocks(entries, ctx, length)
+    bpb = max(bpbs)
+    sizes = [e.block_size for e in entries if e.caching]
+    align = math.lcm(*sizes) if sizes and env.enable_prefix_caching else None
     conc: float | None = None
-    if exact is not None and num_blocks is not None:
-        fits = length > 0 and num_blocks - 1 - reserved >= blocks
+    fits = num_blocks is None or (length > 0 and num_blocks - 1 - reserved >= blocks)
+    if num_blocks is not None and blocks:
+        conc = num_blocks / blocks
+    if exact is not None:
         value = exact / blocks if blocks else Fraction(1 << 62)
         conc = float(value) if blocks else None
-        main: tuple[Any, ...] = (not fits, *auto, -value)
     else:
-        main = (False, blocks * bpb)
-    key = (*main, padding, align or 0, len(groups))
-    return Score(key, conc, blocks * bpb, padding, align, len(groups), length)
+        value = Fraction(-blocks * bpb)
+    return Score(fits, length, value, _padding(entries, ctx, length), align,
+                 sum(e.count for e in entries), conc, blocks * bpb)
+
+
+def _near(value: Fraction, best: Fraction, tol: float) -> bool:
+    slack = abs(best) * Fraction(tol)
+    return value >= best - slack
+
+
+def choose(scored: Sequence[tuple[Layout, Score]], env: SearchEnv) -> int:
+    """Index of the winner.  Among the layouts that fit (all, when none does): those
+    within ``env.tolerance`` of the longest length (auto length only), then of the best
+    main figure (and no worse than the best baseline layout), then of the least padding
+    (tolerance x bytes per request) are near-ties; then the smaller hit alignment, the
+    fewer groups, the better main figure, the less padding and the candidate order
+    decide.  So the winner never scores below vLLM's own rule, and a rounding gain
+    never buys many more groups or a huge prefix-hit boundary."""
+    idx = [i for i, (_, s) in enumerate(scored) if s.fits] or list(range(len(scored)))
+    tol = env.tolerance
+    if env.max_model_len == -1:
+        best_len = max(scored[i][1].max_model_len for i in idx)
+        base_len = max((scored[i][1].max_model_len for i in idx if scored[i][0].baseline),
+                       default=0)
+        floor = max(base_len, best_len - int(best_len * tol))
+        idx = [i for i in idx if scored[i][1].max_model_len >= floor]
+    best = max(scored[i][1].value for i in idx)
+    base = [scored[i][1].value for i in idx if scored[i][0].baseline]
+    idx = [i for i in idx if _near(scored[i][1].value, best, tol)
+           and (not base or scored[i][1].value >= max(base))]
+    # padding: a near-tie when the difference is within tol of a request's bytes
+    low = min(idx, key=lambda i: scored[i][1].padding_bytes_per_request)
+    slack = scored[low][1].padding_bytes_per_request + \
+        int(tol * scored[low][1].bytes_per_request)
+    idx = [i for i in idx if scored[i][1].padding_bytes_per_request <= slack]
+    return min(idx, key=lambda i: (scored[i][1].tie_break[1:], -scored[i][1].value,
+                                   scored[i][1].padding_bytes_per_request, i))
 
 
 def search_layouts(items: Items, env: SearchEnv
                    ) -> tuple[Layout, Score, list[tuple[Layout, Score]]]:
     """Score every candidate; returns (winner, its score, all scored in order).
-    Deterministic: the first of equal scores wins."""
-    scored = [(lay, score_layout(lay.groups, env)) for lay in candidate_layouts(items, env)]
-    best = min(range(len(scored)), key=lambda i: scored[i][1])
+    Deterministic: same input, same winner."""
+    scored = [(lay, score_layout(lay, env)) for lay in candidate_layouts(items, env)]
+    best = choose(scored, env)
     return scored[best][0], scored[best][1], scored
 
 
-def _runner_up(scored: list[tuple[Layout, Score]], best: Score, winner: Layout
+def _runner_up(scored: list[tuple[Layout, Score]], winner: Layout, env: SearchEnv
                ) -> tuple[str, Score] | None:
-    rest = [(lay, sc) for lay, sc in scored if lay is not winner and
-            lay.groups != winner.groups]
+    win_groups = winner.groups
+    rest = [(lay, sc) for lay, sc in scored if lay is not winner]
+    rest = [(lay, sc) for lay, sc in rest
+            if lay._entries != winner._entries or lay.groups != win_groups]
     if not rest:
         return None
-    lay, sc = min(rest, key=lambda p: p[1])
-    return lay.strategy, sc
+    i = choose(rest, env)
+    return rest[i][0].strategy, rest[i][1]
 
 
 def group_layers(
@@ -863,8 +1029,8 @@ def group_layers(
     if not items:
         return GroupingResult((), "empty", skipped, ("no layer needs a KV cache",))
     winner, best, scored = search_layouts(items, env)
-    runner = _runner_up(scored, best, winner)
-    distinct = len({lay.groups for lay, _ in scored})
+    runner = _runner_up(scored, winner, env)
+    distinct = len(scored)
     why = [f"layout: {winner.strategy} chosen among {distinct} candidate layouts "
            f"({best.describe()})"]
     if runner is not None:

@@ -601,12 +601,16 @@ def plan(
 def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
                        ) -> dict[str, KVCacheSpec]:
     """Each spec given the plan's context (once per distinct spec)."""
+    by_id: dict[int, KVCacheSpec] = {}
     cache: dict[KVCacheSpec, KVCacheSpec] = {}
     out = {}
     for name, spec in layer_specs.items():
-        new = cache.get(spec)
+        new = by_id.get(id(spec))
         if new is None:
-            new = cache[spec] = spec.with_plan_context(ctx)
+            new = cache.get(spec)
+            if new is None:
+                new = cache[spec] = spec.with_plan_context(ctx)
+            by_id[id(spec)] = new
         out[name] = new
     return out
 
