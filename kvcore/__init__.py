@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from kvcore.budget import compute_budget, plan_on_gpu
 from kvcore.dtypes import dtype_size, normalize_dtype
 from kvcore.errors import (
     ConfigError,
@@ -28,6 +29,7 @@ from kvcore.hookspecs import hookimpl, hookspec
 from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
 from kvcore.models.planner import plan_model
+from kvcore.models.weights import estimate_weights
 from kvcore.planning import plan, plan_from_specs_file, plan_to_dict
 from kvcore.quant import KVQuantMode, QuantScheme
 from kvcore.registry import SpecType, get_registry
@@ -44,6 +46,7 @@ from kvcore.specs import (
     SinkFullAttentionSpec,
     SlidingWindowSpec,
 )
+from kvcore.sweep import sweep  # kvcore.sweep(...) -> rows (the function shadows the module)
 
 __all__ = [
     "__version__",
@@ -88,6 +91,11 @@ __all__ = [
     "hookspec",
     "SpecType",
     "get_registry",
+    # GPU budgets and sweeps (issue #16)
+    "estimate_weights",
+    "compute_budget",
+    "plan_on_gpu",
+    "sweep",
     # errors
     "KVCoreError",
     "ConfigError",

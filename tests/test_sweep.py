@@ -139,3 +139,15 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["plan", "qwen3-8b", "--tp", "1,2", "--plot", str(tmp_path / "x.png")]) == 2
     assert "pip install kvcore[plot]" in capsys.readouterr().err
+
+
+def test_kvcore_sweep_is_the_python_api_and_needs_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, kvcore; rows = kvcore.sweep('qwen3-8b', gpu='H200', "
+            "tensor_parallel_size=[1, 2]); assert [r['fits'] for r in rows] == [True, True];"
+            " assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules; "
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
