@@ -8,6 +8,8 @@
 #   make wheels   build the six wheels into dist/
 #   make bench    run the CPU benchmarks under benchmarks/
 #
+# Needs make and Python 3.10+.  Run outside a virtual environment, the targets create
+# .venv and install there (PEP 668 system Pythons refuse pip install); inside one, there.
 # Variables: PYTHON (default python3), PYTEST_ARGS (extra pytest arguments for every
 # pytest stage, e.g. PYTEST_ARGS='-m "not slow"' skips the packaging checks' tests).
 # pip takes torch==2.13.0 (CPU) from the machine's local wheel through pip's configured
@@ -18,6 +20,14 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+# Outside a virtual environment (a system Python refuses `pip install` under PEP 668) the
+# targets create .venv with $(PYTHON) (3.10+ needed) and use it; inside one they use it.
+IN_VENV := $(shell $(PYTHON) -c 'import sys; print(int(sys.prefix != sys.base_prefix))' 2>/dev/null || echo 1)
+BASE_PYTHON := $(PYTHON)
+ifeq ($(IN_VENV),0)
+override PYTHON := .venv/bin/python
+VENV := .venv/bin/python
+endif
 PIP := $(PYTHON) -m pip
 PLUGINS := mla mamba turboquant rswa kpool
 # the directory pip puts console scripts in (the `kvcore` command)
@@ -36,13 +46,17 @@ help:
 	@echo "make wheels  # build the six wheels into dist/"
 	@echo "make bench   # run the CPU benchmarks"
 
-install:
+.venv/bin/python:
+	@$(BASE_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "kvcore needs Python 3.10+, this is " + sys.version.split()[0])'
+	$(BASE_PYTHON) -m venv .venv
+
+install: $(VENV)
 	$(PIP) install -q -e ".[cli]" $(foreach p,$(PLUGINS),-e plugins/$(p))
 
 demo: install
 	"$(SCRIPTS_DIR)/kvcore" plan llama-3.1-8b --kv-cache-memory 20GiB --max-model-len 8192
 
-install-test:
+install-test: $(VENV)
 	$(PIP) install -q -c scripts/constraints.txt -e ".[cli,test,kernels,dev,plot]" \
 		$(foreach p,$(PLUGINS),-e "plugins/$(p)[test,kernels]")
 
