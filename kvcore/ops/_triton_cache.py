@@ -141,19 +141,24 @@ def _load_one(cache_ptr, scale_ptr, out_ptr, blk, off, out_row, head_start,
               stride_ot, stride_oh, num_heads,
               HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
               MODE: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """A negative ``blk`` (the null block, padding) is never read: zeros are stored."""
     heads = head_start + tl.arange(0, BLOCK_H)
     chans = tl.arange(0, BLOCK_D)
     hmask = heads < num_heads
     mask = hmask[:, None] & (chans[None, :] < HEAD_SIZE)
+    # (vector comparisons: the interpreter rejects a mask and-ed with a scalar bool)
+    lmask = mask & ((chans[None, :] * 0 + blk) >= 0)
+    smask = hmask & ((heads * 0 + blk) >= 0)
+    blk = tl.maximum(blk, 0)
     x = tl.load(cache_ptr + blk * stride_cb + off * stride_cn
-                + heads[:, None] * stride_ch + chans[None, :], mask=mask, other=0.0)
+                + heads[:, None] * stride_ch + chans[None, :], mask=lmask, other=0.0)
     if MODE == 0:
         y = x
     elif MODE == 1:
         y = x.to(tl.float32) * tl.load(scale_ptr)
     else:
         s = tl.load(scale_ptr + blk * stride_sb + off * stride_sn + heads * stride_sh,
-                    mask=hmask, other=0.0)
+                    mask=smask, other=0.0)
         y = x.to(tl.float32) * s[:, None]
     tl.store(out_ptr + out_row * stride_ot + heads[:, None] * stride_oh + chans[None, :],
              _cast_out(y, out_ptr, ROUND_BF16), mask=mask)
@@ -196,12 +201,15 @@ def gather_cache_kernel(
 
 @triton.jit
 def copy_blocks_kernel(rows_ptr, pairs_ptr, stride_row, row_len, BLOCK: tl.constexpr):
-    """grid = (num_pairs, cdiv(row_len, BLOCK)): rows[dst, i] = rows[src, i]."""
+    """grid = (num_pairs, cdiv(row_len, BLOCK)): rows[dst, i] = rows[src, i]; a pair
+    with a negative id is skipped (the host side also drops such pairs)."""
     p = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     src = tl.load(pairs_ptr + 2 * p).to(tl.int64)
     dst = tl.load(pairs_ptr + 2 * p + 1).to(tl.int64)
-    mask = i < row_len
+    mask = (i < row_len) & ((i * 0 + src) >= 0) & ((i * 0 + dst) >= 0)
+    src = tl.maximum(src, 0)
+    dst = tl.maximum(dst, 0)
     x = tl.load(rows_ptr + src * stride_row + i, mask=mask)
     tl.store(rows_ptr + dst * stride_row + i, x, mask=mask)
 

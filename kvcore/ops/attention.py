@@ -99,7 +99,9 @@ def paged_decode_attention_ref(query: Any, key_cache: Any, value_cache: Any,
         ``[num_blocks, block_size, num_kv_heads, head_size(_v)]`` (see
         :mod:`kvcore.ops.cache`).
     block_table : torch.Tensor
-        ``[batch, max_blocks_per_req]`` int.
+        ``[batch, max_blocks_per_req]`` int; a negative id (the null block as
+        :func:`kvcore.runtime.kernel_tables.block_tables` maps it) is never read: its
+        positions are left out of the softmax (all left out: zeros).
     seq_lens : torch.Tensor
         ``[batch]`` int, tokens of each request including the query token (>= 1).
     kv_cache_dtype, k_scale, v_scale :
@@ -126,6 +128,12 @@ def paged_decode_attention_ref(query: Any, key_cache: Any, value_cache: Any,
         pos = torch.arange(start, n, device=block_table.device)
         blk = block_table[b].long()[pos // block_size].to(key_cache.device)
         off = (pos % block_size).to(key_cache.device)
+        keep = blk >= 0  # a negative id (the null block, padding) is never read
+        blk, off = blk[keep], off[keep]
+        if blk.numel() == 0:
+            outs.append(torch.zeros(query.shape[1], value_cache.shape[3],
+                                    dtype=torch.float32, device=query.device))
+            continue
         kv = []
         for cache, s in ((key_cache, ks), (value_cache, vs)):
             sc = s if s is None or s.numel() == 1 else s[blk, off]

@@ -345,10 +345,15 @@ def gather_cache_ref(key_cache: Any, value_cache: Any, block_table: Any, seq_len
     blk = torch.cat(blks) if blks else torch.zeros(0, dtype=torch.long)
     off = torch.cat(offs) if offs else torch.zeros(0, dtype=torch.long)
     blk, off = blk.to(key_cache.device), off.to(key_cache.device)
+    valid = blk >= 0  # a negative id (the null block, padding) is never read: zeros
+    vb, vo = blk[valid], off[valid]
     out = []
     for cache, scale in ((key_cache, ks), (value_cache, vs)):
-        s = scale if scale is None or scale.numel() == 1 else scale[blk, off]
-        out.append(_dequantize_ref(cache[blk, off], s, kv_dtype, dtype))
+        s = scale if scale is None or scale.numel() == 1 else scale[vb, vo]
+        res = torch.zeros((blk.shape[0], *cache.shape[2:]), dtype=dtype,
+                          device=cache.device)
+        res[valid] = _dequantize_ref(cache[vb, vo], s, kv_dtype, dtype)
+        out.append(res)
     return out[0], out[1]
 
 
@@ -365,7 +370,9 @@ def gather_cache(key_cache: Any, value_cache: Any, block_table: Any, seq_lens: A
         :func:`reshape_and_cache`).
     block_table : torch.Tensor
         ``[batch, max_blocks_per_req]`` int32/int64: block ids of each request, in
-        token order (entries past a request's length are ignored).
+        token order (entries past a request's length are ignored).  A negative id
+        (the null block as :func:`kvcore.runtime.kernel_tables.block_tables` maps it)
+        is never read: its positions come back as zeros.
     seq_lens : torch.Tensor
         ``[batch]`` int32/int64, tokens of each request to read (from position 0).
     kv_cache_dtype, k_scale, v_scale :
@@ -461,6 +468,7 @@ def _block_rows(cache: Any) -> Any:
 
 
 def _pairs(src_to_dst: Any, device: Any) -> Any:
+    """The pairs as int64 ``[n, 2]``, without those holding a negative id (skipped)."""
     torch = _torch()
     pairs = torch.as_tensor(src_to_dst, dtype=torch.int64, device=device)
     if pairs.numel() == 0:
@@ -468,6 +476,9 @@ def _pairs(src_to_dst: Any, device: Any) -> Any:
     if pairs.dim() != 2 or pairs.shape[1] != 2:
         raise KVCoreError(f"src_to_dst must be [num_pairs, 2] (source, destination block "
                           f"ids); got shape {tuple(pairs.shape)}", field="src_to_dst")
+    keep = (pairs >= 0).all(dim=1)
+    if not bool(keep.all()):
+        pairs = pairs[keep]
     return pairs.contiguous()
 
 
@@ -493,7 +504,8 @@ def copy_blocks(caches: Sequence[Any], src_to_dst: Any, *, impl: str = "auto") -
         :func:`kvcore.ops.allocate_tensors`); each block one dense span of memory.
     src_to_dst : torch.Tensor or sequence of pairs
         ``[num_pairs, 2]`` int64 (source block id, destination block id); destinations
-        distinct and not also sources; ids in ``[0, num_blocks)``.
+        distinct and not also sources; ids in ``[0, num_blocks)``; a pair with a
+        negative id (the null block as kernel tables map it, padding) is skipped.
     impl : str
         ``auto``, ``triton`` or ``ref``.
     """

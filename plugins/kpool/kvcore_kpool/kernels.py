@@ -89,13 +89,17 @@ def kpool_pool_slot(block_table: torch.Tensor, pool_start: int, block_size: int,
                     kpool: int) -> int:
     """The flat slot of the pool starting at ``pool_start`` in a pooled cache of
     ``block_size // kpool`` entries per block: ``block_table[pool_start // block_size] x
-    (block_size // kpool) + (pool_start % block_size) // kpool``."""
+    (block_size // kpool) + (pool_start % block_size) // kpool``; -1 (skipped by
+    :func:`kpool_compress`) when that block id is negative (the null block as
+    :func:`kvcore.runtime.kernel_tables.block_tables` maps it)."""
     if block_size % kpool or pool_start % kpool:
         raise ValueError(f"block_size {block_size} and pool_start {pool_start} must be "
                          f"multiples of kpool {kpool}")
     per_block = block_size // kpool
-    return int(block_table[pool_start // block_size]) * per_block + \
-        (pool_start % block_size) // kpool
+    bid = int(block_table[pool_start // block_size])
+    if bid < 0:
+        return -1
+    return bid * per_block + (pool_start % block_size) // kpool
 
 
 def _use_triton(t: torch.Tensor) -> bool:

@@ -141,10 +141,12 @@ def _gather_plain_kernel(cache_ptr, slot_ptr, out_ptr, block_stride, block_size,
                          OUT_BF16: tl.constexpr):
     i = tl.program_id(0)
     slot = tl.load(slot_ptr + i).to(tl.int64)
-    base = (slot // block_size) * block_stride + (slot % block_size) * W
     j = tl.arange(0, BW)
     m = j < W
-    v = tl.load(cache_ptr + base + j, mask=m, other=0)
+    ok = m & ((j * 0 + slot) >= 0)  # a negative slot (null block) is never read: zeros
+    slot = tl.maximum(slot, 0)
+    base = (slot // block_size) * block_stride + (slot % block_size) * W
+    v = tl.load(cache_ptr + base + j, mask=ok, other=0)
     if FP8:
         val = _fp8e4m3_value(v.to(tl.int32)) * scale
     else:
@@ -163,22 +165,28 @@ def _gather_ds_mla_kernel(u8_ptr, f32_ptr, bf16_ptr, slot_ptr, out_ptr, block_st
                           OUT_BF16: tl.constexpr):
     i = tl.program_id(0)
     slot = tl.load(slot_ptr + i).to(tl.int64)
-    base = (slot // block_size) * block_stride + (slot % block_size) * RECORD
     rows = tl.arange(0, NT)
     idx = rows[:, None] * TILE + tl.arange(0, TILE)[None, :]
-    b = tl.load(u8_ptr + base + idx).to(tl.int32)
-    scale = tl.load(f32_ptr + (base + SCALE_OFF) // 4 + rows)
+    jr = tl.arange(0, ROPE)
+    # a negative slot (null block, padding) is never read: zeros
+    ok_idx = (idx * 0 + slot) >= 0
+    ok_rows = (rows * 0 + slot) >= 0
+    ok_rope = (jr * 0 + slot) >= 0
+    slot = tl.maximum(slot, 0)
+    base = (slot // block_size) * block_stride + (slot % block_size) * RECORD
+    b = tl.load(u8_ptr + base + idx, mask=ok_idx, other=0).to(tl.int32)
+    scale = tl.load(f32_ptr + (base + SCALE_OFF) // 4 + rows, mask=ok_rows, other=0.0)
     nope = _fp8e4m3_value(b) * scale[:, None]
     width = NT * TILE + ROPE
-    jr = tl.arange(0, ROPE)
     if OUT_BF16:  # out_ptr is an int16 view; the RoPE part is copied bit for bit
         tl.store(out_ptr + i * width + idx, _bf16_bits(nope))
-        rope_bits = tl.load(bf16_ptr + (base + ROPE_OFF) // 2 + jr)
+        rope_bits = tl.load(bf16_ptr + (base + ROPE_OFF) // 2 + jr,
+                            mask=ok_rope, other=0)
         tl.store(out_ptr + i * width + NT * TILE + jr, rope_bits)
     else:
         tl.store(out_ptr + i * width + idx, nope.to(out_ptr.dtype.element_ty))
-        rope = tl.load(bf16_ptr + (base + ROPE_OFF) // 2 + jr).to(tl.bfloat16,
-                                                                  bitcast=True)
+        rope = tl.load(bf16_ptr + (base + ROPE_OFF) // 2 + jr,
+                       mask=ok_rope, other=0).to(tl.bfloat16, bitcast=True)
         tl.store(out_ptr + i * width + NT * TILE + jr,
                  rope.to(tl.float32).to(out_ptr.dtype.element_ty))
 

@@ -202,7 +202,8 @@ def slots_from_block_table(block_table: Any, seq_lens: Any, block_size: int,
                            num_tokens: int | None = None) -> Any:
     """Slot of every token of every request, requests concatenated: int64
     [sum(seq_lens)], token p of request r -> ``block_table[r, p // block_size] x
-    block_size + p % block_size``.
+    block_size + p % block_size``; -1 where the block id is negative (the null block as
+    :func:`kvcore.runtime.kernel_tables.block_tables` maps it, padding).
 
     block_table: int [num_reqs, max_blocks_per_req]; seq_lens: int [num_reqs];
     num_tokens: ``sum(seq_lens)`` when the caller knows it (saves a device sync).
@@ -217,7 +218,8 @@ def slots_from_block_table(block_table: Any, seq_lens: Any, block_size: int,
     starts = torch.cumsum(seq_lens, 0) - seq_lens
     pos = torch.arange(num_tokens, device=block_table.device) - starts[reqs]
     blocks = block_table.long()[reqs, pos // block_size]
-    return blocks * block_size + pos % block_size
+    return torch.where(blocks >= 0, blocks * block_size + pos % block_size,
+                       torch.full_like(blocks, -1))
 
 
 def gather_mla_cache_ref(kv_cache: Any, block_table: Any, seq_lens: Any,
@@ -233,14 +235,20 @@ def gather_mla_cache_ref(kv_cache: Any, block_table: Any, seq_lens: Any,
     width = DS_MLA_NOPE + DS_MLA_ROPE if mode == "fp8_ds_mla" else kv_cache.shape[2]
     _check_cache(kv_cache, mode, lora_rank, width - lora_rank)
     slots = slots_from_block_table(block_table, seq_lens, bs, num_tokens)
-    entries = kv_cache[slots // bs, slots % bs]
+    valid = slots >= 0  # a negative slot (null block, padding) is never read: zeros
+    entries = kv_cache[slots[valid] // bs, slots[valid] % bs]
     if mode == "fp8_ds_mla":
-        return ds_mla_dequantize_ref(entries, out_dtype)
-    if mode == "float":
-        return entries.to(out_dtype)
-    vals = entries.view(torch.float8_e4m3fn) if entries.dtype == torch.uint8 else entries
-    s = torch.tensor(_scale_value(scale), dtype=torch.float32, device=entries.device)
-    return (vals.float() * s).to(out_dtype)
+        vals = ds_mla_dequantize_ref(entries, out_dtype)
+    elif mode == "float":
+        vals = entries.to(out_dtype)
+    else:
+        q = entries.view(torch.float8_e4m3fn) if entries.dtype == torch.uint8 else entries
+        s = torch.tensor(_scale_value(scale), dtype=torch.float32, device=entries.device)
+        vals = (q.float() * s).to(out_dtype)
+    out = torch.zeros((slots.shape[0], *vals.shape[1:]), dtype=out_dtype,
+                      device=vals.device)
+    out[valid] = vals
+    return out
 
 
 # ---- dispatchers ------------------------------------------------------------------------
@@ -295,7 +303,9 @@ def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
     kv_cache:
         As in :func:`concat_and_cache_mla`.
     block_table:
-        int [num_reqs, max_blocks_per_req]: block ids of each request.
+        int [num_reqs, max_blocks_per_req]: block ids of each request; a negative id
+        (the null block as :func:`kvcore.runtime.kernel_tables.block_tables` maps it)
+        is never read and gives zeros.
     seq_lens:
         int [num_reqs]: tokens of each request to read.
     kv_cache_dtype, scale:

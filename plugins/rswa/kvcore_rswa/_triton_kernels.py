@@ -14,8 +14,10 @@ def _block(Q_vec, K, V, bt_row, j, q_pos, prompt_len, window, scale, kvh,
     bid = tl.load(bt_row + j).to(tl.int64)
     offs_t = tl.arange(0, BLOCK_N)
     pos = j * BLOCK_SIZE + offs_t
-    valid = (offs_t < BLOCK_SIZE) & (pos <= q_pos) & \
+    # a negative id (null block, padding) is never read
+    valid = (offs_t < BLOCK_SIZE) & (pos <= q_pos) & ((offs_t * 0 + bid) >= 0) & \
         ((pos < prompt_len) | (q_pos - pos < window))
+    bid = tl.maximum(bid, 0)
     offs_d = tl.arange(0, HEAD_P)
     offs_dv = tl.arange(0, HEAD_VP)
     k = tl.load(K + bid * stride_kb + offs_t[:, None] * stride_kt + kvh * stride_kh

@@ -9,7 +9,9 @@ read through the block table: position ``k`` lives in block ``block_tables[s, k 
 block_size]`` at offset ``k % block_size``.  Blocks the R-SWA manager freed hold the
 null block id in the table; neither kernel reads them (the Triton kernel skips the
 gap's blocks entirely and masks its loads, the reference gathers only visible
-positions), so garbage in the null block never reaches the output.
+positions), so garbage in the null block never reaches the output.  A negative id
+in the table (the null block as :func:`kvcore.runtime.kernel_tables.block_tables` maps
+it, or padding) is never read either: its positions are left out of the softmax.
 
 The dispatcher :func:`rswa_decode_attention` runs Triton on CUDA tensors or under
 ``TRITON_INTERPRET=1`` and the reference otherwise.  Importing this module imports
@@ -98,6 +100,10 @@ def rswa_decode_attention_ref(query: torch.Tensor, key_cache: torch.Tensor,
             continue
         _, bids, offs = rswa_visible_slots(block_tables[s], seq_len, prompt_len,
                                            rswa_window, block_size)
+        keep = bids >= 0  # a negative id (null block, padding) is never read
+        bids, offs = bids[keep], offs[keep]
+        if bids.numel() == 0:
+            continue
         k = key_cache[bids, offs].float()           # [n, num_kv_heads, head_size]
         v = value_cache[bids, offs].float()         # [n, num_kv_heads, head_size_v]
         k = k.repeat_interleave(group, dim=1)       # [n, num_heads, head_size]
