@@ -132,6 +132,7 @@ def test_online_download_passes_hf_token(hub_cache, monkeypatch):
         return str(path)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr("kvcore.models.hub._hub_reachable", lambda: True)
     model, note = resolve_model("gated/model@v1")
     assert seen["config.json"]["token"] == "hf_test_token"
     assert seen["config.json"]["revision"] == "v1"
@@ -146,3 +147,13 @@ def test_id_syntax(text, ok):
     assert is_hf_id(text) is ok
     if ok:
         assert split_hf_id(text)[0] == text.split("@")[0]
+
+
+def test_unreachable_hub_is_treated_as_offline(hub_cache, monkeypatch):
+    """No network (the host does not resolve): no retries, the same fallback and error."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("kvcore.models.hub._hub_reachable", lambda: False)
+    model, note = resolve_model("mistralai/Mistral-7B-v0.1")
+    assert "could not be reached" in note and model.model_type == "mistral"
+    with pytest.raises(ConfigError, match="could not be reached"):
+        resolve_model("acme/unknown")

@@ -101,7 +101,7 @@ def _fetch(hub: Any, repo_id: str, rev: str | None, filename: str, *, required: 
         return cached
     if cached is not None and not required:  # cached "this file does not exist"
         return None
-    if local_only:
+    if local_only or not _hub_reachable():
         return None
     from huggingface_hub import errors
 
@@ -121,13 +121,29 @@ def _fetch(hub: Any, repo_id: str, rev: str | None, filename: str, *, required: 
         raise ConfigError(f"{repo_id}: no such model repo on the Hub (or it is private: "
                           f"set HF_TOKEN); {_how_to(repo_id, rev)}", field="model",
                           value=repo_id) from exc
+    except errors.LocalEntryNotFoundError:  # (a subclass of EntryNotFoundError)
+        return None  # no network: treated as offline
     except errors.EntryNotFoundError as exc:
         if not required:
             return None
         raise ConfigError(f"{repo_id}: the repo has no {filename}; "
                           f"{_how_to(repo_id, rev)}", field="model", value=repo_id) from exc
-    except (errors.LocalEntryNotFoundError, OSError, errors.HfHubHTTPError):
+    except (OSError, errors.HfHubHTTPError):
         return None  # no network (or a transient failure): treated as offline
+
+
+def _hub_reachable() -> bool:
+    """The Hub's host resolves (a quick check so that a machine without network is
+    treated as offline at once instead of after huggingface_hub's retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    try:
+        socket.getaddrinfo(host or "huggingface.co", 443)
+    except OSError:
+        return False
+    return True
 
 
 def resolve_model(model: str | Path | ModelConfig) -> tuple[str | Path | ModelConfig, str]:
@@ -157,7 +173,7 @@ def resolve_model(model: str | Path | ModelConfig) -> tuple[str | Path | ModelCo
     path = _fetch(hub, repo_id, rev, "config.json", required=True, local_only=local_only)
     if path is None:
         fallback = _embedded_fallback(repo_id)
-        why = "HF_HUB_OFFLINE is set" if local_only else "the Hub could not be reached"
+        why = "HF_HUB_OFFLINE is set" if local_only else "huggingface.co could not be reached"
         if fallback is not None:
             cfg = load_model_config(fallback)
             note = (f"{text}: not in the HF cache and {why}; using the embedded config "
