@@ -146,6 +146,8 @@ class KVCacheManager:
         self.use_eagle = use_eagle
         self.hash = hash
         groups = kv_cache_config.kv_cache_groups
+        if not groups and num_blocks == 1:  # no KV-cache layers: only the null block
+            num_blocks = 2                     # (no request ever takes a block)
         self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching,
                                     num_groups=max(1, len(groups)),
                                     enable_events=enable_events)
