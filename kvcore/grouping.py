@@ -371,9 +371,22 @@ def _commensurate(a: int, b: int) -> bool:
     return a % b == 0 or b % a == 0
 
 
+def _commensurate_at_least(block: int, multiple: int, chosen: list[int]) -> int:
+    """The smallest multiple of ``multiple`` >= ``block`` that divides or is divided by
+    every chosen block size (``block`` itself when none is)."""
+    options = set()
+    for b in chosen:
+        options.add(cdiv(block, b) * b)
+        options.update(d for d in _divisors(b) if d >= block)
+    for c in sorted(options):
+        if c % multiple == 0 and all(_commensurate(c, b) for b in chosen):
+            return c
+    return block
+
+
 def unify_page_sizes(
     specs: list[KVCacheSpec], kernel_block_size: int | None = None, *,
-    commensurate: bool = False,
+    commensurate: bool = False, scale: bool = True,
 ) -> tuple[dict[KVCacheSpec, KVCacheSpec], bool, list[str]]:
     """Make every page equal.
 
@@ -384,7 +397,9 @@ def unify_page_sizes(
     largest whole factor ``target // page`` and the remainder padded (scale, then pad);
     with ``commensurate`` the largest factor whose block size divides, or is divided
     by, every other attention block size is taken when one exists (prefix hits align to
-    the lcm of the block sizes).  Other pages are padded.
+    the lcm of the block sizes); with ``scale=False`` smaller pages are only padded
+    (block sizes kept, so layers of one kind can share a block table).  Other pages
+    are padded.
 
     Returns ``(mapping old spec -> new spec, whole, notes)``; ``whole`` is False when an
     attention page had to be padded.  Never raises for a non-integer ratio.
@@ -398,12 +413,16 @@ def unify_page_sizes(
     max_attn = max((s.real_page_size_bytes for s in attn), default=0)
     state_align = math.lcm(*(_alignment(s, None) for s in states)) if states else 1
     if attn and max_state > max_attn:
-        for s in attn:
+        raised: list[int] = []
+        for s in sorted(attn, key=lambda s: -s.real_page_size_bytes / s.block_size):
             m = math.lcm(s.block_size, _alignment(s, kernel_block_size), state_align)
             page_m = s.copy_with_new_block_size(m).real_page_size_bytes
             if page_m == 0:
                 continue
             block = cdiv(max_state, page_m) * m
+            if commensurate and raised:
+                block = _commensurate_at_least(block, m, raised)
+            raised.append(block)
             if block != s.block_size:
                 notes.append(f"{s.kind} block size raised {s.block_size} -> {block} tokens "
                              f"so one page holds a {max_state} B state")
@@ -419,7 +438,7 @@ def unify_page_sizes(
         if page == target or page == 0:
             continue
         if n.scales_with_block_size:
-            factor = target // page
+            factor = target // page if scale else 1
             if commensurate and factor > 1:
                 for f in range(factor, 0, -1):
                     if all(_commensurate(n.block_size * f, b) for b in chosen):
@@ -698,11 +717,15 @@ def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
     return out
 
 
-def _unified_items(items: Items, env: SearchEnv, commensurate: bool, pad: bool
+UNIFY_VARIANTS = ("largest factor", "commensurate", "pad only")
+
+
+def _unified_items(items: Items, env: SearchEnv, variant: str, pad: bool
                    ) -> tuple[Items, list[str]] | None:
     specs = uniq(s for _, s in items)
-    mapping, _whole, notes = unify_page_sizes(specs, env.kernel_block_size,
-                                              commensurate=commensurate)
+    mapping, _whole, notes = unify_page_sizes(
+        specs, env.kernel_block_size, commensurate=variant == "commensurate",
+        scale=variant != "pad only")
     if not pad:  # block-outermost: keep each page (blocks still raised for states)
         mapping = {s: (m.copy_with_new_block_size(m.block_size)
                        if m.scales_with_block_size else s) for s, m in mapping.items()}
@@ -720,8 +743,9 @@ def _unified_items(items: Items, env: SearchEnv, commensurate: bool, pad: bool
 
 
 def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
-    """The unified-page (or, with ``pad=False``, block-packed) layouts: two unification
-    variants x bucketing by spec or by table x the group sizes of :func:`group_sizes`.
+    """The unified-page (or, with ``pad=False``, block-packed) layouts: the unification
+    variants (:data:`UNIFY_VARIANTS`) x bucketing by spec or by table x the group sizes
+    of :func:`group_sizes`.
     The first (largest-factor unification, buckets by spec, vLLM's group size) is the
     baseline."""
     strategy = "hybrid" if pad else "block-packed"
@@ -729,8 +753,8 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
     if len(uniq(s for _, s in items)) == 1:
         return out  # one spec: one group (splitting it only trades rounding)
     seen: set[Any] = set()
-    for commensurate in (False, True):
-        unified = _unified_items(items, env, commensurate, pad)
+    for variant in UNIFY_VARIANTS:
+        unified = _unified_items(items, env, variant, pad)
         if unified is None:
             continue
         u_items, notes = unified
@@ -747,7 +771,7 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
                 out.append(Layout(
                     strategy, functools.partial(_strided, buckets, size),
                     tuple(notes + extra), entries=_bucket_entries(buckets, size),
-                    baseline=i == 0 and not commensurate and not by_table))
+                    baseline=i == 0 and variant == UNIFY_VARIANTS[0] and not by_table))
     return out
 
 
