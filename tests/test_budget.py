@@ -227,3 +227,19 @@ def test_bad_budget_input(kw, field):
     with pytest.raises(ConfigError) as exc:
         compute_budget("llama-3.1-8b", **kw)
     assert exc.value.extra["field"] == field
+
+
+def test_gpt_oss_120b_weights_difference_is_the_mxfp4_kernel_padding():
+    """vllm-project/vllm#23278 (H100): "Model loading took 65.9651 GiB" for gpt-oss-120b;
+    the checkpoint holds 60.77 GiB.  vLLM's Marlin MXFP4 MoE backend pads the experts'
+    hidden size to a multiple of 256 (2880 -> 3072) and the intermediate size to one of
+    128 (2880 -> 2944) when it loads them
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``,
+    vllm/model_executor/layers/fused_moe/oracle/mxfp4.py); the checkpoint's expert bytes
+    scaled by that padding give vLLM's figure within 0.5%."""
+    from kvcore.models.weights import estimate_weights
+
+    w = estimate_weights("gpt-oss-120b")
+    padded = w.per_rank_bytes + w.by_class["moe_experts"] * (3072 * 2944 / 2880**2 - 1)
+    assert abs(padded / GIB - 65.9651) / 65.9651 < 0.005
+    assert abs(w.per_rank_bytes / GIB - 65.9651) / 65.9651 > 0.05  # unpadded: 8% under
