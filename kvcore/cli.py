@@ -48,6 +48,12 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
                              overflow="fold")
         for row in rows:
             table.add_row(*[str(c) for c in row])
+        if not console.is_terminal:  # a file or pipe: as wide as the table, never cut
+            from rich.console import Console
+
+            need = sum(max(len(str(c)) for c in [col] + [r[i] for r in rows]) + 3
+                       for i, col in enumerate(columns)) + 1
+            console = Console(highlight=False, width=max(need, 80))
         console.print(table)
         return
     widths = [max(len(str(c)) for c in [col] + [r[i] for r in rows])
@@ -245,16 +251,25 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
           + (" (each stage plans its own layers; num_blocks is the minimum over stages)"
              if pp > 1 else ""))
     rows = []
+    windowed = False
     for i, g in enumerate(out["groups"]):
+        spec = g.get("spec") or {}
+        window = spec.get("sliding_window") or spec.get("attention_chunk_size")
+        windowed = windowed or bool(window)
         rows.append([i, g["type"], g["num_layers"], g["block_size"],
+                     f"{window:,}" if isinstance(window, int) else "-",
+                     spec.get("num_kv_heads", "-"), spec.get("head_size", "-"),
                      f"{g['page_size_bytes']:,}", f"{g['padding_bytes']:,}"])
     _table("KV-cache groups (layers sharing one block table)",
-           ["#", "kind", "layers", "block size", "page size (B)", "padding (B)"],
-           rows)
+           ["#", "kind", "layers", "block size", "window", "KV heads", "head size",
+            "page size (B)", "padding (B)"], rows)
     print(f"layout: {out['kv_cache_layout']}, strategy: {out['strategy']}")
     for note in out.get("notes") or []:
         print(f"  note: {note}")
-    print(f"bytes per token (K/V, all growing layers): {_fmt(out['bytes_per_token'])}")
+    print("bytes per token (K/V of every layer that stores one; "
+          + ("sliding-window and chunked layers stop growing at their window, so this "
+             "rate holds only up to it" if windowed else "all layers grow with the context")
+          + f"): {_fmt(out['bytes_per_token'])}")
     if out["cross_attention_bytes_per_request"]:
         print(f"cross-attention per request: {_fmt(out['cross_attention_bytes_per_request'])}")
     if out["state_bytes_per_request"]:
@@ -283,12 +298,14 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
     print(f"num_blocks: {out['num_blocks']:,} (block 0 is the null block)")
     if out["max_concurrency"] is not None:
         print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
-              f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens")
+              f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens "
+              f"(vLLM's figure: plan with this one)")
     batched = out.get("max_concurrency_batched")
     if batched is not None and out["max_concurrency"] and \
             abs(batched - out["max_concurrency"]) > 0.005 * out["max_concurrency"]:
         print(f"max concurrency with the step's {s.get('max_num_batched_tokens', 0):,} "
-              f"batched tokens shared by the batch: {batched:.2f} (the figure above "
+              f"batched tokens shared by the batch: {batched:.2f} (a bound for a batch "
+              f"where one request prefills and the others decode; the figure above "
               f"reserves a full step for every request, as vLLM does)")
     if out.get("longest_max_model_len") is not None:
         longest = out["longest_max_model_len"]

@@ -151,3 +151,22 @@ def test_kvcore_sweep_is_the_python_api_and_needs_no_torch():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_plan_text_for_people(capsys):
+    """Issue #16 item 5: window, KV heads and head size per group; a precise bytes-per-
+    token label for sliding layers; which concurrency figure to plan with; long names are
+    never cut when the output is not a terminal."""
+    assert main(["plan", "gemma-2-2b-it", "--kv-cache-memory", "4GiB", "--max-model-len",
+                 "8K"]) == 0
+    out = capsys.readouterr().out
+    for head in ("window", "KV heads", "head size"):
+        assert head in out
+    assert "sliding_window" in out and "4,096" in out  # Gemma-2's window, unbroken
+    assert "stop growing at their window" in out
+    assert "plan with this one" in out
+    assert main(["plan", "llama-3.1-8b", "--kv-cache-memory", "4GiB", "--max-model-len",
+                 "8K"]) == 0
+    out = capsys.readouterr().out
+    assert "all layers grow with the context" in out
+    assert max(len(line) for line in out.splitlines()) < 200
