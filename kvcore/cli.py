@@ -254,7 +254,9 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
     windowed = False
     for i, g in enumerate(out["groups"]):
         spec = g.get("spec") or {}
-        window = spec.get("sliding_window") or spec.get("attention_chunk_size")
+        kind = str(g["type"])
+        window = spec.get("sliding_window") if "sliding" in kind else \
+            spec.get("attention_chunk_size") if "chunk" in kind else None
         windowed = windowed or bool(window)
         rows.append([i, g["type"], g["num_layers"], g["block_size"],
                      f"{window:,}" if isinstance(window, int) else "-",

@@ -157,12 +157,12 @@ def test_plan_text_for_people(capsys):
     """Issue #16 item 5: window, KV heads and head size per group; a precise bytes-per-
     token label for sliding layers; which concurrency figure to plan with; long names are
     never cut when the output is not a terminal."""
-    assert main(["plan", "gemma-2-2b-it", "--kv-cache-memory", "4GiB", "--max-model-len",
-                 "8K"]) == 0
+    assert main(["plan", "gemma-3-27b-it", "--kv-cache-memory", "20GiB", "--max-model-len",
+                 "32K"]) == 0
     out = capsys.readouterr().out
     for head in ("window", "KV heads", "head size"):
         assert head in out
-    assert "sliding_window" in out and "4,096" in out  # Gemma-2's window, unbroken
+    assert "sliding_window" in out and "1,024" in out  # Gemma-3's window, unbroken
     assert "stop growing at their window" in out
     assert "plan with this one" in out
     assert main(["plan", "llama-3.1-8b", "--kv-cache-memory", "4GiB", "--max-model-len",
