@@ -6,7 +6,9 @@ Usage::
     python scripts/build_wheels.py [--out DIR] [NAME ...]
 
 ``NAME`` is ``kvcore`` (the core) or a plugin name (``mla``, ``mamba``, ``turboquant``,
-``rswa``, ``kpool``); default: all six.  Wheels land in ``DIR`` (default ``dist/``).
+``rswa``, ``kpool``); default: all six.  ``vllm`` builds the vLLM bridge
+(``integrations/vllm``, distribution ``kvcore-vllm``; only when named).  Wheels land in
+``DIR`` (default ``dist/``).
 
 Each distribution's sources are first copied to a temporary directory, so a build never
 writes ``build/`` or ``*.egg-info`` into the working tree and never packs a stale file
@@ -31,21 +33,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ("mla", "mamba", "turboquant", "rswa", "kpool")
 ALL = ("kvcore", *PLUGINS)
+#: built only when named: the vLLM bridge (integrations/vllm)
+INTEGRATIONS = ("vllm",)
 
 # never copied into a build directory
 _IGNORE = shutil.ignore_patterns(
     ".git", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".venv*",
     ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", ".whl", ".gl")
 # top-level folders of the repository that are not part of the core distribution
-_NOT_CORE = {"plugins", "tests", "benchmarks", "scripts", ".ci", "docs", "notes"}
+_NOT_CORE = {"plugins", "tests", "benchmarks", "scripts", ".ci", "docs", "notes",
+             "integrations"}
 
 
 def source_dir(name: str) -> Path:
     """The directory holding the pyproject.toml of distribution ``name``."""
     if name == "kvcore":
         return ROOT
+    if name in INTEGRATIONS:
+        return ROOT / "integrations" / name
     if name not in PLUGINS:
-        raise SystemExit(f"unknown distribution {name!r}; known: {', '.join(ALL)}")
+        raise SystemExit(f"unknown distribution {name!r}; known: "
+                         f"{', '.join(ALL + INTEGRATIONS)}")
     return ROOT / "plugins" / name
 
 
