@@ -70,18 +70,27 @@ def _patch(module: str, name: str, new: Any) -> None:
     setattr(mod, name, new)
 
 
-def install(manager: bool = True, planner: bool = False) -> None:
+def install(manager: bool = True, planner: bool = False, *,
+            fallback: bool = False) -> None:
     """Make vLLM's engine core and Scheduler use kvcore's manager (and planner).
 
+    fallback: for a configuration kvcore's manager does not support (Mamba groups,
+        partial-block hash hits, context parallelism;
+        :func:`kvcore_vllm.manager.unsupported_reason`) build vLLM's own manager with a
+        warning, instead of raising :class:`~kvcore.errors.ConfigError`.
+
     Raises :class:`~kvcore.errors.ConfigError` for a missing vLLM or another version
-    than 0.32.x."""
-    if not isinstance(manager, bool) or not isinstance(planner, bool):
-        raise ConfigError(f"install(manager={manager!r}, planner={planner!r}): both must "
-                          "be bools", field="manager" if not isinstance(manager, bool)
-                          else "planner")
+    than 0.32.x, or a non-bool argument."""
+    for name, v in (("manager", manager), ("planner", planner), ("fallback", fallback)):
+        if not isinstance(v, bool):
+            raise ConfigError(f"install({name}={v!r}): must be True or False", field=name,
+                              value=repr(v))
     _check_version()
     if manager:
+        from kvcore_vllm import manager as mgr_mod
         from kvcore_vllm.manager import KVCacheManager
+
+        mgr_mod.FALLBACK_TO_VLLM = fallback
 
         for site in _MANAGER_SITES:
             _patch(site, "KVCacheManager", KVCacheManager)
@@ -94,6 +103,9 @@ def install(manager: bool = True, planner: bool = False) -> None:
 
 def uninstall() -> None:
     """Restore vLLM's own manager and planner."""
+    from kvcore_vllm import manager as mgr_mod
+
+    mgr_mod.FALLBACK_TO_VLLM = False
     for (module, name), obj in list(_saved.items()):
         setattr(importlib.import_module(module), name, obj)
         del _saved[(module, name)]

@@ -300,6 +300,49 @@ class _Coordinator:
         return None
 
 
+#: set by ``install(fallback=...)``: build vLLM's own manager for configurations this
+#: one does not support, instead of raising
+FALLBACK_TO_VLLM = False
+
+
+def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
+                       enable_caching: bool = True, dcp_world_size: int = 1,
+                       pcp_world_size: int = 1) -> tuple[str, str] | None:
+    """``(field, why)`` when :class:`KVCacheManager` cannot serve this vLLM
+    configuration, else None: context parallelism, a group kind without a kvcore
+    manager or spec counterpart, Mamba groups, partial-block hash hits."""
+    from kvcore.errors import KVCoreError
+    from kvcore.registry import get_registry
+    from kvcore_vllm.specs import from_vllm_spec
+
+    for name, v in (("dcp_world_size", dcp_world_size), ("pcp_world_size", pcp_world_size)):
+        if v != 1:
+            return name, f"{name}={v} is not supported (context parallelism)"
+    reg = get_registry()
+    sizes = set()
+    for gid, g in enumerate(kv_cache_config.kv_cache_groups):
+        vs = g.kv_cache_spec
+        if type(vs).__name__ == "UniformTypeKVCacheSpecs":
+            vs = next(iter(vs.kv_cache_specs.values()))
+        try:
+            spec = from_vllm_spec(vs)
+        except KVCoreError as e:
+            return "kv_cache_groups", f"group {gid}: {e}"
+        if spec.kind == "mamba":
+            return "kv_cache_groups", (f"group {gid} is a Mamba group; vLLM 0.32's Mamba "
+                                       "state bookkeeping is not mirrored")
+        if reg.manager_class(spec) is None:
+            return "kv_cache_groups", (f"group {gid} is of kind {spec.kind!r}, which has "
+                                       "no kvcore runtime manager")
+        if getattr(spec, "participates_in_prefix_caching", True):
+            sizes.add(spec.block_size)
+    if enable_caching and any(bs != hash_block_size for bs in sizes):
+        return "hash_block_size", (f"hash_block_size {hash_block_size} differs from a "
+                                   f"group's block size ({sorted(sizes)}): vLLM's "
+                                   "partial-block hash hits are not supported")
+    return None
+
+
 class KVCacheManager:
     """vLLM 0.32's ``KVCacheManager`` interface, kvcore's blocks and rules inside.
 
@@ -323,8 +366,34 @@ class KVCacheManager:
         caches every full block (kvcore's runtime: more hits, more hash entries).
 
     Raises :class:`~kvcore.errors.ConfigError` for a configuration it does not support
-    (the message names the feature) or an unknown ``block_order``.
+    (the message names the feature; :func:`unsupported_reason`) or an unknown
+    ``block_order`` / ``retention``.  After ``install(fallback=True)`` an unsupported
+    configuration builds vLLM's own manager instead (with a warning naming why).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if FALLBACK_TO_VLLM:
+            import inspect
+
+            b = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+            b.apply_defaults()
+            a = b.arguments
+            why = unsupported_reason(a["kv_cache_config"],
+                                     hash_block_size=a["hash_block_size"],
+                                     enable_caching=a["enable_caching"],
+                                     dcp_world_size=a["dcp_world_size"],
+                                     pcp_world_size=a["pcp_world_size"])
+            if why is not None:
+                import warnings
+
+                from vllm.v1.core.kv_cache_manager import KVCacheManager as VllmManager
+
+                warnings.warn(f"kvcore_vllm: using vLLM's KVCacheManager: {why[1]}",
+                              stacklevel=2)
+                kwargs.pop("block_order", None)
+                kwargs.pop("retention", None)
+                return VllmManager(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, kv_cache_config: Any, max_model_len: int, scheduler_block_size: int,
                  hash_block_size: int, max_in_flight_tokens: int | None = None,
@@ -341,7 +410,6 @@ class KVCacheManager:
         )
         from vllm.v1.metrics.stats import PrefixCacheStats
 
-        from kvcore.registry import get_registry
         from kvcore_vllm.specs import from_vllm_config
 
         if retention not in RETENTIONS:
@@ -352,12 +420,14 @@ class KVCacheManager:
             raise ConfigError(f"block_order {block_order!r} is not one of "
                               f"{', '.join(BLOCK_ORDERS)}", field="block_order",
                               value=block_order)
-        for name, v in (("dcp_world_size", dcp_world_size),
-                        ("pcp_world_size", pcp_world_size)):
-            if v != 1:
-                raise ConfigError(f"kvcore_vllm.KVCacheManager: {name}={v} is not "
-                                  "supported (context parallelism); use vLLM's manager",
-                                  field=name, value=v)
+        why = unsupported_reason(kv_cache_config, hash_block_size=hash_block_size,
+                                 enable_caching=enable_caching,
+                                 dcp_world_size=dcp_world_size,
+                                 pcp_world_size=pcp_world_size)
+        if why is not None:
+            raise ConfigError(f"kvcore_vllm.KVCacheManager: {why[1]}; use vLLM's "
+                              "manager (install(fallback=True) does so automatically)",
+                              field=why[0])
         if max_in_flight_tokens is None:
             max_in_flight_tokens = max_model_len
         if watermark < 0:
@@ -379,27 +449,6 @@ class KVCacheManager:
         self.num_kv_cache_groups = len(vgroups)
         self.kvcore_config = kcfg = from_vllm_config(kv_cache_config,
                                                      max_model_len=max_model_len)
-        reg = get_registry()
-        caching_kinds = []
-        for gid, g in enumerate(kcfg.kv_cache_groups):
-            cls = reg.manager_class(g.spec)
-            if cls is None:
-                raise ConfigError(f"group {gid} is of kind {g.spec.kind!r}, which has no "
-                                  "kvcore runtime manager", field="kv_cache_groups",
-                                  kind=g.spec.kind)
-            if g.spec.kind == "mamba":
-                raise ConfigError("kvcore_vllm.KVCacheManager does not mirror vLLM "
-                                  "0.32's Mamba state bookkeeping (group "
-                                  f"{gid}: mamba); use vLLM's manager for this model",
-                                  field="kv_cache_groups", kind="mamba")
-            if getattr(g.spec, "participates_in_prefix_caching", True):
-                caching_kinds.append(g.spec.block_size)
-        if enable_caching and any(bs != hash_block_size for bs in caching_kinds):
-            raise ConfigError(
-                f"hash_block_size {hash_block_size} differs from a group's block size "
-                f"({sorted(set(caching_kinds))}): vLLM's partial-block hash hits are not "
-                "supported by kvcore_vllm.KVCacheManager", field="hash_block_size",
-                value=hash_block_size)
         self.block_pool = VllmOrderBlockPool(
             kv_cache_config.num_blocks, enable_caching=enable_caching,
             num_groups=max(1, len(vgroups)), block_order=block_order,

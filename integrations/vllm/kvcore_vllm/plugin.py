@@ -4,7 +4,9 @@ vLLM calls :func:`register` in every process it starts (``load_general_plugins()
 It installs the bridge only when the environment asks for it, so installing
 kvcore-vllm changes nothing by itself:
 
-* ``KVCORE_VLLM=1``: :func:`kvcore_vllm.install` with the manager;
+* ``KVCORE_VLLM=1``: :func:`kvcore_vllm.install` with the manager, falling back to
+  vLLM's own manager (with a warning) for a configuration it does not support (e.g. a
+  Mamba hybrid), so ``vllm serve`` never fails because of the switch;
 * ``KVCORE_VLLM_PLANNER=1`` (with ``KVCORE_VLLM=1``): the planner too.
 
 Any other value than ``0``/``1``/unset is a :class:`~kvcore.errors.ConfigError` naming
@@ -35,4 +37,4 @@ def register() -> None:
         return
     from kvcore_vllm.installer import install
 
-    install(manager=True, planner=_flag("KVCORE_VLLM_PLANNER"))
+    install(manager=True, planner=_flag("KVCORE_VLLM_PLANNER"), fallback=True)

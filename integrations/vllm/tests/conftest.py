@@ -19,6 +19,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     HAVE_VLLM = False
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_no_vllm: runs without vLLM installed")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAVE_VLLM:
         return

@@ -171,8 +171,7 @@ def test_unsupported_configs_raise_kvcore_errors():
         kvcore_vllm.get_kv_cache_configs(_vllm_config(), [{}], [1, 2])
 
 
-def test_mamba_hybrid_is_refused_clearly():
-    """vLLM 0.32's Mamba "align" bookkeeping is not mirrored: the manager says so."""
+def _mamba_hybrid_config():
     import torch
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -187,8 +186,33 @@ def test_mamba_hybrid_is_refused_clearly():
         KVCacheGroupSpec(["m"], MambaSpec(block_size=16, shapes=((4, 64),),
                                           dtypes=(torch.bfloat16,),
                                           mamba_cache_mode="align"))])
+    return cfg
+
+
+def test_mamba_hybrid_is_refused_clearly():
+    """vLLM 0.32's Mamba "align" bookkeeping is not mirrored: the manager says so."""
     with pytest.raises(ConfigError, match="[Mm]amba"):
-        kvcore_vllm.KVCacheManager(cfg, 512, 16, 16)
+        kvcore_vllm.KVCacheManager(_mamba_hybrid_config(), 512, 16, 16)
+
+
+def test_fallback_builds_vllms_manager_for_unsupported_configs():
+    from vllm.v1.core.kv_cache_manager import KVCacheManager as VllmManager
+
+    kvcore_vllm.install(fallback=True)
+    try:
+        with pytest.warns(UserWarning, match="Mamba"):
+            m = kvcore_vllm.KVCacheManager(kv_cache_config=_mamba_hybrid_config(),
+                                           max_model_len=512, scheduler_block_size=16,
+                                           hash_block_size=16)
+        assert type(m) is VllmManager
+        from kvcore_vllm.harness import Workload, make_scheduler
+
+        kcfg = make_scheduler(Workload.shared_prefixes(0, max_model_len=512,
+                                                       num_blocks=100)).kv_cache_config
+        ok = kvcore_vllm.KVCacheManager(kcfg, 512, 16, 16)
+        assert type(ok) is kvcore_vllm.KVCacheManager
+    finally:
+        kvcore_vllm.uninstall()
 
 
 def test_install_and_uninstall_swap_vllms_names():
