@@ -23,7 +23,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -292,6 +292,7 @@ class _Timer:
 
     def __init__(self, mgr: Any) -> None:
         self.total = 0.0
+        self.depth = 0  # only the outermost call counts (methods call each other)
         for name in self.NAMES:
             fn = getattr(mgr, name, None)
             if fn is not None:
@@ -301,9 +302,13 @@ class _Timer:
         pc = time.perf_counter
 
         def inner(*a: Any, **k: Any) -> Any:
+            if self.depth:
+                return fn(*a, **k)
+            self.depth += 1
             t = pc()
             try:
                 return fn(*a, **k)
             finally:
                 self.total += pc() - t
+                self.depth -= 1
         return inner
