@@ -340,3 +340,50 @@ def test_missing_field_names_it(field):
 def test_bad_parallel_sizes(kw):
     with pytest.raises(KVCoreError, match=next(iter(kw))):
         estimate_weights("llama-3.1-8b", **kw)
+
+
+def test_modelopt_export_without_quant_method_and_companion_file(tmp_path):
+    """modelopt exports name quant_algo (in config.json or only in hf_quant_config.json)
+    and no quant_method: FP8 weights are 1 byte plus float32 weight and input scales."""
+    h, inter = 1024, 4096
+    base = _llama(h, 2, 8, 8, inter, 1024)
+    lin = sum(o * i + 8 for o, i in _linears(h, inter))
+    expected = _unquantized(h, inter, 2) + 2 * lin  # two layers
+    inline = dict(base, quantization_config={"quant_algo": "FP8", "ignore": ["lm_head"],
+                                             "producer": {"name": "modelopt"}})
+    assert estimate_weights(parse_model_config(inline)).total_bytes == expected
+    (tmp_path / "config.json").write_text(json.dumps(base))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"},
+         "quantization": {"quant_algo": "FP8", "exclude_modules": ["lm_head"]}}))
+    w = estimate_weights(tmp_path)
+    assert w.quantization == "modelopt-fp8" and w.total_bytes == expected
+
+
+def test_embedded_modelopt_fp8_is_about_one_byte_per_weight():
+    w = estimate_weights("qwen3-32b-fp8-static-kvfp8")
+    embed_and_head = 2 * 151936 * 5120
+    body = w.total_params - embed_and_head
+    assert abs(w.total_bytes - (body + 2 * embed_and_head)) / w.total_bytes < 0.01
+
+
+@settings(max_examples=20, deadline=None)
+@given(experts=st.integers(2, 32), step=st.sampled_from([1, 2]), layers=st.integers(2, 8))
+def test_llama4_moe_layers_have_a_shared_expert_and_dense_layers_their_own_width(
+        experts, step, layers):
+    """Llama-4: MoE layers every interleave_moe_layer_step, each with routed experts and
+    one shared expert of intermediate_size; dense layers use intermediate_size_mlp."""
+    h, inter, inter_mlp, v = 512, 256, 1024, 1000
+    cfg = parse_model_config({
+        "model_type": "llama4_text", "hidden_size": h, "num_hidden_layers": layers,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+        "intermediate_size": inter, "intermediate_size_mlp": inter_mlp,
+        "num_local_experts": experts, "interleave_moe_layer_step": step,
+        "vocab_size": v, "tie_word_embeddings": False, "torch_dtype": "bfloat16"})
+    moe_layers = [i for i in range(layers) if (i + 1) % step == 0]
+    attn = h * 512 + 2 * h * 128 + 512 * h
+    moe = experts * 3 * h * inter + 3 * h * inter + experts * h
+    dense = 3 * h * inter_mlp
+    expected = 2 * v * h + h + sum(attn + 2 * h + (moe if i in moe_layers else dense)
+                                   for i in range(layers))
+    assert estimate_weights(cfg).total_params == expected

@@ -439,6 +439,8 @@ def _moe(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int, where: str = "la
     if shared:
         _mlp(b, raw, p, i, h, inter * int(shared), cls=cls_s, where=where,
              prefix="mlp.shared_experts")
+    if mt.startswith("llama4"):  # Llama-4: one shared expert of intermediate_size
+        _mlp(b, raw, p, i, h, inter, cls=cls_s, where=where, prefix="mlp.shared_expert")
     sh_inter = raw.get("shared_expert_intermediate_size") or 0
     if sh_inter:
         _mlp(b, raw, p, i, h, int(sh_inter), cls=cls_s, where=where,
@@ -735,7 +737,11 @@ def _decoder_layer(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int, kind: 
     if moe:
         _moe(b, cfg, p, i, h, where=where, cls_override=cls_override)
     if not moe or (gemma and raw.get("enable_moe_block")):
-        inter = _int(raw, "intermediate_size", where=where_s)
+        # Llama-4's dense layers use intermediate_size_mlp (intermediate_size is the
+        # experts')
+        inter = _int(raw, "intermediate_size_mlp", "intermediate_size", where=where_s) \
+            if cfg.model_type.startswith("llama4") else \
+            _int(raw, "intermediate_size", where=where_s)
         _mlp(b, raw, p, i, h, inter, cls=cls_override or "mlp", where=where)
     if gemma and moe and raw.get("enable_moe_block"):  # Gemma-4: extra norms of the MoE
         for name in ("pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
@@ -795,11 +801,35 @@ class _Scheme:
     scale_bytes: int = 4
 
 
+def _companion_quantization(cfg: ModelConfig) -> dict[str, Any] | None:
+    """``quantization`` of a modelopt ``hf_quant_config.json`` beside the config (the
+    same candidates :func:`kvcore.models.config.load_model_config` reads)."""
+    if not cfg.source:
+        return None
+    path = Path(cfg.source)
+    stem_parts = path.stem.split(".")
+    for cand in (path.with_name(path.name.replace(".json", ".hf_quant_config.json")),
+                 path.with_name(stem_parts[0] + ".hf_quant_config."
+                                + ".".join(stem_parts[1:] + ["json"])),
+                 path.with_name("hf_quant_config.json")):
+        if cand != path and cand.is_file():
+            data = read_json_file(cand, "hf_quant_config")
+            quant = data.get("quantization", data) if isinstance(data, dict) else None
+            return quant if isinstance(quant, dict) else None
+    return None
+
+
 def _scheme(cfg: ModelConfig) -> tuple[_Scheme | None, str | None]:
     q = cfg.raw.get("quantization_config")
     if not isinstance(q, dict):
+        q = _companion_quantization(cfg)
+    if not isinstance(q, dict):
         return None, None
-    method = str(q.get("quant_method", "")).lower()
+    method = str(q.get("quant_method") or "").lower()
+    producer = q.get("producer")
+    if not method and (q.get("quant_algo") or (isinstance(producer, dict) and
+                                                producer.get("name") == "modelopt")):
+        method = "modelopt"  # modelopt exports name the algorithm, not the method
     ignore = tuple(str(x) for key in ("ignore", "ignored_layers", "modules_to_not_convert",
                                       "exclude_modules") for x in (q.get(key) or []))
     if method == "fp8":
