@@ -1,12 +1,12 @@
 """State-copy kernel: torch reference against hand-built expectations, and Triton
 (TRITON_INTERPRET=1, set by conftest.py) against the reference."""
 
+import importlib.util
 import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 from kvcore_mamba.kernels import (  # noqa: E402
     checkpoint_states,
@@ -17,12 +17,17 @@ from kvcore_mamba.kernels import (  # noqa: E402
 )
 from kvcore_mamba.spec import MambaSpec  # noqa: E402
 
+#: Triton paths skip cleanly without triton (issue 15 item 14); the torch references run
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+requires_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+
 
 def numbered(*shape, dtype=torch.float32):
     return torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(
         shape).to(dtype)
 
 
+@requires_triton
 def test_interpreter_is_on():
     assert os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -39,6 +44,7 @@ def test_reference_whole_and_shifted_copy():
         assert torch.equal(conv[b], before[b])
 
 
+@requires_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16,
                                    torch.float8_e4m3fn])
 def test_triton_matches_reference(dtype):
@@ -56,12 +62,14 @@ def test_triton_matches_reference(dtype):
     assert torch.equal(c.view(torch.uint8), d.view(torch.uint8))
 
 
+@requires_triton
 def test_dispatcher_uses_triton_under_interpreter():
     s = numbered(4, 3, 2)
     copy_state_blocks(s, torch.tensor([0]), torch.tensor([3]), torch.tensor([1]))
     assert torch.equal(s[3, :2], numbered(4, 3, 2)[0, 1:])
 
 
+@requires_triton
 def test_strided_padded_page_views():
     # Jamba-like state scaled down: conv (3, 8) bf16 + ssm (8, 4) fp32 = 48 + 128 = 176 B,
     # padded to 192 B pages
@@ -106,5 +114,6 @@ def test_bad_shift_raises():
     s = numbered(3, 4, 2)
     with pytest.raises(ValueError, match="shift"):
         copy_state_blocks_ref(s, [0], [1], [4])
-    with pytest.raises(ValueError, match="shifts"):
-        copy_state_blocks_triton(s, [0], [1], [7])
+    if HAS_TRITON:
+        with pytest.raises(ValueError, match="shifts"):
+            copy_state_blocks_triton(s, [0], [1], [7])

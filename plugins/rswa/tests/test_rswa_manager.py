@@ -8,6 +8,7 @@ attention reads, through the manager's block table, exactly the prompt plus the 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 
 import torch
@@ -19,6 +20,9 @@ from kvcore_rswa.kernels import rswa_decode_attention_triton, rswa_visible_slots
 from kvcore.planning import plan
 from kvcore.runtime import KVCacheManager
 from kvcore.specs import FullAttentionSpec, cdiv
+
+#: the Triton check inside the issue case runs only where triton is installed
+HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def make_manager(window=128, block=16, num_blocks=80, layers=2, max_model_len=16384,
@@ -93,7 +97,7 @@ def test_issue_case_1000_prompt_10000_generated():
             assert pos.tolist() == want
             assert int((bids == 0).sum()) == 0, "a visible position maps to the null block"
             assert torch.equal(content[bids, offs], pos), "a kept slot was overwritten"
-        if q in checkpoints:
+        if q in checkpoints and HAS_TRITON:  # (skipped cleanly without triton)
             # the Triton kernel through the same table, freed blocks poisoned
             live = set(table)
             for b in range(80):
