@@ -284,14 +284,21 @@ class MambaManager(SingleTypeManager):
         return max(num_computed_tokens - 1, 0)
 
     def _skip_range(self, rid: str) -> tuple[list[KVCacheBlock], int, int]:
-        table = self.req_to_blocks.get(rid) or []
-        read = self._running.get(rid, len(table) - 1)
-        return table, self._live_from.get(rid, 0), max(min(read, len(table)), 0)
+        """(table, first index not yet freed, read index): the range to free."""
+        table = self.req_to_blocks.get(rid)
+        if not table:
+            return [], 0, 0
+        read = self._running.get(rid)
+        if read is None:
+            read = len(table) - 1
+        return table, self._live_from.get(rid, 0), read
 
     def num_blocks_freed_by_skipping(self, request_id: str, num_computed_tokens: int) -> int:
         if not self.skips_blocks:
             return 0
         table, start, limit = self._skip_range(request_id)
+        if limit <= start:
+            return 0
         return sum(1 for i in range(start, limit)
                    if not table[i].is_null and table[i].ref_cnt == 1)
 
@@ -302,10 +309,10 @@ class MambaManager(SingleTypeManager):
         (align tables are mostly nulls)."""
         if not self.skips_blocks:
             return
-        self._publish(request_id)
         table, start, limit = self._skip_range(request_id)
         if limit <= start:
             return
+        self._publish(request_id)
         null = self.null_block
         removed = []
         pending = self._pending.get(request_id)
@@ -325,7 +332,10 @@ class MambaManager(SingleTypeManager):
         """Cache the pending boundary blocks whose step has run (the request's
         ``num_computed_tokens`` reached the boundary) and whose hash is known."""
         pending = self._pending.get(rid)
-        if not pending or not self.enable_caching:
+        if not pending:
+            return
+        if not self.enable_caching:
+            pending.clear()
             return
         req = self._reqs.get(rid)
         table = self.req_to_blocks.get(rid)
