@@ -152,7 +152,10 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             ("--kv-cache-dtype", args.kv_cache_dtype != "auto"),
             ("--include-mtp", args.include_mtp),
             ("--num-speculative-tokens", args.num_speculative_tokens != 0),
-            ("--mamba-ssm-cache-dtype", args.mamba_ssm_cache_dtype is not None)) if used]
+            ("--mamba-ssm-cache-dtype", args.mamba_ssm_cache_dtype is not None),
+            ("--gpu/--gpu-memory (weights come from a model config)",
+             getattr(args, "gpu", None) is not None
+             or getattr(args, "gpu_memory", None) is not None)) if used]
         if model_only:
             raise ConfigError(
                 f"{', '.join(model_only)} shape(s) the layers built from a model config; "

@@ -170,3 +170,29 @@ def test_plan_text_for_people(capsys):
     out = capsys.readouterr().out
     assert "all layers grow with the context" in out
     assert max(len(line) for line in out.splitlines()) < 200
+
+
+def test_progress_bar_appears_only_after_a_second(monkeypatch):
+    import kvcore.sweep as sweep_module
+
+    started = []
+
+    class Recorder:
+        def __init__(self, total, done):
+            started.append((total, done))
+
+        def advance(self):
+            started.append("advance")
+
+        def close(self):
+            started.append("close")
+
+    clock = iter(range(0, 1000, 2))  # each reading 2 s later than the one before
+    monkeypatch.setattr(sweep_module, "_Progress", Recorder)
+    monkeypatch.setattr(sweep_module.time, "monotonic", lambda: next(clock))
+    sweep("qwen3-8b", tensor_parallel_size=[1, 2, 4], progress=True)
+    assert started[0] == (3, 1) and started[-1] == "close" and "advance" in started
+    started.clear()
+    monkeypatch.setattr(sweep_module.time, "monotonic", lambda: 0.0)  # fast sweep
+    sweep("qwen3-8b", tensor_parallel_size=[1, 2, 4], progress=True)
+    assert started == []
