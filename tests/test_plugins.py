@@ -236,7 +236,7 @@ def test_kernel_tests_skip_cleanly_without_triton(plugin, files):
     root = Path(__file__).resolve().parents[1] / "plugins" / plugin
     code = ("import sys; sys.modules['triton'] = None\n"
             "import pytest\n"
-            f"sys.exit(pytest.main(['-q', '-rs', '-p', 'no:cacheprovider', *{files!r}]))")
+            f"sys.exit(pytest.main(['-rs', '-p', 'no:cacheprovider', *{files!r}]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                          text=True, timeout=600)
     tail = out.stdout[-2000:]
