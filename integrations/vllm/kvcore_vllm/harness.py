@@ -241,7 +241,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
             break
         out = sched.schedule()
         req_ids = list(out.num_scheduled_tokens)
-        sampled = []
+        sampled: list[list[int]] = []
         for r in req_ids:
             req = sched.requests[r]
             n_spec = len(out.scheduled_spec_decode_tokens.get(r, ()))

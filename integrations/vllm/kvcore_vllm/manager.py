@@ -516,6 +516,7 @@ class KVCacheManager:
         """vLLM 0.32's block count (``get_num_blocks_to_allocate``) over kvcore's tables:
         new blocks for the unskipped suffix plus hit blocks leaving the free queue."""
         total = 0
+        hit: Sequence[KVCacheBlock]
         for g, m in enumerate(self._kms):
             bs = m.block_size
             if m.spec.kind == "cross_attention":

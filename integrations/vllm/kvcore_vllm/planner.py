@@ -86,15 +86,16 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
         layer_specs = {n: from_vllm_spec(s) for n, s in specs.items()}
         plans.append((layer_specs, kvcore.plan(layer_specs, kv_cache_memory_bytes=mem,
                                                **opts)))
-    num_blocks = min(p.num_blocks for _, p in plans)
+    num_blocks = min(int(p.num_blocks or 0) for _, p in plans)
     out = []
     for layer_specs, p in plans:
         if p.num_blocks != num_blocks:
             o = dict(opts, num_gpu_blocks_override=num_blocks)
             if opts["max_model_len"] == -1:
                 o["max_model_len"] = min(q.max_model_len for _, q in plans)
-            p = kvcore.plan(layer_specs, kv_cache_memory_bytes=
-                            p.bytes_per_block * num_blocks, **o)
+            p = kvcore.plan(layer_specs,
+                            kv_cache_memory_bytes=int(p.bytes_per_block) * num_blocks,
+                            **o)
         vcfg = to_vllm_config(p)
         interval = getattr(vllm_config.cache_config, "prefix_cache_retention_interval", 0)
         if any(f.name == "prefix_cache_retention_interval"

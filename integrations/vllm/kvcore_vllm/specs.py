@@ -300,7 +300,7 @@ def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
     ``offset``."""
     from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
-    groups = []
+    groups: list[Any] = []
     for g in vcfg.kv_cache_groups:
         s = g.kv_cache_spec
         if type(s).__name__ == "UniformTypeKVCacheSpecs":
@@ -321,12 +321,12 @@ def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
             at.setdefault(key, []).append(name)
             size_of[key] = t.block_stride * vcfg.num_blocks if inner else \
                 (t.layer_stride or t.size)
-    tensors = [KVCacheTensor(size_of[k], tuple(v), k[0] if block_outer else 0, k[1])
-               for k, v in sorted(at.items())]
+    tensors = tuple(KVCacheTensor(size_of[k], tuple(v), k[0] if block_outer else 0, k[1])
+                    for k, v in sorted(at.items()))
     layout = getattr(vcfg, "kv_cache_layout", None) or ("BLHNC" if block_outer
                                                         else "LBNHC")
     return KVCacheConfig(num_blocks=vcfg.num_blocks, kv_cache_tensors=tensors,
-                         kv_cache_groups=groups, max_model_len=max_model_len,
+                         kv_cache_groups=tuple(groups), max_model_len=max_model_len,
                          kv_cache_layout=layout)
 
 
