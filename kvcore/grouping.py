@@ -412,7 +412,7 @@ def unify_page_sizes(
     max_state = max((s.real_page_size_bytes for s in states), default=0)
     max_attn = max((s.real_page_size_bytes for s in attn), default=0)
     state_align = math.lcm(*(_alignment(s, None) for s in states)) if states else 1
-    if attn and max_state > max_attn:
+    if attn and (max_state > max_attn or any(s.block_size % state_align for s in attn)):
         raised: list[int] = []
         for s in sorted(attn, key=lambda s: -s.real_page_size_bytes / s.block_size):
             m = math.lcm(s.block_size, _alignment(s, kernel_block_size), state_align)
