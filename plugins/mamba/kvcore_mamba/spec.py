@@ -80,8 +80,8 @@ class MambaSpec(KVCacheSpec):
         than ``shapes``, an unknown dtype or mode, a negative ``num_speculative_blocks``,
         a ``mamba_chunk_size`` that is not a positive int or None.  A ``block_size`` that
         is not a multiple of :attr:`block_size_alignment` is accepted here (the planner
-        rounds it up); :meth:`with_attention_block_size` and the runtime manager refuse
-        it.
+        rounds it up, and drops a layout whose attention block size would break it);
+        :meth:`check_block_size` and the runtime manager refuse it.
     """
 
     kind: ClassVar[str] = "mamba"
@@ -189,7 +189,6 @@ class MambaSpec(KVCacheSpec):
         ``none`` mode the spec is returned unchanged."""
         if self.mamba_cache_mode == "none" or block_size == self.block_size:
             return self
-        self.check_block_size(block_size)
         return dataclasses.replace(self, block_size=block_size)
 
     def check_block_size(self, block_size: int | None = None) -> None:

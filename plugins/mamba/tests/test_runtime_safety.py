@@ -383,7 +383,9 @@ def test_runtime_refuses_misaligned_all_mode_block():
     with pytest.raises(ConfigError, match="mamba_chunk_size 256"):
         KVCacheManager(cfg, max_model_len=4096)
     with pytest.raises(KVCoreError, match="multiple of mamba_chunk_size"):
-        spec.with_attention_block_size(528)
+        spec.check_block_size()
+    with pytest.raises(KVCoreError, match="e.g. 768"):
+        spec.check_block_size(528)
     assert MambaManager is not None
 
 
