@@ -360,9 +360,11 @@ def test_planned_all_mode_blocks_are_multiples_of_the_chunk(bs, chunk, mode, att
     spec = MambaSpec(block_size=bs, shapes=((3, 64), (4, 16, 16)),
                      dtypes=("bfloat16", "float32"), mamba_cache_mode=mode,
                      mamba_chunk_size=chunk)
+    big = FullAttentionSpec(block_size=attn_block, num_kv_heads=64, head_size=256)
     for layers in ({"ssm": spec},
                    {"a": FullAttentionSpec(block_size=attn_block, num_kv_heads=1,
-                                           head_size=8), "ssm": spec}):
+                                           head_size=8), "ssm": spec},
+                   {"a": big, "ssm": spec}):  # the attention page is the larger
         try:
             cfg = plan(layers, max_model_len=8192, num_gpu_blocks_override=4000,
                        mamba_cache_mode=mode)
