@@ -48,13 +48,12 @@ def _kernel_id(b: Any) -> int:
     if isinstance(b, bool):
         raise _type_error(b)
     if isinstance(b, int):
-        bid = b
-    else:
-        if getattr(b, "is_null", False):
-            return -1
-        bid = getattr(b, "block_id", None)
-        if not isinstance(bid, int) or isinstance(bid, bool):
-            raise _type_error(b)
+        return -1 if b <= 0 else b
+    if getattr(b, "is_null", False):
+        return -1
+    bid = getattr(b, "block_id", None)
+    if not isinstance(bid, int) or isinstance(bid, bool):
+        raise _type_error(b)
     return -1 if bid <= 0 else bid
 
 
