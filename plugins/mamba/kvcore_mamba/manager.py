@@ -179,12 +179,17 @@ class MambaManager(SingleTypeManager):
         #: num_computed_tokens reaches it: table index -> block, per request
         self._pending: dict[str, dict[int, KVCacheBlock]] = {}
         self._reqs: dict[str, Any] = {}
+        #: the table object the state above belongs to: a caller that takes a
+        #: request's table out of ``req_to_blocks`` without :meth:`free` (a deferred
+        #: free) leaves that state stale, and a new table for the id starts fresh
+        self._table_of: dict[str, list[KVCacheBlock]] = {}
 
     # ---- the step --------------------------------------------------------------------
     def _layout(self, rid: str, table: Sequence[KVCacheBlock] | None) -> tuple[int, bool]:
         """(read block index, whether speculative blocks are in the table)."""
-        if rid in self._running:
-            return self._running[rid], True
+        running = self._running.get(rid)
+        if running is not None and self._table_of.get(rid) is table:
+            return running, True
         if table:  # a cache hit only: its last block is the state to resume from
             return len(table) - 1, False
         return -1, False
@@ -192,7 +197,8 @@ class MambaManager(SingleTypeManager):
     def _start(self, request: Any, table: Sequence[KVCacheBlock] | None) -> int:
         """``C``: the tokens whose state the step starts from (a new request's hit)."""
         c = int(getattr(request, "num_computed_tokens", 0) or 0)
-        if request.request_id not in self._running and table:
+        rid = request.request_id
+        if table and (rid not in self._running or self._table_of.get(rid) is not table):
             c = max(c, len(table) * self.block_size)
         return c
 
@@ -251,6 +257,9 @@ class MambaManager(SingleTypeManager):
         if table is None:
             table = self.req_to_blocks[rid] = []
             self.num_cached_blocks.setdefault(rid, 0)
+        if self._table_of.get(rid) is not table:
+            self._forget(rid)  # a new table for this id (first allocation, or stale state)
+            self._table_of[rid] = table
         self._reqs[rid] = request
         running, has_spec, target, boundaries, n_new = self._plan(request, num_tokens, table)
         new: list[KVCacheBlock] = []
@@ -289,8 +298,8 @@ class MambaManager(SingleTypeManager):
         if not table:
             return [], 0, 0
         read = self._running.get(rid)
-        if read is None:
-            read = len(table) - 1
+        if read is None or self._table_of.get(rid) is not table:
+            return table, 0, len(table) - 1
         return table, self._live_from.get(rid, 0), read
 
     def num_blocks_freed_by_skipping(self, request_id: str, num_computed_tokens: int) -> int:
@@ -339,7 +348,8 @@ class MambaManager(SingleTypeManager):
             return
         req = self._reqs.get(rid)
         table = self.req_to_blocks.get(rid)
-        if req is None or table is None:
+        if req is None or table is None or self._table_of.get(rid) is not table:
+            pending.clear()
             return
         done = int(getattr(req, "num_computed_tokens", 0) or 0)
         hashes = req.block_hashes
@@ -395,10 +405,14 @@ class MambaManager(SingleTypeManager):
         """Publish the boundary blocks whose step has run, then release the table."""
         self._publish(request_id)
         super().free(request_id)
-        self._running.pop(request_id, None)
-        self._live_from.pop(request_id, None)
-        self._pending.pop(request_id, None)
-        self._reqs.pop(request_id, None)
+        self._forget(request_id)
+
+    def _forget(self, rid: str) -> None:
+        self._running.pop(rid, None)
+        self._live_from.pop(rid, None)
+        self._pending.pop(rid, None)
+        self._reqs.pop(rid, None)
+        self._table_of.pop(rid, None)
 
     def state_block(self, request_id: str) -> KVCacheBlock | None:
         """The block holding the request's running state (None before allocation)."""

@@ -405,3 +405,32 @@ def test_chunk_size_from_configs(data_dir, name, chunk):
     specs = mamba_layer_specs(mc, CacheConfig(mamba_cache_mode="all"))
     chunks = {s.mamba_chunk_size for s in specs.values() if s.kind == "mamba"}
     assert chunks == {chunk}
+
+
+@pytest.mark.parametrize("mode", ["align", "all"])
+def test_state_of_a_table_taken_out_without_free_does_not_leak(mode):
+    """An engine that takes a request's tables out of ``req_to_blocks`` and frees the
+    blocks later itself (a deferred free, as kvcore-vllm's ``pop_blocks_for_free``)
+    and then admits the request again under the same id gets a fresh state layout."""
+    mgr = KVCacheManager(issue_config(mode), max_model_len=64)
+    ssm = mgr.managers[1]
+    r = mgr.make_request("A", list(range(1, 11)))
+    mgr.allocate_slots(r, 10)
+    r.num_computed_tokens = 10
+    r.append_output_token_ids(3)
+    mgr.allocate_slots(r, 1, num_lookahead_tokens=2)
+    popped = [m.req_to_blocks.pop("A") for m in mgr.managers]
+    for m in mgr.managers:
+        m.num_cached_blocks.pop("A", None)
+        m.num_skipped_blocks.pop("A", None)
+    for table in popped:
+        mgr.block_pool.free_blocks(list(reversed(table)))
+    r2 = mgr.make_request("A", list(range(1, 7)))
+    assert mgr.allocate_slots(r2, 6) is not None
+    table = ssm.get_blocks("A")
+    assert len(table) == 2 + 2 and table[0].is_null and not table[1].is_null
+    assert ssm.state_block("A") is table[1]
+    r2.num_computed_tokens = 6
+    r2.append_output_token_ids(4)
+    assert mgr.allocate_slots(r2, 1, num_lookahead_tokens=2) is not None
+    assert ssm.state_block("A") is table[1] and table[1].ref_cnt == 1
