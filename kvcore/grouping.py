@@ -789,6 +789,10 @@ def candidate_layouts(items: Items, env: SearchEnv) -> list[Layout]:
     out: list[Layout] = []
     for gen in GENERATORS:
         out.extend(gen(items, env))
+    if any(lay.strategy in ("single", "packed") for lay in out):
+        for lay in out:  # vLLM plans one group then (UniformTypeKVCacheSpecs)
+            if lay.strategy not in ("single", "packed"):
+                lay.baseline = False
     return out
 
 
@@ -798,10 +802,10 @@ def candidate_layouts(items: Items, env: SearchEnv) -> list[Layout]:
 class Score:
     """A layout's figures, as the search compares them.
 
-    ``value`` is the main figure (higher is better): with a budget (or a block count)
-    max concurrency as the exact ratio ``min over stages(budget / bytes per block id) /
-    blocks per request`` (vLLM's convention without the rounding of num_blocks);
-    without one, minus the bytes one request takes.  With ``max_model_len`` -1,
+    ``value`` is the main figure (higher is better): with a budget, max concurrency
+    ``num_blocks / blocks per request`` (vLLM's convention; ``num_blocks`` the smallest
+    over the pipeline stages); without one (or with only a block-count override),
+    minus the bytes one request takes.  With ``max_model_len`` -1,
     ``max_model_len`` (the longest that fits) is compared first.  Tie-breaks, in order:
     fewer padding bytes per request, a smaller prefix-hit alignment, fewer groups."""
 
@@ -924,8 +928,11 @@ def score_layout(layout: Layout | Sequence[KVCacheGroupSpec], env: SearchEnv) ->
     fits = num_blocks is None or (length > 0 and num_blocks - 1 - reserved >= blocks)
     if num_blocks is not None and blocks:
         conc = num_blocks / blocks
-    if exact is not None:
-        value = exact / blocks if blocks else Fraction(1 << 62)
+    if exact is not None and num_blocks is not None:
+        # vLLM's convention, rounding of num_blocks included (a layout of fewer groups
+        # within the near-tie tolerance wins anyway; the floor at the baseline keeps
+        # kvcore >= vLLM's own rule)
+        value = Fraction(num_blocks, blocks) if blocks else Fraction(1 << 62)
         conc = float(value) if blocks else None
     else:
         value = Fraction(-blocks * bpb)
