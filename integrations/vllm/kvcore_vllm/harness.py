@@ -89,6 +89,52 @@ class Workload:
         return cls(seed=seed, requests=reqs, **kw)
 
 
+    @classmethod
+    def random(cls, seed: int) -> Workload:
+        """A configuration drawn from a seeded generator: block size, a mix of full,
+        sliding-window (several windows) and chunked-local layers, pool size (tight to
+        plenty), token budget, long-prefill threshold, speculative tokens and their
+        acceptance, batch size; requests with shared prefixes, exact resends and
+        block-aligned prompts."""
+        rng = random.Random(10_007 * seed + 3)
+        bs = rng.choice([16, 32])
+        n_layers = rng.randrange(1, 7)
+        kinds: list[tuple[str, dict[str, Any]]] = []
+        window = rng.choice([17, 32, 48, 64, 100, 256])
+        chunk = rng.choice([2, 4, 8]) * bs
+        for _ in range(n_layers):
+            r = rng.random()
+            if r < 0.45:
+                kinds.append(("full", {}))
+            elif r < 0.85:
+                kinds.append(("sliding", {"sliding_window": window}))
+            else:
+                kinds.append(("chunked", {"chunk": chunk}))
+        max_model_len = rng.choice([256, 512])
+        w = cls.shared_prefixes(
+            seed, n=rng.randrange(8, 40), layers=kinds, block_size=bs,
+            max_model_len=max_model_len,
+            num_blocks=rng.choice([max_model_len // bs + 4, max_model_len // bs * 2,
+                                   max_model_len // bs * 6, 2000]),
+            max_num_batched_tokens=rng.choice([32, 64, 128, 512]),
+            long_prefill_token_threshold=rng.choice([0, 0, 16, 48]),
+            num_spec_tokens=rng.choice([0, 0, 2, 4]), accept=rng.random(),
+            max_num_seqs=rng.choice([4, 16]),
+            planner=rng.choice(["vllm", "vllm", "kvcore"]))
+        # exact resends and block-aligned prompts; fit every request in max_model_len
+        reqs = []
+        for i, (rid, prompt, mt, arr) in enumerate(w.requests):
+            if i and rng.random() < 0.15:
+                prompt = list(rng.choice(reqs)[1])
+            elif rng.random() < 0.15:
+                prompt = prompt[:max(bs, len(prompt) // bs * bs)]
+            prompt = prompt[:max_model_len - 48]
+            mt = min(mt, max_model_len - len(prompt) - 8)
+            reqs.append((rid, prompt, max(mt, 1), arr))
+        w.requests = reqs
+        return w
+
+
 def _spec(kind: str, params: dict[str, Any], block_size: int) -> Any:
     import torch
     from vllm.v1.kv_cache_interface import (

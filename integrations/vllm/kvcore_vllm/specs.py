@@ -330,6 +330,23 @@ def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
                          kv_cache_layout=layout)
 
 
+def _even_runs(names: list[str], addrs: list[int]) -> list[list[str]]:
+    """Split layers (in order) into maximal runs whose byte addresses are evenly
+    spaced (positive step)."""
+    runs: list[list[str]] = []
+    i = 0
+    while i < len(names):
+        j = i + 1
+        if j < len(names) and addrs[j] > addrs[i]:
+            step = addrs[j] - addrs[i]
+            while j + 1 < len(names) and addrs[j + 1] - addrs[j] == step:
+                j += 1
+            j += 1
+        runs.append(names[i:j])
+        i = j
+    return runs
+
+
 def to_vllm_config(kcfg: Any) -> Any:
     """vLLM 0.32's ``KVCacheConfig`` of a kvcore plan.
 
@@ -341,9 +358,12 @@ def to_vllm_config(kcfg: Any) -> Any:
     distance between consecutive layers), ``block_stride`` and ``offset`` (the first
     layer's address), all of ``size`` = the whole allocation, as vLLM's planner does.
 
+    Layers of one spec that are not evenly spaced in memory get one tensor per evenly
+    spaced run.
+
     Raises :class:`~kvcore.errors.SpecError` for a kind vLLM does not have, and
-    :class:`~kvcore.errors.ConfigError` when the plan has no ``num_blocks`` or a group's
-    layer addresses are not evenly spaced (not expressible with one layer stride)."""
+    :class:`~kvcore.errors.ConfigError` when the plan has no ``num_blocks`` or a layer
+    is in no tensor entry."""
     from kvcore.errors import ConfigError
 
     kvi = _kvi()
@@ -385,19 +405,16 @@ def to_vllm_config(kcfg: Any) -> Any:
                 raise ConfigError(f"to_vllm_config: layer {missing[0]!r} of group {gi} "
                                   "is in no kv_cache_tensors entry",
                                   field="kv_cache_tensors", value=missing[0])
-            addrs = [addr[n] for n in names]
-            steps = {b - a for a, b in zip(addrs, addrs[1:])}
-            if len(steps) > 1:
-                raise ConfigError(f"to_vllm_config: group {gi}'s layers are not evenly "
-                                  f"spaced in memory (byte addresses {addrs[:4]}...); vLLM "
-                                  "0.32 needs one layer_stride per tensor",
-                                  field="kv_cache_tensors", group=gi)
             page = s.page_size_bytes
             stride = bstride[names[0]] or page
-            layer_stride = steps.pop() if steps else (
-                page if block_outer else stride * kcfg.num_blocks)
-            tensors.append(kvi.KVCacheTensor(size=total, layers=names,
-                                             layer_stride=layer_stride,
-                                             block_stride=stride, offset=addrs[0]))
+            # one vLLM tensor per run of evenly spaced layers (vLLM's own planner has one
+            # per group and spec; kvcore's layers of one spec need not be evenly spaced)
+            for run in _even_runs(names, [addr[n] for n in names]):
+                a0 = addr[run[0]]
+                layer_stride = addr[run[1]] - a0 if len(run) > 1 else (
+                    page if block_outer else stride * kcfg.num_blocks)
+                tensors.append(kvi.KVCacheTensor(size=total, layers=list(run),
+                                                 layer_stride=layer_stride,
+                                                 block_stride=stride, offset=a0))
     return kvi.KVCacheConfig(num_blocks=kcfg.num_blocks, kv_cache_tensors=tensors,
                              kv_cache_groups=groups)
