@@ -198,3 +198,21 @@ def test_progress_bar_appears_only_after_a_second(monkeypatch):
     monkeypatch.setattr(sweep_module.time, "monotonic", lambda: 0.0)  # fast sweep
     sweep("qwen3-8b", tensor_parallel_size=[1, 2, 4], progress=True)
     assert started == []
+
+
+def test_cli_sweeps_memory_utilization_and_pp(tmp_path, capsys):
+    path = tmp_path / "s.csv"
+    assert main(["plan", "llama-3.1-8b", "--gpu-memory", "80GB,141GB",
+                 "--gpu-memory-utilization", "0.8,0.9", "--pp", "1,2",
+                 "--max-model-len", "8k", "--csv", str(path)]) == 0
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 8
+    assert {int(r["gpu_memory_bytes"]) for r in rows} == {80 * 10**9, 141 * 10**9}
+    assert {r["max_model_len"] for r in rows} == {"8000"}  # k = 1,000 (vLLM)
+    by = {(r["gpu_memory_bytes"], r["gpu_memory_utilization"], r["pipeline_parallel_size"]): r
+          for r in rows}
+    more = by[(str(141 * 10**9), "0.9", "1")]
+    less = by[(str(80 * 10**9), "0.8", "1")]
+    assert int(more["num_blocks"]) > int(less["num_blocks"])
+    out = capsys.readouterr().out
+    assert "GPU memory" in out and "util" in out and "PP" in out
