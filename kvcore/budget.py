@@ -462,6 +462,16 @@ def plan_on_gpu(
         "fits": fits,
         "min_tensor_parallel_size_that_fits": min_tp,
     })
-    if hub_note:
-        config.stats.notes = [*(config.stats.notes or []), hub_note]
+    notes = [hub_note] if hub_note else []
+    w = b.weights
+    if w.mtp_bytes and not w.include_mtp_layers:
+        notes.append(f"weights: the checkpoint's MTP / next-n layers "
+                     f"({format_bytes(w.mtp_bytes)}) are not loaded (engines load them "
+                     f"only for speculative decoding; --include-mtp counts them)")
+    if w.source == "safetensors-index":
+        notes.append(f"weights: total from {w.index_path} (metadata.total_size), per rank "
+                     f"from the config's breakdown scaled to it")
+    notes.extend(w.notes)
+    if notes:
+        config.stats.notes = [*(config.stats.notes or []), *notes]
     return config

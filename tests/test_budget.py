@@ -243,3 +243,13 @@ def test_gpt_oss_120b_weights_difference_is_the_mxfp4_kernel_padding():
     padded = w.per_rank_bytes + w.by_class["moe_experts"] * (3072 * 2944 / 2880**2 - 1)
     assert abs(padded / GIB - 65.9651) / 65.9651 < 0.005
     assert abs(w.per_rank_bytes / GIB - 65.9651) / 65.9651 > 0.05  # unpadded: 8% under
+
+
+def test_plan_notes_say_mtp_layers_are_left_out():
+    config = plan_on_gpu("deepseek-v3", gpu="H200", tensor_parallel_size=8,
+                         max_model_len=32768)
+    assert any("MTP" in n and "--include-mtp" in n for n in config.stats.notes)
+    with_mtp = plan_on_gpu("deepseek-v3", gpu="H200", tensor_parallel_size=8,
+                           max_model_len=32768, include_mtp_layers=True)
+    assert with_mtp.stats.weights_bytes > config.stats.weights_bytes
+    assert not any("--include-mtp counts" in n for n in with_mtp.stats.notes)
