@@ -44,6 +44,7 @@ from kvcore.grouping import (
     prefix_hit_alignment,
     reserved_blocks,
     stage_bytes_per_block,
+    uniq,
 )
 from kvcore.kv_cache_config import (
     KVCacheConfig,
@@ -388,18 +389,25 @@ def _raise_not_enough(groups: tuple[KVCacheGroupSpec, ...], opts: _Options,
 def _per_request_bytes(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
                        plan_len: int) -> tuple[float, int, int]:
     """(K/V bytes per token, cross-attention bytes, real state bytes) of one request."""
+    counts: dict[int, list[Any]] = {}
+    for g in groups:
+        specs = g.layer_specs if g.layer_specs is not None else (g.spec,) * len(g.layer_names)
+        for ls in specs:
+            entry = counts.get(id(ls))
+            if entry is None:
+                counts[id(ls)] = [ls, 1]
+            else:
+                entry[1] += 1
     bytes_per_token = 0.0
     cross = state = 0
-    for g in groups:
-        for n in g.layer_names:
-            ls = g.spec_of(n)
-            if ls.kind == "cross_attention" or (ls.scales_with_block_size
-                                                and ls.bytes_per_token == 0):
-                cross += ls.max_memory_usage_bytes(ctx, plan_len)
-            elif ls.scales_with_block_size:
-                bytes_per_token += ls.bytes_per_token
-            else:  # real bytes (padding is reported on its own)
-                state += ls.max_num_blocks_per_req(ctx, plan_len) * ls.real_page_size_bytes
+    for ls, n in counts.values():
+        if ls.kind == "cross_attention" or (ls.scales_with_block_size
+                                            and ls.bytes_per_token == 0):
+            cross += n * ls.max_memory_usage_bytes(ctx, plan_len)
+        elif ls.scales_with_block_size:
+            bytes_per_token += n * ls.bytes_per_token
+        else:  # real bytes (padding is reported on its own)
+            state += n * ls.max_num_blocks_per_req(ctx, plan_len) * ls.real_page_size_bytes
     return bytes_per_token, cross, state
 
 
@@ -422,7 +430,8 @@ def _report(grouping: GroupingResult, sz: _Sizing, opts: _Options,
             decode = blocks_per_request(groups, decode_ctx, plan_len)
             if decode and num_blocks - sz.reserved >= blocks_req:
                 batched = 1 + (num_blocks - sz.reserved - blocks_req) / decode
-    specs = [g.spec_of(n) for g in groups for n in g.layer_names]
+    specs = uniq(s for g in groups
+                 for s in (g.layer_specs if g.layer_specs is not None else (g.spec,)))
     attn_dtypes = {getattr(s, "kv_cache_dtype", None) for s in specs} - {None}
     elem_dtypes = {getattr(s, "dtype", None) for s in specs} - {None}
     mixed = len(attn_dtypes) > 1 or len(elem_dtypes) > 1
