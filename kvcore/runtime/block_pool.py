@@ -239,7 +239,16 @@ class BlockPool:
     ``cached[g]`` maps a hash to the *earliest-cached* block holding it; later blocks
     with the same hash (no de-duplication, as in vLLM) wait in ``_dups[g]`` and take
     over, in caching order, when the earlier ones are evicted.
+
+    ``front_in_order`` (attribute, default False): when True, the content-free blocks
+    of one :meth:`free_blocks` call go to the front of the free queue *in the order
+    given* (vLLM 0.32's ``prepend_n``: the first one given is reused first) instead of
+    each to the front as it is freed (the last one given is reused first).  Both are
+    safe; kvcore-vllm sets it to hand out vLLM's block ids.
     """
+
+    #: see the class docstring
+    front_in_order: bool = False
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True,
                  num_groups: int = 1, enable_events: bool = False,
@@ -398,6 +407,7 @@ class BlockPool:
         n_pool = len(pool_blocks)
         n = 0
         done: list[KVCacheBlock] = []
+        anchor = head if self.front_in_order else None  # insert after it, then advance
         for b in blocks:
             if b.is_null:
                 if b is not self.null_block:
@@ -422,7 +432,14 @@ class BlockPool:
             b.ref_cnt -= 1
             if b.ref_cnt == 0:
                 n += 1
-                if b.block_hash is None:  # front: reused first
+                if b.block_hash is None and anchor is not None:  # front, in order
+                    first = anchor.next_free
+                    first.prev_free = b  # type: ignore[union-attr]
+                    b.next_free = first
+                    b.prev_free = anchor
+                    anchor.next_free = b
+                    anchor = b
+                elif b.block_hash is None:  # front: reused first
                     first = head.next_free
                     first.prev_free = b  # type: ignore[union-attr]
                     b.next_free = first
