@@ -124,7 +124,10 @@ class _Ctx:
         """The SSM kernel's chunk (tokens): ``mamba_chunk_size`` (Bamba, FalconH1,
         Granite) or ``chunk_size`` (Mamba2, NemotronH, Zamba; mamba_ssm schema: in
         ``ssm_cfg``), as vLLM ``ModelConfig.get_mamba_chunk_size`` reads it; None when
-        the config has none (vLLM then assumes 2,048 for Mamba1, which has no chunks)."""
+        the config has none (each adapter then gives its kernel's default: Mamba2 256,
+        transformers ``Mamba2Config`` and mamba_ssm ``Mamba2``; NemotronH 128,
+        ``NemotronHConfig``; gated DeltaNet 64, the FLA chunk kernels' ``FLA_CHUNK_SIZE``
+        in vLLM; Mamba1 none: its scan has no chunks)."""
         ssm = self.raw.get("ssm_cfg")
         for src, key in ((self.raw, "mamba_chunk_size"), (self.raw, "chunk_size"),
                          (ssm if isinstance(ssm, dict) else {}, "chunk_size")):
@@ -138,10 +141,12 @@ class _Ctx:
             return self.mc.max_position_embeddings or NONE_MODE_BLOCK_SIZE
         return self.attn_block
 
-    def state(self, shapes: tuple, dtypes: tuple) -> MambaSpec:
+    def state(self, shapes: tuple, dtypes: tuple,
+              chunk_default: int | None = None) -> MambaSpec:
+        chunk = self.chunk_size if self.chunk_size is not None else chunk_default
         return MambaSpec(block_size=self.state_block, shapes=shapes, dtypes=dtypes,
                          mamba_cache_mode=self.mode, num_speculative_blocks=self.num_spec,
-                         mamba_chunk_size=self.chunk_size)
+                         mamba_chunk_size=chunk)
 
     def attention(self, kv_heads: int, head_size: int) -> FullAttentionSpec:
         return FullAttentionSpec(
@@ -174,11 +179,13 @@ def _mamba1_state(c: _Ctx, *, d_inner: int, d_state: int, d_conv: int) -> MambaS
 
 
 def _mamba2_state(c: _Ctx, *, d_inner: int, n_groups: int, n_heads: int, head_dim: int,
-                  d_state: int, d_conv: int, ssm_default: str | None = None) -> MambaSpec:
+                  d_state: int, d_conv: int, ssm_default: str | None = None,
+                  chunk_default: int = 256) -> MambaSpec:
     shapes = mamba2_state_shapes(d_inner=d_inner, n_groups=n_groups, n_heads=n_heads,
                                  head_dim=head_dim, d_state=d_state, d_conv=d_conv,
                                  tp=c.tp, num_spec=c.num_spec)
-    return c.state(shapes, (c.dtype, ssm_state_dtype(c.raw, c.dtype, ssm_default)))
+    return c.state(shapes, (c.dtype, ssm_state_dtype(c.raw, c.dtype, ssm_default)),
+                   chunk_default)
 
 
 def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
@@ -350,7 +357,7 @@ def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
                           n_heads=heads, head_dim=head_dim,
                           d_state=_int(raw, "ssm_state_size", mc),
                           d_conv=_int(raw, "conv_kernel", mc, default=4),
-                          ssm_default="float32")
+                          ssm_default="float32", chunk_default=128)
     attn = c.std_attention() if "attention" in kinds else None
     out: dict[str, KVCacheSpec] = {}
     for i, k in enumerate(kinds):
@@ -399,7 +406,7 @@ def _gated_delta_net(c: _Ctx) -> dict[str, KVCacheSpec]:
         head_v_dim=_int(raw, "linear_value_head_dim", mc),
         conv_kernel=_int(raw, "linear_conv_kernel_dim", mc, default=4),
         tp=c.tp, num_spec=c.num_spec)
-    state = c.state(shapes, (c.dtype, ssm_state_dtype(raw, c.dtype)))
+    state = c.state(shapes, (c.dtype, ssm_state_dtype(raw, c.dtype)), chunk_default=64)
     attn = c.std_attention() if "full_attention" in types else None
     out: dict[str, KVCacheSpec] = {}
     for i, t in enumerate(types):

@@ -393,8 +393,8 @@ def test_runtime_refuses_misaligned_all_mode_block():
 
 @pytest.mark.parametrize("name,chunk", [
     ("nemotron-h-56b-base-8k.json", 128),   # chunk_size in the config
-    ("mamba2-2.7b.json", None),             # mamba_ssm schema without chunk_size
-    ("qwen3-next-80b-a3b-thinking.json", None),  # gated DeltaNet: none given
+    ("mamba2-2.7b.json", 256),              # mamba_ssm schema: Mamba2's default
+    ("qwen3-next-80b-a3b-thinking.json", 64),  # gated DeltaNet: FLA's chunk
 ])
 def test_chunk_size_from_configs(data_dir, name, chunk):
     from kvcore_mamba.adapters import mamba_layer_specs
@@ -434,3 +434,19 @@ def test_state_of_a_table_taken_out_without_free_does_not_leak(mode):
     r2.append_output_token_ids(4)
     assert mgr.allocate_slots(r2, 1, num_lookahead_tokens=2) is not None
     assert ssm.state_block("A") is table[1] and table[1].ref_cnt == 1
+
+
+def test_mamba1_has_no_chunk_and_a_config_value_wins():
+    from kvcore_mamba.adapters import mamba_layer_specs
+
+    from kvcore.models.config import CacheConfig, parse_model_config
+
+    base = {"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2,
+            "vocab_size": 100}
+    specs = mamba_layer_specs(parse_model_config(base), CacheConfig(mamba_cache_mode="all"))
+    assert {s.mamba_chunk_size for s in specs.values()} == {None}
+    m2 = {"model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2,
+          "num_heads": 2, "head_dim": 64, "n_groups": 1, "vocab_size": 100,
+          "chunk_size": 512}
+    specs = mamba_layer_specs(parse_model_config(m2), CacheConfig(mamba_cache_mode="all"))
+    assert {s.mamba_chunk_size for s in specs.values()} == {512}
