@@ -10,6 +10,9 @@ import pytest
 # Kernel tests compare Triton (interpreted on the CPU) against the torch references;
 # the interpreter must be chosen before triton is imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# the runtime debug switch (KVCacheManager check_invariants: whole-state check after
+# every call, pools up to 4,096 blocks) is on in the test suite
+os.environ.setdefault("KVCORE_CHECK_INVARIANTS", "1")
 
 from kvcore_test_state import StateSpec  # noqa: E402
 
