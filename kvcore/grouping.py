@@ -1062,7 +1062,7 @@ def group_layers(
     winner, best, scored = search_layouts(items, env)
     runner = _runner_up(scored, winner, env)
     distinct = len(scored)
-    why = [f"layout: {winner.strategy} chosen among {distinct} candidate layouts "
+    why = [f"search: {winner.strategy} chosen among {distinct} candidate layouts "
            f"({best.describe()})"]
     if runner is not None:
         why.append(f"runner-up: {runner[0]} ({runner[1].describe()})")

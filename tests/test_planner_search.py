@@ -429,3 +429,62 @@ def test_search_runtime_accepts_every_layout(layers, budget):
         assert len(table) == cdiv(100, g.block_size)   # a slot for every block position
         assert table[-1].block_id != 0                  # the step's last token is held
     mgr.free(r)
+
+
+# ---- the runtime invariant (issue 13's reference model) on the search's group types -----
+
+def _search_plans():
+    """Small plans of each group type the search emits (block 4, max_model_len 128)."""
+    def f(heads=1, block=4):
+        return FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=8)
+
+    def w(window, heads=1, block=4):
+        return SlidingWindowSpec(block_size=block, num_kv_heads=heads, head_size=8,
+                                 sliding_window=window)
+
+    out = {}
+    # one table for layers of different pages (uniform type): windows >= max_model_len
+    out["packed-pages"] = plan({"a": f(2), "b": w(200), "c": f(1)}, max_model_len=128,
+                               num_gpu_blocks_override=120)
+    # hybrid whose sliding block is scaled x2 next to full attention
+    out["hybrid-scaled"] = plan({"a": f(2), "b": w(16), "c": f(2), "d": w(16)},
+                                max_model_len=128, num_gpu_blocks_override=120,
+                                max_num_batched_tokens=16)
+    # block-outermost: pages side by side
+    out["block-packed"] = plan({"a": f(2), "b": w(16), "c": f(2), "d": w(16)},
+                               max_model_len=128, num_gpu_blocks_override=120,
+                               max_num_batched_tokens=16, kv_cache_layout="BLHNC")
+    # a group of two windows (the table-bucket layout), as the search builds it
+    layers = {f"l{i}": w(8 if i % 2 else 24) for i in range(4)}
+    env = SearchEnv(ctx=PlanContext(max_model_len=128, max_num_batched_tokens=16),
+                    max_model_len=128)
+    items, _, _ = normalize_specs(layers, max_model_len=128)
+    (packed,) = [lay for lay in candidate_layouts(items, env) if lay.strategy == "packed"]
+    from kvcore.kv_cache_config import KVCacheConfig
+
+    out["two-windows"] = KVCacheConfig(num_blocks=120, kv_cache_tensors=(),
+                                       kv_cache_groups=packed.groups, max_model_len=128)
+    return out
+
+
+@pytest.mark.parametrize("name", ["packed-pages", "hybrid-scaled", "block-packed",
+                                  "two-windows"])
+def test_search_group_types_pass_the_runtime_invariant(name):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "runtime"))
+    invariant = pytest.importorskip("invariant")
+    cfg = _search_plans()[name]
+    if name == "two-windows":
+        assert cfg.kv_cache_groups[0].spec.sliding_window == 24
+    elif name == "hybrid-scaled":
+        assert {g.block_size for g in cfg.kv_cache_groups} == {4, 8}
+    elif name == "packed-pages":
+        assert len(cfg.kv_cache_groups) == 1 and cfg.kv_cache_groups[0].page_sizes_differ
+    ops = 0
+    for seed in range(2):
+        world = invariant.World(cfg, max_model_len=128, name=name, seed=seed).run(1000)
+        assert not world.violations, world.violations[:3]
+        ops += world.ops
+    assert ops >= 2000
