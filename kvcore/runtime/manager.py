@@ -34,6 +34,9 @@ from kvcore.runtime.managers import SingleTypeManager
 
 __all__ = ["KVCacheManager", "KVCacheBlocks", "PrefixCacheStats"]
 
+#: the largest pool (blocks) that ``KVCORE_CHECK_INVARIANTS=1`` checks (``all``: any)
+ENV_CHECK_MAX_BLOCKS = 4096
+
 
 class KVCacheBlocks:
     """Blocks per KV-cache group: ``blocks[g]`` is a list of
@@ -93,15 +96,17 @@ class KVCacheManager:
         bring to a cross-attention group; default: the plan's figure
         (``kv_cache_config.stats``), else no limit.  A longer request is refused at
         admission with :class:`~kvcore.errors.RequestError`.
-    check_invariants: the debug switch.  When on (default: the environment variable
-        ``KVCORE_CHECK_INVARIANTS=1``), every public call is followed by
+    check_invariants: the debug switch.  When on, every public call is followed by
         :meth:`check_consistency` (every ref count equals the tables holding the block,
         the free queue holds exactly the unheld blocks, no block is in two groups'
         tables, hash tables agree with the blocks) and calls from a thread other than
         the first caller's raise.  It costs O(blocks) per call: for tests and engine
         bring-up, not production.  The cheap checks (a freed block must be a pool
         block that is held; a manager must return blocks it took from the pool) are
-        always on.
+        always on.  Default (None): the environment variable
+        ``KVCORE_CHECK_INVARIANTS``: ``1`` turns the switch on for pools of at most
+        ``ENV_CHECK_MAX_BLOCKS`` (4,096) blocks (a test suite's pools; a long replay on
+        a production-size pool would take hours), ``all`` for every pool.
 
     Errors: :class:`~kvcore.errors.ConfigError` when ``num_blocks`` is missing or < 2
     or ``max_model_len`` is not given and the plan has none;
@@ -204,8 +209,9 @@ class KVCacheManager:
                               or getattr(m.spec, "kind", "") == "cross_attention"
                               for m in self.managers)
         if check_invariants is None:
-            check_invariants = os.environ.get("KVCORE_CHECK_INVARIANTS", "").strip().lower() \
-                in ("1", "true", "yes", "on")
+            env = os.environ.get("KVCORE_CHECK_INVARIANTS", "").strip().lower()
+            check_invariants = env == "all" or (
+                env in ("1", "true", "yes", "on") and num_blocks <= ENV_CHECK_MAX_BLOCKS)
         #: whether the debug switch is on (see the class docstring)
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None
