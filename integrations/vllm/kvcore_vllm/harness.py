@@ -80,7 +80,7 @@ class Workload:
         rng = random.Random(seed)
         prefixes = [[rng.randrange(1, 32000) for _ in range(rng.randrange(16, 200))]
                     for _ in range(4)]
-        reqs = []
+        reqs: list[tuple[str, list[int], int, int]] = []
         for i in range(n):
             p = list(rng.choice(prefixes)) if rng.random() < 0.8 else []
             p += [rng.randrange(1, 32000) for _ in range(rng.randrange(1, 120))]
@@ -122,7 +122,7 @@ class Workload:
             max_num_seqs=rng.choice([4, 16]),
             planner=rng.choice(["vllm", "vllm", "kvcore"]))
         # exact resends and block-aligned prompts; fit every request in max_model_len
-        reqs = []
+        reqs: list[tuple[str, list[int], int, int]] = []
         for i, (rid, prompt, mt, arr) in enumerate(w.requests):
             if i and rng.random() < 0.15:
                 prompt = list(rng.choice(reqs)[1])

@@ -44,7 +44,7 @@ bookkeeping of vLLM 0.32 is not mirrored).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kvcore.errors import ConfigError, RequestError
@@ -64,7 +64,8 @@ def _cdiv(a: int, b: int) -> int:
 
 class VllmOrderBlockPool(BlockPool):
     """kvcore's :class:`~kvcore.runtime.BlockPool` that emits vLLM's KV events and,
-    with ``block_order="vllm"``, frees content-free blocks in vLLM's order.
+    with ``block_order="vllm"``, frees content-free blocks in vLLM's order
+    (``BlockPool.front_in_order``).
 
     Parameters: those of :class:`~kvcore.runtime.BlockPool` plus ``block_order``
     (``"vllm"`` | ``"kvcore"``), ``vllm_events`` (record vLLM events) and
@@ -81,6 +82,9 @@ class VllmOrderBlockPool(BlockPool):
         self._ev = kv_events
         self._ku = kv_cache_utils
         self.block_order = block_order
+        # vLLM 0.32's order: content-free blocks of one free reused in the order given
+        # (kvcore's pool keeps its always-on checks: foreign / over-freed blocks)
+        self.front_in_order = block_order == "vllm"
         self.vllm_events = vllm_events
         self.hash_block_size = hash_block_size
         self.kv_event_queue: list[Any] = []
@@ -98,44 +102,6 @@ class VllmOrderBlockPool(BlockPool):
             return []
         ev, self.kv_event_queue = self.kv_event_queue, []
         return ev
-
-    # ---- order ----------------------------------------------------------------------
-    def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one holder of each block.  ``block_order="vllm"``: blocks reaching
-        ``ref_cnt == 0`` without a hash go to the front of the free queue *in the order
-        given* (vLLM ``BlockPool.free_blocks`` / ``prepend_n``), cached ones to the back
-        in the order given.  ``"kvcore"``: kvcore's order."""
-        if self.block_order != "vllm":
-            super().free_blocks(blocks)
-            return
-        first: list[KVCacheBlock] = []
-        last: list[KVCacheBlock] = []
-        for b in blocks:
-            if b.is_null:
-                continue
-            if b.ref_cnt <= 0:
-                from kvcore.errors import BlockPoolError
-
-                raise BlockPoolError(f"block {b.block_id} freed with ref_cnt "
-                                     f"{b.ref_cnt} (not held)", block_id=b.block_id)
-            b.ref_cnt -= 1
-            if b.ref_cnt == 0:
-                (first if b.block_hash is None or not self.enable_caching
-                 else last).append(b)
-        q = self.free_queue
-        if first:
-            head = q.head
-            nxt = head.next_free
-            prev = head
-            for b in first:
-                b.prev_free = prev
-                prev.next_free = b
-                prev = b
-            prev.next_free = nxt
-            nxt.prev_free = prev  # type: ignore[union-attr]
-        for b in last:
-            q.append(b)
-        q.num_free_blocks += len(first)
 
     # ---- events ---------------------------------------------------------------------
     def _evict(self, b: KVCacheBlock) -> None:
@@ -364,6 +330,14 @@ class KVCacheManager:
         hit can end on: the replay boundary ``num_prompt_tokens - 1``, shared-prefix
         junctions, and every ``prefix_cache_retention_interval`` tokens); ``"kvcore"``
         caches every full block (kvcore's runtime: more hits, more hash entries).
+    check_invariants: kvcore's debug switch (:class:`kvcore.runtime.KVCacheManager`):
+        after every ``get_computed_blocks`` / ``allocate_slots`` / ``free`` /
+        ``reset_prefix_cache`` the whole block state is checked (ref counts equal the
+        tables holding each block, the free queue holds exactly the unheld blocks, no
+        block in two groups' tables, hash tables agree) and calls from a second thread
+        raise.  O(blocks) per call.  Default (None): ``KVCORE_CHECK_INVARIANTS`` as in
+        kvcore's runtime.  Switched off from the first ``pop_blocks_for_free`` on
+        (deferred frees: blocks held outside the tables until the Scheduler frees them).
 
     Raises :class:`~kvcore.errors.ConfigError` for a configuration it does not support
     (the message names the feature; :func:`unsupported_reason`) or an unknown
@@ -403,7 +377,8 @@ class KVCacheManager:
                  pcp_world_size: int = 1, metrics_collector: Any = None,
                  watermark: float = 0.0,
                  enable_mamba_shared_prefix_checkpoint: bool = False, *,
-                 block_order: str = "vllm", retention: str = "vllm") -> None:
+                 block_order: str = "vllm", retention: str = "vllm",
+                 check_invariants: bool | None = None) -> None:
         from vllm.v1.kv_cache_interface import (
             get_kv_cache_spec_kind,
             get_kv_cache_spec_sliding_window,
@@ -495,6 +470,24 @@ class KVCacheManager:
                         vg.kv_cache_spec, getattr(vg, "role", None))
                     self._masks[g] = getattr(vcls, "reachable_block_mask", None)
         self.coordinator = _Coordinator(self)
+        #: kvcore's managers, one per group (what ``check_consistency`` walks)
+        self.managers = self._kms
+        self._deferred_out = 0
+        if check_invariants is None:
+            import os
+
+            from kvcore.runtime.manager import ENV_CHECK_MAX_BLOCKS
+
+            env = os.environ.get("KVCORE_CHECK_INVARIANTS", "").strip().lower()
+            check_invariants = env == "all" or (
+                env in ("1", "true", "yes", "on")
+                and kv_cache_config.num_blocks <= ENV_CHECK_MAX_BLOCKS)
+        self.check_invariants = bool(check_invariants)
+        self._owner_thread: int | None = None
+        if self.check_invariants:
+            for name in ("get_computed_blocks", "allocate_slots", "free",
+                         "reset_prefix_cache"):
+                setattr(self, name, self._checked(getattr(self, name)))
         self.mamba_shared_prefix_checkpoint = False
         self.retained_hit_group_ids: tuple[int, ...] = ()
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
@@ -503,6 +496,22 @@ class KVCacheManager:
              get_kv_cache_spec_sliding_window(g.kv_cache_spec)) for g in vgroups)
         self._KVCacheBlocks = _kv_cache_blocks_cls()
         self.empty_kv_cache_blocks = self._KVCacheBlocks(tuple(() for _ in vgroups))
+
+    # ---- kvcore's debug switch -------------------------------------------------------
+    def _checked(self, fn: Any) -> Any:
+        from kvcore.runtime.manager import KVCacheManager as _Runtime
+
+        return _Runtime._checked(self, fn)  # type: ignore[arg-type]
+
+    def check_consistency(self) -> None:
+        """kvcore's whole-state check (:meth:`kvcore.runtime.KVCacheManager.
+        check_consistency`); raises :class:`~kvcore.errors.BlockPoolError` naming the
+        block id and the group's kind at the first fault."""
+        if self._deferred_out:
+            return
+        from kvcore.runtime.manager import KVCacheManager as _Runtime
+
+        _Runtime.check_consistency(self)  # type: ignore[arg-type]
 
     # ---- helpers ------------------------------------------------------------------
     def create_kv_cache_blocks(self, blocks: Sequence[Sequence[KVCacheBlock]]) -> Any:
@@ -757,6 +766,8 @@ class KVCacheManager:
             out.extend(m.req_to_blocks.pop(rid, []))
             m.num_cached_blocks.pop(rid, None)
             m.num_skipped_blocks.pop(rid, None)
+        if out:
+            self._deferred_out += 1  # the whole-state check is off until they return
         return out
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,

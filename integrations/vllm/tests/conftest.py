@@ -10,6 +10,9 @@ import os
 import pytest
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# kvcore's debug switch: every manager call of the differential tests is followed by
+# kvcore's whole-state check (pools of at most 4,096 blocks)
+os.environ.setdefault("KVCORE_CHECK_INVARIANTS", "1")
 
 try:
     import vllm  # noqa: F401

@@ -264,3 +264,20 @@ def test_general_plugin_entry_point(flag, expected):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+def test_debug_switch_checks_the_whole_state():
+    """check_invariants=True wraps the Scheduler's calls with kvcore's whole-state check;
+    a corrupted ref count is reported as a BlockPoolError naming the block."""
+    from kvcore_vllm.harness import Workload, make_scheduler
+
+    from kvcore.errors import BlockPoolError
+
+    kcfg = make_scheduler(Workload.shared_prefixes(0, max_model_len=512,
+                                                   num_blocks=100)).kv_cache_config
+    m = kvcore_vllm.KVCacheManager(kcfg, 512, 16, 16, check_invariants=True)
+    assert m.check_invariants
+    m.check_consistency()
+    m.block_pool.blocks[5].ref_cnt = 1  # a block in the free queue that claims a holder
+    with pytest.raises(BlockPoolError, match="block 5"):
+        m.check_consistency()
