@@ -84,8 +84,6 @@ def specs(layers=None, **options):
     (specs(disable_hybrid_kv_cache_manager="no"), "disable_hybrid_kv_cache_manager"),
     (specs({"x": {"type": "cross_attention", "block_size": 16, "num_kv_heads": 4,
                   "head_size": 64}}), "max_num_encoder_input_tokens"),
-    (specs({"x": {"type": "encoder_only_attention", "block_size": 16, "num_kv_heads": 4,
-                  "head_size": 64}}), "nothing to plan"),
     (specs({"a": {**F.to_dict(), "non_causal": "yes"}}), "non_causal"),
     (specs({"a": {**F.to_dict(), "sliding_window": "x"}}), "sliding_window"),
 ])
