@@ -488,3 +488,19 @@ def test_search_group_types_pass_the_runtime_invariant(name):
         assert not world.violations, world.violations[:3]
         ops += world.ops
     assert ops >= 2000
+
+
+def test_mamba_chunk_alignment_is_honoured():
+    """Issue 13 item 6 (planner side): a Mamba state in ``all`` mode with 256-token SSM
+    chunks (``block_size_alignment`` 256) beside 16-token attention: every block size
+    the search picks is a multiple of 256 (states exist only at chunk ends)."""
+    mamba = pytest.importorskip("kvcore_mamba.spec")
+    state = mamba.MambaSpec(block_size=16, shapes=((3, 64), (4, 8, 16)),
+                            dtypes=("bfloat16", "float32"), mamba_cache_mode="all",
+                            mamba_chunk_size=256)
+    assert state.block_size_alignment == 256
+    layers = {"a": fa(), "m": state, "b": fa(), "n": state}
+    config = plan(layers, max_model_len=8192, kv_cache_memory_bytes=GiB,
+                  mamba_cache_mode="all")
+    assert all(g.block_size % 256 == 0 for g in config.kv_cache_groups)
+    assert {g.kind for g in config.kv_cache_groups} == {"full_attention", "mamba"}
