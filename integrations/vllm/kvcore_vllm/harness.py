@@ -69,6 +69,13 @@ class Workload:
     num_spec_tokens: int = 0
     accept: float = 0.5
     requests: list[tuple[str, list[int], int, int]] = field(default_factory=list)
+    #: per step: probability of aborting a random unfinished request, of
+    #: ``reset_prefix_cache()`` (and of ``reset_prefix_cache(reset_running_requests=
+    #: True)``); fraction of requests carrying a ``cache_salt``
+    abort: float = 0.0
+    reset: float = 0.0
+    reset_running: float = 0.0
+    salted: float = 0.0
     log_stats: bool = True
     events: bool = True
     planner: str = "vllm"
@@ -120,6 +127,8 @@ class Workload:
             long_prefill_token_threshold=rng.choice([0, 0, 16, 48]),
             num_spec_tokens=rng.choice([0, 0, 2, 4]), accept=rng.random(),
             max_num_seqs=rng.choice([4, 16]),
+            abort=rng.choice([0.0, 0.0, 0.05]), reset=rng.choice([0.0, 0.0, 0.05]),
+            reset_running=rng.choice([0.0, 0.0, 0.02]), salted=rng.choice([0.0, 0.3]),
             planner=rng.choice(["vllm", "vllm", "kvcore"]))
         # exact resends and block-aligned prompts; fit every request in max_model_len
         reqs: list[tuple[str, list[int], int, int]] = []
@@ -172,7 +181,9 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
 
     mc = ModelConfig(model=_model_dir(), skip_tokenizer_init=True,
                      max_model_len=w.max_model_len, dtype="bfloat16")
-    cc = CacheConfig(block_size=w.block_size, enable_prefix_caching=True)
+    cc = CacheConfig(block_size=w.block_size, enable_prefix_caching=True,
+                     mamba_cache_mode="align" if any(k == "mamba" for k, _ in w.layers)
+                     else "none")
     sc = SchedulerConfig(max_num_batched_tokens=w.max_num_batched_tokens,
                          max_num_seqs=w.max_num_seqs, max_model_len=w.max_model_len,
                          is_encoder_decoder=False,
@@ -249,13 +260,14 @@ def canon_event(ev: Any) -> tuple[Any, ...]:
 def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
         record: bool = True, **manager_kw: Any) -> dict[str, Any]:
     """Run a workload to completion; returns per-step canonical outputs, prefix-cache
-    stats, KV events, the number of steps, wall seconds and seconds inside the
-    KV-cache manager's methods."""
+    stats, KV events, prefix-cache resets ``(step, reset_running_requests, result)``,
+    the number of steps, wall seconds and seconds inside the KV-cache manager's
+    methods."""
     from vllm import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.v1.request import Request, RequestStatus
 
     init_none_hash(sha256)
     sched = make_scheduler(w, manager, **manager_kw)
@@ -275,16 +287,26 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     pending = sorted(w.requests, key=lambda r: r[3])
     steps: list[Any] = []
     stats: list[Any] = []
+    resets: list[tuple[int, bool, bool]] = []
     step = 0
     t0 = time.perf_counter()
     while step < max_steps:
         while pending and pending[0][3] <= step:
             rid, prompt, max_tokens, _ = pending.pop(0)
             sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+            salt = f"salt{rng.randrange(2)}" if rng.random() < w.salted else None
             sched.add_request(Request(rid, list(prompt), sp, None, block_hasher=hasher,
-                                      arrival_time=float(step)))
+                                      arrival_time=float(step), cache_salt=salt))
         if not pending and not sched.has_unfinished_requests():
             break
+        if w.abort and rng.random() < w.abort and sched.requests:
+            victim = rng.choice(sorted(sched.requests))
+            sched.finish_requests(victim, RequestStatus.FINISHED_ABORTED)
+        if w.reset and rng.random() < w.reset:
+            resets.append((step, False, sched.reset_prefix_cache()))
+        if w.reset_running and rng.random() < w.reset_running:
+            resets.append((step, True, sched.reset_prefix_cache(
+                reset_running_requests=True)))
         out = sched.schedule()
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
@@ -322,7 +344,8 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     wall = time.perf_counter() - t0
     if record:  # one more (empty) step reports the requests finished in the last one
         steps.append(canon_output(sched.schedule()))
-    return {"steps": steps, "stats": stats, "events": events, "num_steps": step,
+    return {"steps": steps, "stats": stats, "events": events, "resets": resets,
+            "num_steps": step,
             "wall_s": wall, "manager_s": timer.total if timer else None,
             "usage": kvm.usage}
 

@@ -108,11 +108,12 @@ def test_kvcore_options_run_the_same_requests(seed: int) -> None:
     assert sum(s[3] for s in got["stats"]) >= sum(s[3] for s in ref["stats"])
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", range(20))
 def test_identical_on_generated_configurations(seed: int) -> None:
     """Generated configurations (Workload.random: block size, full / sliding-window /
     chunked-local mixes, tight to plenty pools, token budgets, long-prefill thresholds,
-    speculative decoding, exact resends, block-aligned prompts, vLLM's or kvcore's
+    speculative decoding, exact resends, block-aligned prompts, cache salts, aborts,
+    prefix-cache resets with and without running requests, vLLM's or kvcore's
     planner): the two managers drive vLLM's Scheduler identically.  (200 seeds were
     checked by hand with the same driver; CI runs 16.)"""
     w = Workload.random(seed)
@@ -120,4 +121,5 @@ def test_identical_on_generated_configurations(seed: int) -> None:
     assert got["steps"] == ref["steps"], _first_difference(ref["steps"], got["steps"])
     assert got["stats"] == ref["stats"], _first_difference(ref["stats"], got["stats"])
     assert got["events"] == ref["events"], _first_difference(ref["events"], got["events"])
+    assert got["resets"] == ref["resets"]
     assert ref["num_steps"] > 0
