@@ -281,16 +281,22 @@ def _attention(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int,
     heads = _int(raw, "num_attention_heads", where=where_s)
     kv = _int(raw, "num_key_value_heads", default=heads, where=where_s)
     hd = cfg.head_dim or _int(raw, "head_dim", where=where_s)
-    swa_heads = None
-    if cfg.layer_types and i >= 0 and i < len(cfg.layer_types):
+    v_hd = int(raw.get("v_head_dim") or hd)  # MiMo: v/o narrower than q/k
+    pattern = raw.get("hybrid_layer_pattern")  # MiMo-V2: 1 = sliding window, 0 = full
+    swa = None
+    if isinstance(pattern, list) and 0 <= i < len(pattern):
+        swa = pattern[i] == 1
+    elif cfg.layer_types and 0 <= i < len(cfg.layer_types):
         t = cfg.layer_types[i]
         if t == "full_attention" and raw.get("global_head_dim"):  # Gemma-4 full layers
-            hd = int(raw["global_head_dim"])
+            hd = v_hd = int(raw["global_head_dim"])
             kv = int(raw.get("num_global_key_value_heads") or kv)
-        elif "sliding" in t and raw.get("swa_head_dim"):
-            hd = int(raw["swa_head_dim"])
-            swa_heads = raw.get("swa_num_key_value_heads")
-            kv = int(swa_heads or kv)
+        swa = "sliding" in t
+    if swa and raw.get("swa_head_dim"):  # separate SWA shapes (MiMo-V2)
+        heads = int(raw.get("swa_num_attention_heads") or heads)
+        kv = int(raw.get("swa_num_key_value_heads") or kv)
+        hd = int(raw["swa_head_dim"])
+        v_hd = int(raw.get("swa_v_head_dim") or raw.get("v_head_dim") or hd)
     mt = cfg.model_type
     qkv_bias = bool(raw.get("attention_bias")) or mt in ("qwen2", "qwen2_moe", "qwen2_vl",
                                                           "qwen2_5_vl")
@@ -303,8 +309,10 @@ def _attention(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int,
     k_eq_v = bool(raw.get("attention_k_eq_v")) and cfg.layer_types is not None and \
         0 <= i < len(cfg.layer_types) and cfg.layer_types[i] == "full_attention"
     if not k_eq_v:
-        b.linear(f"{p}.self_attn.v_proj", cls, kv * hd, h, "kv", bias=qkv_bias, **kw)
-    b.linear(f"{p}.self_attn.o_proj", cls, h, heads * hd, "row", bias=o_bias, **kw)
+        b.linear(f"{p}.self_attn.v_proj", cls, kv * v_hd, h, "kv", bias=qkv_bias, **kw)
+    b.linear(f"{p}.self_attn.o_proj", cls, h, heads * v_hd, "row", bias=o_bias, **kw)
+    if raw.get("add_swa_attention_sink_bias" if swa else "add_full_attention_sink_bias"):
+        b.add(f"{p}.self_attn.attention_sink_bias", cls, (heads,), parallel="column", **kw)
     if mt in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3",
               "gemma3_text", "gemma4", "gemma4_text", "olmo2", "qwen3_vl", "qwen3_vl_moe"):
         b.norm(f"{p}.self_attn.q_norm", hd, **kw)
@@ -335,7 +343,10 @@ def _mla(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int, where_s: str,
     b.norm(f"{p}.self_attn.kv_a_layernorm", kv_lora, **kw)
     b.linear(f"{p}.self_attn.kv_b_proj", cls, heads * (nope + v), kv_lora, "column", **kw)
     b.linear(f"{p}.self_attn.o_proj", cls, h, heads * v, "row", **kw)
-    if raw.get("index_n_heads") and raw.get("index_head_dim"):  # DSA lightning indexer
+    types = raw.get("indexer_types")
+    shared = isinstance(types, list) and 0 <= i < len(types) and types[i] != "full"
+    if raw.get("index_n_heads") and raw.get("index_head_dim") and not shared:
+        # DSA lightning indexer (GLM-5.2's "shared" layers reuse another layer's)
         ih, idim = int(raw["index_n_heads"]), int(raw["index_head_dim"])
         b.linear(f"{p}.self_attn.indexer.wq_b", cls, ih * idim, q_lora or h, "replicated",
                  **kw)
@@ -429,6 +440,9 @@ def _moe(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int, where: str = "la
     mt = cfg.model_type
     bias = mt == "gpt_oss"
     b.add(f"{p}.mlp.gate", cls_r, (e, h), parallel="replicated", bias=bias, **kw)
+    if mt.startswith("gemma4"):  # Gemma-4's router: a scale per hidden unit and expert
+        b.add(f"{p}.router.scale", cls_r, (h,), **kw)
+        b.add(f"{p}.router.per_expert_scale", cls_r, (e,), **kw)
     if raw.get("topk_method") == "noaux_tc" or mt in ("glm_moe_dsa", "glm4_moe"):
         b.add(f"{p}.mlp.gate.e_score_correction_bias", cls_r, (e,), dtype_bytes=4, **kw)
     for proj in ("gate_proj", "up_proj", "down_proj"):
@@ -481,8 +495,10 @@ def _vision(b: _Builder, vc: dict[str, Any], data: dict[str, Any], text_hidden: 
     mtype = str(vc.get("model_type", ""))
     gemma4 = mtype.startswith("gemma4")
     bias = not gemma4 and vc.get("attn_bias") is not False
-    t = "where"
-    kw: dict[str, Any] = {t: "tower"}
+    kw: dict[str, Any] = {"where": "tower"}
+    if mtype == "llama4_vision_model":
+        _llama4_vision(b, vc, hv, layers, inter, patch, chans, text_hidden)
+        return
     b.linear("vision_tower.patch_embed", "vision", hv, chans * temporal * patch * patch,
              "replicated", bias=not gemma4 and vc.get("patch_embed_proj_bias") is not False,
              **kw)
@@ -516,6 +532,9 @@ def _vision(b: _Builder, vc: dict[str, Any], data: dict[str, Any], text_hidden: 
             b.norm(f"{q}.norm2", hv, cls="vision", bias=layer_norm, **kw)
         b.linear(f"{q}.mlp.fc1", "vision", inter, hv, "column", bias=bias, **kw)
         b.linear(f"{q}.mlp.fc2", "vision", hv, inter, "row", bias=bias, **kw)
+    if gemma4 and vc.get("standardize"):
+        b.add("vision_tower.std_bias", "vision", (hv,), **kw)
+        b.add("vision_tower.std_scale", "vision", (hv,), **kw)
     merge = int(vc.get("spatial_merge_size") or 0)
     if mtype == "siglip_vision_model":
         b.norm("vision_tower.post_layernorm", hv, cls="vision", bias=True, **kw)
@@ -533,6 +552,38 @@ def _vision(b: _Builder, vc: dict[str, Any], data: dict[str, Any], text_hidden: 
             b.linear(f"{q}.linear_fc2", "vision", out, m, "row", bias=True, **kw)
     else:
         b.linear("multi_modal_projector.linear", "vision", text_hidden, hv, "column", **kw)
+
+
+def _llama4_vision(b: _Builder, vc: dict[str, Any], hv: int, layers: int, inter: int,
+                   patch: int, chans: int, text_hidden: int) -> None:
+    """Llama-4's vision encoder (HF ``Llama4VisionModel``) and projector."""
+    kw: dict[str, Any] = {"where": "tower"}
+    n_pos = (int(vc.get("image_size") or 336) // patch) ** 2 + 1
+    b.add("vision_model.class_embedding", "vision", (hv,), **kw)
+    b.add("vision_model.positional_embedding_vlm", "vision", (n_pos, hv), **kw)
+    b.linear("vision_model.patch_embedding.linear", "vision", hv, chans * patch * patch,
+             "column", **kw)
+    for name in ("layernorm_pre", "layernorm_post"):
+        b.norm(f"vision_model.{name}", hv, cls="vision", bias=True, **kw)
+    for i in range(layers):
+        q = f"vision_model.model.layers.{i}"
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            b.linear(f"{q}.self_attn.{proj}", "vision", hv, hv, "column", bias=True, **kw)
+        b.linear(f"{q}.self_attn.o_proj", "vision", hv, hv, "row", bias=True, **kw)
+        b.linear(f"{q}.mlp.fc1", "vision", inter, hv, "column", bias=True, **kw)
+        b.linear(f"{q}.mlp.fc2", "vision", hv, inter, "row", bias=True, **kw)
+        b.norm(f"{q}.input_layernorm", hv, cls="vision", bias=True, **kw)
+        b.norm(f"{q}.post_attention_layernorm", hv, cls="vision", bias=True, **kw)
+    ratio = float(vc.get("pixel_shuffle_ratio") or 0.5)
+    shuffled = int(hv / (ratio * ratio))  # pixel shuffle: channels x 1/ratio^2
+    adapter_in = int(vc.get("projector_input_dim") or shuffled)
+    adapter_out = int(vc.get("projector_output_dim") or adapter_in)
+    b.linear("vision_model.vision_adapter.mlp.fc1", "vision", adapter_in, shuffled,
+             "column", **kw)
+    b.linear("vision_model.vision_adapter.mlp.fc2", "vision", adapter_out, adapter_in,
+             "row", **kw)
+    b.linear("multi_modal_projector.linear_1", "vision", text_hidden,
+             int(vc.get("vision_output_dim") or adapter_out), "column", **kw)
 
 
 def _whisper(b: _Builder, raw: dict[str, Any], where_s: str) -> None:
@@ -655,12 +706,21 @@ def _nemotron_h(b: _Builder, cfg: ModelConfig, h: int, where_s: str) -> int:
         elif k == "E":
             e = _num_experts(raw)
             inter = _int(raw, "moe_intermediate_size", where=where_s)
+            # latent MoE (Nemotron-3 Ultra): experts work in moe_latent_size, reached
+            # through fc1/fc2 latent projections
+            latent = int(raw.get("moe_latent_size") or 0)
+            width = latent or h
             b.add(f"{p}.mixer.gate", "router", (e, h), layer=i)
             b.add(f"{p}.mixer.gate.e_score_correction_bias", "router", (e,),
                   dtype_bytes=4, layer=i)
-            for proj, (o, n) in (("up_proj", (inter, h)), ("down_proj", (h, inter))):
+            for proj, (o, n) in (("up_proj", (inter, width)), ("down_proj", (width, inter))):
                 b.add(f"{p}.mixer.experts.0.{proj}", "moe_experts", (o, n), count=e,
                       parallel="expert", linear=True, layer=i)
+            if latent:
+                b.linear(f"{p}.mixer.fc1_latent_proj", "moe_experts", latent, h,
+                         "replicated", layer=i)
+                b.linear(f"{p}.mixer.fc2_latent_proj", "moe_experts", h, latent,
+                         "replicated", layer=i)
             sh = int(raw.get("moe_shared_expert_intermediate_size") or 0)
             if sh:
                 _mlp(b, raw, p, i, h, sh, gated=False, cls="moe_shared_experts",
@@ -742,7 +802,8 @@ def _decoder_layer(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int, kind: 
         inter = _int(raw, "intermediate_size_mlp", "intermediate_size", where=where_s) \
             if cfg.model_type.startswith("llama4") else \
             _int(raw, "intermediate_size", where=where_s)
-        _mlp(b, raw, p, i, h, inter, cls=cls_override or "mlp", where=where)
+        _mlp(b, raw, p, i, h, inter, cls=cls_override or "mlp", where=where,
+             bias=bool(raw.get("mlp_bias")))
     if gemma and moe and raw.get("enable_moe_block"):  # Gemma-4: extra norms of the MoE
         for name in ("pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
                      "post_feedforward_layernorm_2"):
