@@ -974,11 +974,28 @@ def choose(scored: Sequence[tuple[Layout, Score]], env: SearchEnv) -> int:
                                    scored[i][1].padding_bytes_per_request, i))
 
 
-def search_layouts(items: Items, env: SearchEnv
+def vllm_rule_layouts(items: Items, env: SearchEnv) -> list[Layout]:
+    """vLLM 0.32's own layout of ``items`` (one group when the layers share a table,
+    else the unified-page hybrid with its group size), marked as the baseline."""
+    first = one_group(items, env) or hybrid(items, env)[:1]
+    for lay in first:
+        lay.strategy = f"{lay.strategy} (vLLM's rule, windows as given)"
+        lay.baseline = True
+    return first
+
+
+def search_layouts(items: Items, env: SearchEnv, raw_items: Items | None = None
                    ) -> tuple[Layout, Score, list[tuple[Layout, Score]]]:
     """Score every candidate; returns (winner, its score, all scored in order).
-    Deterministic: same input, same winner."""
-    scored = [(lay, score_layout(lay, env)) for lay in candidate_layouts(items, env)]
+    ``raw_items``: the layers before windows >= max_model_len became full attention;
+    when given, vLLM's layout of them is a candidate and the baseline (vLLM does not
+    normalize).  Deterministic: same input, same winner."""
+    layouts = candidate_layouts(items, env)
+    if raw_items is not None:
+        for lay in layouts:
+            lay.baseline = False
+        layouts += vllm_rule_layouts(raw_items, env)
+    scored = [(lay, score_layout(lay, env)) for lay in layouts]
     best = choose(scored, env)
     return scored[best][0], scored[best][1], scored
 
@@ -1059,7 +1076,12 @@ def group_layers(
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
     if not items:
         return GroupingResult((), "empty", skipped, ("no layer needs a KV cache",))
-    winner, best, scored = search_layouts(items, env)
+    raw_items = None
+    if norm_len is not None and notes:  # some windows were promoted to full attention
+        raw_items, _, _ = normalize_specs(
+            layer_specs, max_model_len=None, kernel_block_size=env.kernel_block_size,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+    winner, best, scored = search_layouts(items, env, raw_items)
     runner = _runner_up(scored, winner, env)
     distinct = len(scored)
     why = [f"search: {winner.strategy} chosen among {distinct} candidate layouts "

@@ -312,6 +312,14 @@ def vllm_error_reason(err: dict[str, Any]) -> str:
         return "vLLM: page sizes it cannot unify (kvcore scales then pads)"
     if "promote" in msg.lower() or "hybrid" in msg.lower():
         return "vLLM: hybrid layout it cannot build with the hybrid manager disabled"
+    if t == "StopIteration":
+        return ("vLLM: its block-outermost packing of mixed page sizes fails "
+                "(StopIteration in _get_packed_kv_cache_groups)")
+    if "bounded_replay" in msg:
+        return ("vLLM: promoting sliding-window MLA to MLA (hybrid manager disabled) "
+                "passes a keyword MLAAttentionSpec does not take")
+    if "same window size" in msg:
+        return "vLLM: sliding layers of different windows in one group refused"
     return f"vLLM: {t}: {msg[:120]}"
 
 
@@ -337,6 +345,8 @@ def compare(case: dict[str, Any], vllm: dict[str, Any], kv: dict[str, Any]
     if case["options"]["max_model_len"] == -1:
         v_len = vllm.get("resolved", {}).get("max_model_len_after") or 0
         if kv["max_model_len"] < v_len:
+            if unsafe:
+                return "unsafe", unsafe, kv["max_model_len"] / max(v_len, 1)
             return "FAIL", f"kvcore max_model_len {kv['max_model_len']} < vLLM's {v_len}", None
         return "ok", "", kv["max_model_len"] / max(v_len, 1)
     v_conc, k_conc = vllm.get("max_concurrency"), kv.get("max_concurrency")
