@@ -140,6 +140,26 @@ def align_prefill_chunk(num_computed_tokens: int, num_new_tokens: int, num_promp
     return max(end - C, 1)
 
 
+class _ReqState:
+    """One request's state layout, tied to its table object: a caller that takes the
+    table out of ``req_to_blocks`` without :meth:`MambaManager.free` (a deferred free)
+    leaves it stale, and a new table for the id starts fresh."""
+
+    __slots__ = ("table", "running", "live_from", "pending", "req")
+
+    def __init__(self, table: list[KVCacheBlock], req: Any) -> None:
+        self.table = table
+        #: table index of the running state block (S speculative blocks follow it);
+        #: None until the first allocation that places one
+        self.running: int | None = None
+        #: every table entry below this index is the null block
+        self.live_from = 0
+        #: blocks that will hold exactly their boundary's state once the request's
+        #: num_computed_tokens reaches it: table index -> block
+        self.pending: dict[int, KVCacheBlock] = {}
+        self.req = req
+
+
 class MambaManager(SingleTypeManager):
     """Block tables of one ``mamba`` group (see the module docstring for what a step
     reads, writes, frees and publishes in each mode).
@@ -170,62 +190,55 @@ class MambaManager(SingleTypeManager):
                 f"which rounds the block size up)", field="block_size",
                 value=self.block_size, mamba_chunk_size=align)
         self.skips_blocks = self.mode != "none"  # type: ignore[misc]
-        #: table index of each request's running state block (its S speculative
-        #: blocks follow it); absent before the first allocation
-        self._running: dict[str, int] = {}
-        #: every table entry below this index is the null block
-        self._live_from: dict[str, int] = {}
-        #: blocks that will hold exactly their boundary's state once the request's
-        #: num_computed_tokens reaches it: table index -> block, per request
-        self._pending: dict[str, dict[int, KVCacheBlock]] = {}
-        self._reqs: dict[str, Any] = {}
-        #: the table object the state above belongs to: a caller that takes a
-        #: request's table out of ``req_to_blocks`` without :meth:`free` (a deferred
-        #: free) leaves that state stale, and a new table for the id starts fresh
-        self._table_of: dict[str, list[KVCacheBlock]] = {}
+        self._st: dict[str, _ReqState] = {}
 
     # ---- the step --------------------------------------------------------------------
+    def _fresh(self, rid: str, table: Sequence[KVCacheBlock] | None) -> _ReqState | None:
+        """The request's state when it belongs to ``table`` (else None: stale or none)."""
+        st = self._st.get(rid)
+        return st if st is not None and st.table is table else None
+
     def _layout(self, rid: str, table: Sequence[KVCacheBlock] | None) -> tuple[int, bool]:
         """(read block index, whether speculative blocks are in the table)."""
-        running = self._running.get(rid)
-        if running is not None and self._table_of.get(rid) is table:
-            return running, True
+        st = self._st.get(rid)
+        if st is not None and st.running is not None and st.table is table:
+            return st.running, True
         if table:  # a cache hit only: its last block is the state to resume from
             return len(table) - 1, False
         return -1, False
-
-    def _start(self, request: Any, table: Sequence[KVCacheBlock] | None) -> int:
-        """``C``: the tokens whose state the step starts from (a new request's hit)."""
-        c = int(getattr(request, "num_computed_tokens", 0) or 0)
-        rid = request.request_id
-        if table and (rid not in self._running or self._table_of.get(rid) is not table):
-            c = max(c, len(table) * self.block_size)
-        return c
 
     def _plan(self, request: Any, num_tokens: int, table: Sequence[KVCacheBlock] | None
               ) -> tuple[int, bool, int, list[int], int]:
         """(read index, has speculative blocks, running index, the ``all``-mode boundary
         indices that get a block, number of new blocks) for a step to ``num_tokens``."""
         rid = request.request_id
-        running, has_spec = self._layout(rid, table)
-        target = _cdiv(max(num_tokens, 1), self.block_size) - 1
+        st = self._st.get(rid)
+        if st is not None and st.running is not None and st.table is table:
+            running, has_spec = st.running, True
+        elif table:
+            running, has_spec = len(table) - 1, False
+        else:
+            running, has_spec = -1, False
+        bs = self.block_size
+        target = (num_tokens + bs - 1) // bs - 1 if num_tokens > 0 else 0
         if target <= running:
             return running, has_spec, running, [], 0
         boundaries: list[int] = []
         c = self.chunk_size
-        if self.mode == "all" and c:
+        if c and self.mode == "all":
             # boundaries below the request's known tokens: a step with drafts (which
             # are not in all_token_ids) writes its states into the speculative columns,
             # never into boundary blocks; a longer num_tokens only adds boundaries, so
             # a count for a longer sequence bounds the allocation for a shorter one
-            start = self._start(request, table)
-            bs = self.block_size
+            start = int(getattr(request, "num_computed_tokens", 0) or 0)
+            if not has_spec and table:  # a new request resumes from its hit
+                start = max(start, len(table) * bs)
             known = len(request.all_token_ids)
             boundaries = [j for j in range(running + 1, target)
                           if (j + 1) * bs < known and ((j + 1) * bs) % c == 0
                           and ((j + 1) * bs - start) % c == 0]
-        n_new = len(boundaries) + 1 + (0 if has_spec else self.num_spec)
-        return running, has_spec, target, boundaries, n_new
+        return running, has_spec, target, boundaries, \
+            len(boundaries) + 1 + (0 if has_spec else self.num_spec)
 
     # ---- sizing --------------------------------------------------------------------
     def num_required_blocks(self, request: Any, num_tokens: int) -> int:
@@ -257,10 +270,12 @@ class MambaManager(SingleTypeManager):
         if table is None:
             table = self.req_to_blocks[rid] = []
             self.num_cached_blocks.setdefault(rid, 0)
-        if self._table_of.get(rid) is not table:
-            self._forget(rid)  # a new table for this id (first allocation, or stale state)
-            self._table_of[rid] = table
-        self._reqs[rid] = request
+        st = self._st.get(rid)
+        if st is None or st.table is not table:
+            # a new table for this id (first allocation, or a stale state)
+            st = self._st[rid] = _ReqState(table, request)
+        else:
+            st.req = request
         running, has_spec, target, boundaries, n_new = self._plan(request, num_tokens, table)
         new: list[KVCacheBlock] = []
         if n_new:
@@ -268,23 +283,24 @@ class MambaManager(SingleTypeManager):
             del table[running + 1:]
             new = self.pool.get_new_blocks(n_new)
             it = iter(new)
-            pending = self._pending.setdefault(rid, {})
+            pending = st.pending
             marks = set(boundaries)
+            null = self.null_block
             for j in range(running + 1, target):
                 if j in marks:
                     b = next(it)
                     pending[j] = b
                     table.append(b)
                 else:
-                    table.append(self.null_block)
+                    table.append(null)
             table.append(next(it))
             table.extend(spec_blocks if has_spec else it)
-            self._running[rid] = target
+            st.running = target
         bs = self.block_size
         if num_tokens % bs == 0 and num_tokens // bs - 1 == target \
                 and num_tokens <= len(request.all_token_ids) and target < len(table):
             # the step ends on the running block's boundary without drafts
-            self._pending.setdefault(rid, {})[target] = table[target]
+            st.pending[target] = table[target]
         return new
 
     # ---- freeing states behind the read block ---------------------------------------
@@ -297,10 +313,10 @@ class MambaManager(SingleTypeManager):
         table = self.req_to_blocks.get(rid)
         if not table:
             return [], 0, 0
-        read = self._running.get(rid)
-        if read is None or self._table_of.get(rid) is not table:
+        st = self._st.get(rid)
+        if st is None or st.running is None or st.table is not table:
             return table, 0, len(table) - 1
-        return table, self._live_from.get(rid, 0), read
+        return table, st.live_from, st.running
 
     def num_blocks_freed_by_skipping(self, request_id: str, num_computed_tokens: int) -> int:
         if not self.skips_blocks:
@@ -322,9 +338,10 @@ class MambaManager(SingleTypeManager):
         if limit <= start:
             return
         self._publish(request_id)
+        st = self._fresh(request_id, table)
+        pending = st.pending if st is not None else None
         null = self.null_block
         removed = []
-        pending = self._pending.get(request_id)
         for i in range(limit - 1, start - 1, -1):
             b = table[i]
             if not b.is_null:
@@ -332,7 +349,8 @@ class MambaManager(SingleTypeManager):
                 table[i] = null
                 if pending:
                     pending.pop(i, None)
-        self._live_from[request_id] = limit
+        if st is not None:
+            st.live_from = limit
         if removed:
             self.pool.free_blocks(removed)
 
@@ -340,17 +358,15 @@ class MambaManager(SingleTypeManager):
     def _publish(self, rid: str) -> None:
         """Cache the pending boundary blocks whose step has run (the request's
         ``num_computed_tokens`` reached the boundary) and whose hash is known."""
-        pending = self._pending.get(rid)
-        if not pending:
+        st = self._st.get(rid)
+        if st is None or not st.pending:
             return
-        if not self.enable_caching:
-            pending.clear()
-            return
-        req = self._reqs.get(rid)
+        pending = st.pending
         table = self.req_to_blocks.get(rid)
-        if req is None or table is None or self._table_of.get(rid) is not table:
+        if not self.enable_caching or table is None or st.table is not table:
             pending.clear()
             return
+        req = st.req
         done = int(getattr(req, "num_computed_tokens", 0) or 0)
         hashes = req.block_hashes
         stride = self.hash_stride
@@ -368,8 +384,10 @@ class MambaManager(SingleTypeManager):
         is never cached at the allocation that will write it."""
         if self.mode == "none" or not self.enable_caching:
             return
-        self._reqs[request.request_id] = request
-        self._publish(request.request_id)
+        st = self._st.get(request.request_id)
+        if st is not None and st.pending:
+            st.req = request
+            self._publish(request.request_id)
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                extra_tokens: int = 0) -> list[KVCacheBlock]:
@@ -405,14 +423,7 @@ class MambaManager(SingleTypeManager):
         """Publish the boundary blocks whose step has run, then release the table."""
         self._publish(request_id)
         super().free(request_id)
-        self._forget(request_id)
-
-    def _forget(self, rid: str) -> None:
-        self._running.pop(rid, None)
-        self._live_from.pop(rid, None)
-        self._pending.pop(rid, None)
-        self._reqs.pop(rid, None)
-        self._table_of.pop(rid, None)
+        self._st.pop(request_id, None)
 
     def state_block(self, request_id: str) -> KVCacheBlock | None:
         """The block holding the request's running state (None before allocation)."""
