@@ -523,21 +523,6 @@ def uniq(specs: Iterable[KVCacheSpec]) -> list[KVCacheSpec]:
     return list(dict.fromkeys(by_id.values()))
 
 
-def _buckets(items: Items, by_table: bool) -> list[tuple[list[str], list[KVCacheSpec]]]:
-    keys: dict[int, Any] = {}
-    for s in uniq(s for _, s in items):
-        keys[id(s)] = table_key(s) if by_table else s
-    out: dict[Any, tuple[list[str], list[KVCacheSpec]]] = {}
-    for name, spec in items:
-        key = keys.get(id(spec))
-        if key is None:
-            key = keys[id(spec)] = table_key(spec) if by_table else spec
-        names, specs = out.setdefault(key, ([], []))
-        names.append(name)
-        specs.append(spec)
-    return list(out.values())
-
-
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
@@ -560,12 +545,14 @@ def group_sizes(bucket_sizes: Sequence[int]) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def _strided(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int
-             ) -> tuple[KVCacheGroupSpec, ...]:
+def _strided(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int,
+             uniform: bool = False) -> tuple[KVCacheGroupSpec, ...]:
+    """Each bucket cut into cdiv(n, size) groups, group i taking every k-th layer from
+    i; ``uniform``: every bucket holds one spec (not checked again)."""
     groups: list[KVCacheGroupSpec] = []
     for names, specs in buckets:
         n_groups = cdiv(len(names), size)
-        one = specs[0] if all(s is specs[0] for s in specs) else None
+        one = specs[0] if uniform or all(s is specs[0] for s in specs) else None
         for i in range(n_groups):
             if one is not None:
                 groups.append(KVCacheGroupSpec(tuple(names[i::n_groups]), one))
@@ -596,14 +583,14 @@ def _entry_of(g: KVCacheGroupSpec) -> _Entry:
                   int(getattr(g.spec, "num_sink_blocks", 0) or 0))
 
 
-def _bucket_entries(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int
-                    ) -> tuple[_Entry, ...] | None:
+def _bucket_entries(buckets: list[tuple[list[str], list[KVCacheSpec]]], size: int,
+                    uniform: bool = False) -> tuple[_Entry, ...] | None:
     """The groups :func:`_strided` would build, summarized without building them (None
     when a bucket mixes specs)."""
     out = []
     for names, specs in buckets:
         spec = specs[0]
-        if not all(s is spec for s in specs):
+        if not uniform and not all(s is spec for s in specs):
             return None
         k = cdiv(len(names), size)
         q, r = divmod(len(names), k)
@@ -720,9 +707,10 @@ def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
 UNIFY_VARIANTS = ("largest factor", "commensurate", "pad only")
 
 
-def _unified_items(items: Items, env: SearchEnv, variant: str, pad: bool
-                   ) -> tuple[Items, list[str]] | None:
-    specs = uniq(s for _, s in items)
+def _unified_mapping(specs: list[KVCacheSpec], env: SearchEnv, variant: str, pad: bool
+                     ) -> tuple[dict[int, KVCacheSpec], list[str]] | None:
+    """``{id(spec): unified spec}`` of one unification variant (None when a state that
+    follows the attention block would break its ``block_size_alignment``)."""
     mapping, _whole, notes = unify_page_sizes(
         specs, env.kernel_block_size, commensurate=variant == "commensurate",
         scale=variant != "pad only")
@@ -738,8 +726,18 @@ def _unified_items(items: Items, env: SearchEnv, variant: str, pad: bool
     for s, m in mapping.items():
         if m.block_size % _alignment(s, None):
             return None  # a state that follows the attention block breaks its alignment
-    by_id = {id(s): m for s, m in mapping.items()}
-    return [(n, by_id[id(s)]) for n, s in items], notes
+    by_id = {id(s): mapping[s] for s in specs}
+    return by_id, notes
+
+
+def _bucketed(items: Items, key_of: dict[int, Any]) -> list[tuple[list[str],
+                                                                  list[KVCacheSpec]]]:
+    out: dict[Any, tuple[list[str], list[KVCacheSpec]]] = {}
+    for name, spec in items:
+        names, specs = out.setdefault(key_of[id(spec)], ([], []))
+        names.append(name)
+        specs.append(spec)
+    return list(out.values())
 
 
 def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
@@ -750,27 +748,37 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
     baseline."""
     strategy = "hybrid" if pad else "block-packed"
     out: list[Layout] = []
-    if len(uniq(s for _, s in items)) == 1:
+    specs = uniq(s for _, s in items)
+    if len(specs) == 1:
         return out  # one spec: one group (splitting it only trades rounding)
     seen: set[Any] = set()
     for variant in UNIFY_VARIANTS:
-        unified = _unified_items(items, env, variant, pad)
+        unified = _unified_mapping(specs, env, variant, pad)
         if unified is None:
             continue
-        u_items, notes = unified
+        by_id, notes = unified
+        mapped = tuple(by_id[id(s)] for s in specs)
+        if mapped in seen:
+            continue
+        seen.add(mapped)
+        u_items = [(n, by_id[id(s)]) for n, s in items]
+        u_specs = uniq(mapped)
+        spec_key = {id(u): u for u in u_specs}
+        table = {id(u): table_key(u) for u in u_specs}
         for by_table in (False, True):
-            buckets = _buckets(u_items, by_table)
-            key = tuple((len(n), n[0], tuple(uniq(s))) for n, s in buckets)
-            if key in seen or len(buckets) == 1:
-                continue  # one bucket: one_group covers it
-            seen.add(key)
+            key_of = table if by_table else spec_key
+            n_keys = len(set(key_of.values()))
+            if n_keys == 1 or (by_table and n_keys == len(u_specs)):
+                continue  # one bucket (one_group covers it), or the same as by spec
+            buckets = _bucketed(u_items, key_of)
             for i, size in enumerate(group_sizes([len(n) for n, _ in buckets])):
                 extra = [f"{len(buckets)} buckets, group size {size}"]
                 if by_table:
                     extra.append("layers of one manager kind and block size share tables")
                 out.append(Layout(
-                    strategy, functools.partial(_strided, buckets, size),
-                    tuple(notes + extra), entries=_bucket_entries(buckets, size),
+                    strategy, functools.partial(_strided, buckets, size, not by_table),
+                    tuple(notes + extra),
+                    entries=_bucket_entries(buckets, size, not by_table),
                     baseline=i == 0 and variant == UNIFY_VARIANTS[0] and not by_table))
     return out
 
