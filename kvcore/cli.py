@@ -510,6 +510,36 @@ def _internal_error(command: str, exc: BaseException, as_json: bool) -> int:
     return 2
 
 
+#: options that name files (checked before any command runs)
+_PATH_OPTIONS = ("specs", "csv", "plot", "trace")
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """A path option that no file system accepts (a NUL byte, a name over 255 bytes, a
+    path over 4,096 bytes) is a ConfigError naming the option, before anything runs."""
+    from kvcore.units import shorten
+
+    for dest in _PATH_OPTIONS:
+        value = getattr(args, dest, None)
+        if not isinstance(value, str):
+            continue
+        flag = f"--{dest}"
+        why = None
+        if "\x00" in value:
+            why = "it contains a NUL byte"
+        elif len(value.encode("utf-8", "surrogateescape")) > 4096 or any(
+                len(part.encode("utf-8", "surrogateescape")) > 255
+                for part in value.split(os.sep)):
+            why = "the name is too long (a file name has at most 255 bytes)"
+        if why:
+            raise ConfigError(f"{flag} {shorten(value)}: not a usable path ({why})",
+                              field=dest, value=shorten(value))
+    if getattr(args, "command", None) == "plan" and getattr(args, "plot", None):
+        from kvcore.sim.command import check_plot_path
+
+        check_plot_path(args.plot)  # folder, permissions, a file type matplotlib writes
+
+
 def _command_parser(parser: argparse.ArgumentParser, command: str | None
                     ) -> argparse.ArgumentParser:
     """The subparser of ``command`` (the top-level parser when there is none)."""
@@ -538,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
+            _check_paths(args)
             return int(args.func(args) or 0)
     except KVCoreError as exc:
         if as_json:

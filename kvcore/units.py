@@ -17,7 +17,8 @@ units; a fraction of GPU memory is ``--gpu-memory-utilization``).
 
 Lengths (:func:`parse_length`) are whole token counts with vLLM's suffixes: ``k`` =
 1,000, ``K`` = 1,024, ``m`` = 10^6, ``M`` = 2^20 (``g``/``G``, ``t``/``T`` likewise);
-``25.6k`` = 25,600, ``128K`` = 131,072; ``auto`` / ``-1`` where the caller allows it
+``25.6k`` = 25,600, ``128K`` = 131,072 (a decimal needs a decimal suffix: ``4096.0`` is
+refused, as in vLLM); ``auto`` / ``-1`` where the caller allows it
 (vLLM's ``human_readable_int_or_auto``).  Arithmetic is exact (decimal), where vLLM
 multiplies a float.
 
@@ -151,7 +152,8 @@ def shorten(value: Any, limit: int = SHORT_LIMIT) -> str:
             abs(value).bit_length() > 4 * limit:
         return f"<int of about {int(abs(value).bit_length() * 0.30103):,} digits>"
     try:
-        text = value if isinstance(value, str) else repr(value)
+        text = repr(value) if not isinstance(value, str) or not value.isprintable() \
+            else value  # control characters (a newline) are escaped: one line
     except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
         return f"<{type(value).__name__}>"
     if len(text) <= limit:
@@ -167,6 +169,8 @@ _LONG_RUN = re.compile(r"\S{" + str(2 * SHORT_LIMIT + 1) + ",}")
 def shorten_message(message: str, limit: int = 2 * SHORT_LIMIT) -> str:
     """A message with every run of more than ``limit`` non-space characters (a huge
     number, a long path or token) cut in the middle by :func:`shorten`."""
+    if not message.isprintable():  # a newline or other control character: escaped
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
     if len(message) <= limit:
         return message
     return _LONG_RUN.sub(lambda m: shorten(m.group(0)), message)
@@ -334,6 +338,10 @@ def parse_length(text: Any, field: str = "max_model_len", *, allow_auto: bool = 
                           f"{_LENGTH_HELP}", field=field, value=shown)
     sign, digits, suffix = m.groups()
     number = Decimal(digits)
+    if "." in digits and not suffix:
+        raise ConfigError(f"{field}: {shown} is not a whole number of tokens (as in vLLM, "
+                          f"a decimal needs a suffix: 25.6k); {_LENGTH_HELP}",
+                          field=field, value=shown)
     if suffix in _LETTER_BINARY and "." in digits:
         raise ConfigError(
             f"{field}: {shown}: decimals are not allowed with binary suffixes like "

@@ -48,6 +48,11 @@ class _Required:
 REQUIRED: Any = _Required()
 
 
+#: when set, called as ``READ_HOOK(kind, name, minimum)`` by every typed read (the fuzz
+#: suite records which fields each adapter reads; None in normal use)
+READ_HOOK: Any = None
+
+
 def _absent(raw: Any, key: str) -> bool:
     return not isinstance(raw, dict) or raw.get(key) is None
 
@@ -82,6 +87,8 @@ def field_int(raw: Any, key: str, default: Any = REQUIRED, *, minimum: int | Non
     (ConfigError when REQUIRED).  Raises ConfigError naming ``path`` (default ``key``)."""
     from kvcore.units import bound, shorten
 
+    if READ_HOOK is not None:
+        READ_HOOK("int", path or key, minimum)
     if _absent(raw, key):
         if default is REQUIRED:
             raise _missing(key, where, path, model_type)
@@ -113,6 +120,8 @@ def field_str(raw: Any, key: str, default: Any = REQUIRED, *,
               path: str | None = None, model_type: str | None = None) -> Any:
     """``raw[key]`` as a non-empty string (one of ``choices`` when given); absent:
     ``default``.  Raises ConfigError naming the field."""
+    if READ_HOOK is not None:
+        READ_HOOK("str", path or key, None)
     if _absent(raw, key):
         if default is REQUIRED:
             raise _missing(key, where, path, model_type)
@@ -129,6 +138,8 @@ def field_bool(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "con
                path: str | None = None, model_type: str | None = None) -> Any:
     """``raw[key]`` as a JSON boolean (``true``/``false`` only; 0, 1, "no" are
     refused); absent: ``default``."""
+    if READ_HOOK is not None:
+        READ_HOOK("bool", path or key, None)
     if _absent(raw, key):
         if default is REQUIRED:
             raise _missing(key, where, path, model_type)
@@ -142,6 +153,8 @@ def field_bool(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "con
 def field_dict(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "config",
                path: str | None = None, model_type: str | None = None) -> Any:
     """``raw[key]`` as a JSON object (a dict); absent: ``default``."""
+    if READ_HOOK is not None:
+        READ_HOOK("dict", path or key, None)
     if _absent(raw, key):
         if default is REQUIRED:
             raise _missing(key, where, path, model_type)
@@ -161,6 +174,8 @@ def field_list(raw: Any, key: str, default: Any = REQUIRED, *, item: str | None 
     maximum default 2^40) or ``"str"`` checks every entry, ``choices`` limits them,
     ``length`` / ``min_length`` its length.  Absent: ``default``.  Raises ConfigError
     naming the entry (``key[i]``)."""
+    if READ_HOOK is not None:
+        READ_HOOK("list", path or key, None)
     if _absent(raw, key):
         if default is REQUIRED:
             raise _missing(key, where, path, model_type)
@@ -222,6 +237,32 @@ class CacheConfig:
     num_speculative_tokens: int = 0
     include_mtp_layers: bool = False
     mamba_ssm_cache_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        """Every field checked (ConfigError naming it): a present but invalid value is an
+        error, e.g. an empty kv_cache_dtype is not ``auto``."""
+        from kvcore.units import check_int, shorten
+
+        if self.block_size is not None:
+            check_int(self.block_size, "block_size")
+        check_int(self.tensor_parallel_size, "tensor_parallel_size")
+        check_int(self.pipeline_parallel_size, "pipeline_parallel_size")
+        check_int(self.num_speculative_tokens, "num_speculative_tokens", minimum=0)
+        for name in ("kv_cache_dtype", "mamba_ssm_cache_dtype"):
+            value = getattr(self, name)
+            if value is None and name == "mamba_ssm_cache_dtype":
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"{name} = {shorten(value)} must be a non-empty string "
+                                  f"(a dtype name, or auto)", field=name,
+                                  value=shorten(value))
+        if self.mamba_cache_mode not in ("none", "align", "all"):
+            raise ConfigError(f"mamba_cache_mode = {shorten(self.mamba_cache_mode)} must be "
+                              f"none, align or all", field="mamba_cache_mode",
+                              value=shorten(self.mamba_cache_mode))
+        if not isinstance(self.include_mtp_layers, bool):
+            raise ConfigError(f"include_mtp_layers = {shorten(self.include_mtp_layers)} "
+                              f"must be true or false", field="include_mtp_layers")
 
     def block_size_or(self, default: int) -> int:
         return default if self.block_size is None else self.block_size
