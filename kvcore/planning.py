@@ -90,6 +90,11 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
                           value=repr(value)) from None
     if number < minimum:
         raise ConfigError(f"{name} must be {what}, got {value!r}", field=name, value=number)
+    from kvcore.units import bound, shorten
+
+    if number > bound(name):  # plausibility bounds: one table, kvcore.units.BOUNDS
+        raise ConfigError(f"{name} = {shorten(number)} is implausibly large (at most "
+                          f"{bound(name):,})", field=name, value=shorten(number))
     return number
 
 
@@ -191,7 +196,9 @@ def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) ->
         raise ConfigError("max_model_len must be a positive int or -1 (the longest that "
                           "fits)", field="max_model_len")
     model_limit = o["max_model_len_limit"]
-    limit = _check_int("max_model_len_limit", model_limit or (1 << 24), 1)
+    # absent (None) takes the search limit; a present 0, "" or {} is an error
+    limit = _check_int("max_model_len_limit",
+                       (1 << 24) if model_limit is None else model_limit, 1)
     notes: list[str] = []
     limit_source = "model" if model_limit else "search"
     if max_model_len > limit:
