@@ -109,9 +109,41 @@ def _check_page(kind: str, k_page: int, v_page: int, where: str) -> None:
                         field="page_size_bytes", kind=kind, kvcore=k_page, vllm=v_page)
 
 
+def _vllm_scheme_name(scheme: Any) -> str:
+    """The name vLLM 0.32 knows a kvcore scheme by (kvcore may canonicalise another
+    alias: ``turboquant_4bit_nc`` is kvcore's ``turboquant_k4v4_nc``)."""
+    kvi = _kvi()
+    names = (scheme.name, *getattr(scheme, "aliases", ()))
+    for n in names:
+        if n.startswith("turboquant_") and n.upper() not in kvi.KVQuantMode.__members__:
+            continue
+        return n
+    return scheme.name
+
+
+def _storage_dtype(scheme: Any, mode: Any) -> Any:
+    """The element dtype of a quantized cache (vLLM ``kv_cache_dtype_str_to_dtype``)."""
+    torch = _torch()
+    kvi = _kvi()
+    st = getattr(scheme, "storage_dtype", None)
+    if st:
+        return _tdtype(st)
+    if mode == kvi.KVQuantMode.INT8_PER_TOKEN_HEAD:
+        return torch.int8
+    if mode == kvi.KVQuantMode.FP8_PER_TOKEN_HEAD:
+        return torch.float8_e4m3fn
+    return torch.uint8
+
+
 def to_vllm_spec(spec: Any) -> Any:
     """The vLLM 0.32 ``KVCacheSpec`` of a kvcore spec (same block size, page size and
     windows).
+
+    Quantized schemes whose bytes per token are not ``head_size x element size``
+    (per-token-head scales, NVFP4, TurboQuant, ``fp8_ds_mla``, the MLA indexer's fp8 +
+    scale record) carry kvcore's figure as vLLM's ``state_content_bytes`` (bytes per
+    head slot and stored state), the field vLLM's attention backends publish for packed
+    layouts, so the page is kvcore's.
 
     Raises :class:`~kvcore.errors.SpecError` for a kind vLLM 0.32 does not have
     (``kpool_tail``) or one whose page vLLM would size differently."""
@@ -137,58 +169,57 @@ def to_vllm_spec(spec: Any) -> Any:
         _check_page(kind, spec.page_size_bytes, out.page_size_bytes, "to_vllm_spec")
         return out
     kw.update(num_kv_heads=spec.num_kv_heads, head_size=spec.head_size)
-    scheme = spec.kv_cache_dtype
+    scheme = spec.scheme
+    name = _vllm_scheme_name(scheme)
     if kind in _MLA_KINDS:
         kw["head_size_v"] = 0
-        if scheme == "auto":
-            kw["dtype"] = _tdtype(spec.dtype)
-        elif scheme in _FP8:
-            kw["dtype"] = _tdtype(_FP8[scheme])
-            kw["kv_quant_mode"] = kvi.KVQuantMode.FP8_PER_TENSOR
-            kw["cache_dtype_str"] = scheme
-        else:
-            kw["dtype"] = _torch().uint8
-            kw["cache_dtype_str"] = scheme
-            kw["kv_quant_mode"] = kvi.get_kv_quant_mode(scheme)
-        if spec.compress_ratio != 1:
+        if getattr(spec, "compress_ratio", 1) != 1:
             kw["tokens_per_state"] = spec.compress_ratio
-        if spec.alignment is not None:
-            kw["alignment"] = spec.alignment
-        if spec.model_version is not None:
-            kw["model_version"] = spec.model_version
+        for f in ("alignment", "model_version"):
+            if getattr(spec, f, None) is not None:
+                kw[f] = getattr(spec, f)
         if kind == "mla_indexer":
             kw["cache_role"] = kvi.SparseCacheRole.INDEXER
+            kw["num_kv_heads"] = 1
+        if name != "auto":
+            kw["cache_dtype_str"] = name
+    if name == "auto":
+        kw["dtype"] = _tdtype(spec.dtype)
+    elif name in _FP8:
+        kw["dtype"] = _tdtype(_FP8[name])
+        kw["kv_quant_mode"] = kvi.KVQuantMode.FP8_PER_TENSOR
     else:
-        if spec.head_size_v is not None:
-            kw["head_size_v"] = spec.head_size_v
-        if scheme == "auto":
-            kw["dtype"] = _tdtype(spec.dtype)
-        elif scheme in _FP8:
-            kw["dtype"] = _tdtype(_FP8[scheme])
-            kw["kv_quant_mode"] = kvi.KVQuantMode.FP8_PER_TENSOR
+        mode = kvi.get_kv_quant_mode(name)
+        if mode == kvi.KVQuantMode.NONE:
+            kw["dtype"] = _tdtype(getattr(scheme, "storage_dtype", None) or name)
         else:
-            mode = kvi.get_kv_quant_mode(scheme)
-            if mode == kvi.KVQuantMode.NONE:
-                kw["dtype"] = _tdtype(scheme)
-            else:
-                kw["kv_quant_mode"] = mode
-                kw["dtype"] = _torch().uint8 if mode != kvi.KVQuantMode.INT8_PER_TOKEN_HEAD \
-                    and mode != kvi.KVQuantMode.FP8_PER_TOKEN_HEAD else (
-                    _torch().int8 if mode == kvi.KVQuantMode.INT8_PER_TOKEN_HEAD
-                    else _torch().float8_e4m3fn)
+            kw["kv_quant_mode"] = mode
+            kw["dtype"] = _storage_dtype(scheme, mode)
+    fields = {x.name for x in dataclasses.fields(cls)}
     for f in ("sliding_window", "attention_chunk_size", "non_causal", "sink_len",
               "rswa_window"):
-        if f in {x.name for x in dataclasses.fields(cls)} and hasattr(spec, f):
+        if f in fields and hasattr(spec, f):
             v = getattr(spec, f)
             if v is not None:
                 kw[f] = v
-    try:
-        out = cls(**kw)
-    except (TypeError, ValueError, AssertionError) as e:
-        raise SpecError(f"to_vllm_spec: vLLM's {cls.__name__} refused kind {kind!r}: {e}",
-                        field="kind", value=kind) from None
+    out = _build(cls, kw, kind)
+    real = spec.real_page_size_bytes
+    if out.real_page_size_bytes != real and kind != "encoder_only_attention":
+        # a packed record: carry kvcore's bytes per head slot and state
+        cells = out.num_heads * out.num_states
+        if real % cells == 0:
+            kw["state_content_bytes"] = real // cells
+            out = _build(cls, kw, kind)
     _check_page(kind, spec.page_size_bytes, out.page_size_bytes, "to_vllm_spec")
     return out
+
+
+def _build(cls: Any, kw: dict[str, Any], kind: str) -> Any:
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError, AssertionError, KeyError) as e:
+        raise SpecError(f"vLLM's {cls.__name__} refused kind {kind!r}: {e}",
+                        field="kind", value=kind) from None
 
 
 def from_vllm_spec(vspec: Any) -> Any:
@@ -235,7 +266,11 @@ def from_vllm_spec(vspec: Any) -> Any:
         kw.update(num_kv_heads=vspec.num_kv_heads, head_size=vspec.head_size)
         dname = _dname(vspec.dtype)
         cache_str = getattr(vspec, "cache_dtype_str", None)
-        if kind in _MLA_KINDS:
+        if kind == "mla_indexer":
+            # kvcore's indexer spec encodes vLLM's record (fp8 keys + a scale)
+            kw.pop("head_size")
+            kw.pop("num_kv_heads")
+        elif kind in _MLA_KINDS:
             if cache_str and cache_str != "auto":
                 kw["kv_cache_dtype"] = cache_str
                 kw["dtype"] = "bfloat16"
@@ -258,6 +293,8 @@ def from_vllm_spec(vspec: Any) -> Any:
             else:
                 kw["dtype"] = "bfloat16"
                 kw["kv_cache_dtype"] = mode.name.lower()
+                if kind == "turboquant_full_attention":
+                    kw.pop("dtype")
         fields = {f.name for f in dataclasses.fields(cls)}
         for f in ("sliding_window", "attention_chunk_size", "non_causal", "sink_len",
                   "rswa_window"):

@@ -281,3 +281,74 @@ def test_debug_switch_checks_the_whole_state():
     m.block_pool.blocks[5].ref_cnt = 1  # a block in the free queue that claims a holder
     with pytest.raises(BlockPoolError, match="block 5"):
         m.check_consistency()
+
+
+def _vllm_packed_bytes(name: str, head: int) -> int:
+    """Bytes per token per KV head that vLLM 0.32's attention backends publish for a
+    packed cache (their customize_spec): per-token-head modes (TritonAttentionBackend:
+    data + one fp32 scale per K/V side, int4 packs two values a byte), NVFP4
+    (FlashInferBackend: nvfp4_kv_cache_full_dim per side), TurboQuant
+    (TurboQuantConfig.slot_size_aligned)."""
+    if name in ("int8_per_token_head", "fp8_per_token_head"):
+        return 2 * head + 2 * 4
+    if name == "int4_per_token_head":
+        return 2 * (head // 2) + 2 * 4
+    if name == "nvfp4":
+        from vllm.utils.torch_utils import nvfp4_kv_cache_full_dim
+
+        return 2 * nvfp4_kv_cache_full_dim(head)
+    from vllm.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
+
+    return TurboQuantConfig.from_cache_dtype(name, head).slot_size_aligned
+
+
+@pytest.mark.parametrize("name", ["int8_per_token_head", "fp8_per_token_head",
+                                  "int4_per_token_head", "nvfp4", "turboquant_k8v4",
+                                  "turboquant_4bit_nc", "turboquant_k3v4_nc",
+                                  "turboquant_3bit_nc"])
+@pytest.mark.parametrize("head,heads,bs", [(128, 8, 16), (64, 2, 32), (256, 4, 16)])
+def test_quantized_pages_agree_with_vllms_backends(name, head, heads, bs):
+    """Rule: a quantized kvcore spec becomes a vLLM spec of the same page, and that page
+    is what vLLM's own backend formula gives (kvcore's figure travels as
+    state_content_bytes, the field vLLM's backends fill for packed layouts)."""
+    from kvcore.registry import get_registry
+
+    reg = get_registry()
+    kind = reg.kv_cache_dtype(name).spec_kind or "full_attention"
+    spec = reg.spec_class(kind)(block_size=bs, num_kv_heads=heads, head_size=head,
+                                kv_cache_dtype=name)
+    v = kvcore_vllm.to_vllm_spec(spec)
+    want = bs * heads * _vllm_packed_bytes(name, head)
+    assert spec.page_size_bytes == want
+    assert v.page_size_bytes == want
+    back = kvcore_vllm.from_vllm_spec(v)
+    assert back.kind == kind and back.page_size_bytes == want
+
+
+@pytest.mark.parametrize("kw,per_token", [
+    # DeepSeek V3.2 fp8_ds_mla: 656 B per token (vLLM mla_attention.py)
+    (dict(head_size=576, kv_cache_dtype="fp8_ds_mla"), 656),
+    (dict(head_size=576, kv_cache_dtype="fp8"), 576),
+    (dict(head_size=576), 1152),
+])
+def test_mla_pages_agree_with_vllm(kw, per_token):
+    from kvcore.registry import get_registry
+
+    spec = get_registry().spec_class("mla_attention")(block_size=64, num_kv_heads=1, **kw)
+    v = kvcore_vllm.to_vllm_spec(spec)
+    assert v.page_size_bytes == spec.page_size_bytes == 64 * per_token
+    assert kvcore_vllm.from_vllm_spec(v).page_size_bytes == 64 * per_token
+
+
+def test_mla_indexer_matches_vllms_deepseek_indexer():
+    """vLLM's DeepSeek V3.2 indexer cache: MLAAttentionSpec(head_size=132, uint8,
+    cache_role=INDEXER) (deepseek_v2.py): 132 B per token, as kvcore's indexer."""
+    import torch
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SparseCacheRole
+
+    v = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=132, dtype=torch.uint8,
+                         cache_role=SparseCacheRole.INDEXER)
+    k = kvcore_vllm.from_vllm_spec(v)
+    assert k.kind == "mla_indexer"
+    assert k.page_size_bytes == v.page_size_bytes == 64 * 132
+    assert kvcore_vllm.to_vllm_spec(k).page_size_bytes == 64 * 132
