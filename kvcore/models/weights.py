@@ -301,7 +301,8 @@ def _attention(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int,
     qkv_bias = bool(raw.get("attention_bias")) or mt in ("qwen2", "qwen2_moe", "qwen2_vl",
                                                           "qwen2_5_vl")
     o_bias = bool(raw.get("attention_bias")) and mt not in ("qwen2", "qwen2_moe")
-    gated = bool(raw.get("attn_output_gate")) or mt == "qwen3_next"
+    # output-gated attention: the q projection carries the gate (Qwen3-Next / 3.5 default)
+    gated = bool(raw.get("attn_output_gate", mt.startswith(("qwen3_next", "qwen3_5"))))
     kw: dict[str, Any] = {"where": where, "layer": i}
     b.linear(f"{p}.self_attn.q_proj", cls, heads * hd * (2 if gated else 1), h, "column",
              bias=qkv_bias, **kw)
@@ -313,8 +314,12 @@ def _attention(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int,
     b.linear(f"{p}.self_attn.o_proj", cls, h, heads * v_hd, "row", bias=o_bias, **kw)
     if raw.get("add_swa_attention_sink_bias" if swa else "add_full_attention_sink_bias"):
         b.add(f"{p}.self_attn.attention_sink_bias", cls, (heads,), parallel="column", **kw)
-    if mt in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3",
-              "gemma3_text", "gemma4", "gemma4_text", "olmo2", "qwen3_vl", "qwen3_vl_moe"):
+    if mt == "olmo2":  # OLMo-2 normalizes the whole q / k projections
+        b.norm(f"{p}.self_attn.q_norm", heads * hd, **kw)
+        b.norm(f"{p}.self_attn.k_norm", kv * hd, **kw)
+    elif mt in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe",
+                "qwen3_5_text", "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4",
+                "gemma4_text", "qwen3_vl", "qwen3_vl_moe"):
         b.norm(f"{p}.self_attn.q_norm", hd, **kw)
         b.norm(f"{p}.self_attn.k_norm", hd, **kw)
     if mt == "gpt_oss":
@@ -667,6 +672,97 @@ def _mamba_ssm(b: _Builder, raw: dict[str, Any], where_s: str) -> None:
         b.add("lm_head", "lm_head", (v, d), parallel="vocab", where="head", linear=True)
 
 
+def _mamba1(b: _Builder, p: str, i: int, h: int, *, d_inner: int, d_state: int,
+            dt_rank: int, d_conv: int, conv_bias: bool, proj_bias: bool,
+            inner_norms: bool = False) -> None:
+    """A Mamba-1 mixer (HF ``MambaMixer`` / Jamba's, vLLM ``MambaMixer``)."""
+    cls, kw = "mamba", {"layer": i}
+    b.linear(f"{p}.in_proj", cls, 2 * d_inner, h, "column", bias=proj_bias, **kw)
+    b.add(f"{p}.conv1d", cls, (d_inner, d_conv), parallel="column", bias=conv_bias, **kw)
+    b.linear(f"{p}.x_proj", cls, dt_rank + 2 * d_state, d_inner, "row", **kw)
+    b.linear(f"{p}.dt_proj", cls, d_inner, dt_rank, "column", bias=True, **kw)
+    b.add(f"{p}.A_log", cls, (d_inner, d_state), parallel="column", **kw)
+    b.add(f"{p}.D", cls, (d_inner,), parallel="column", **kw)
+    b.linear(f"{p}.out_proj", cls, h, d_inner, "row", bias=proj_bias, **kw)
+    if inner_norms:  # Jamba: RMSNorms on dt, B and C
+        for name, size in (("dt_layernorm", dt_rank), ("b_layernorm", d_state),
+                           ("c_layernorm", d_state)):
+            b.norm(f"{p}.{name}", size, **kw)
+
+
+def _dt_rank(raw: dict[str, Any], key: str, h: int) -> int:
+    value = raw.get(key, "auto")
+    return math.ceil(h / 16) if value in (None, "auto") else int(value)
+
+
+def _hf_mamba(b: _Builder, cfg: ModelConfig, where_s: str) -> None:
+    """transformers' Mamba / FalconMamba / Mamba2 schema (hidden_size, state_size ...)."""
+    raw = cfg.raw
+    h = _int(raw, "hidden_size", where=where_s)
+    v = _int(raw, "vocab_size", where=where_s)
+    n = _int(raw, "num_hidden_layers", where=where_s)
+    d_state = _int(raw, "state_size", default=16, where=where_s)
+    d_conv = _int(raw, "conv_kernel", default=4, where=where_s)
+    conv_bias = bool(raw.get("use_conv_bias", True))
+    proj_bias = bool(raw.get("use_bias", False))
+    b.add("backbone.embeddings", "embedding", (v, h), parallel="vocab", where="embed")
+    for i in range(n):
+        p = f"backbone.layers.{i}"
+        b.norm(f"{p}.norm", h, layer=i)
+        if cfg.model_type == "mamba2":
+            heads = _int(raw, "num_heads", where=where_s)
+            head_dim = _int(raw, "head_dim", default=64, where=where_s)
+            _mamba2(b, p, i, h, d_inner=heads * head_dim, nheads=heads,
+                    ngroups=_int(raw, "n_groups", default=1, where=where_s),
+                    d_state=d_state, d_conv=d_conv, conv_bias=conv_bias,
+                    proj_bias=proj_bias)
+        else:
+            _mamba1(b, f"{p}.mixer", i, h,
+                    d_inner=_int(raw, "intermediate_size", default=2 * h, where=where_s)
+                    if "intermediate_size" in raw else int(raw.get("expand", 2)) * h,
+                    d_state=d_state, dt_rank=_dt_rank(raw, "time_step_rank", h),
+                    d_conv=d_conv, conv_bias=conv_bias, proj_bias=proj_bias)
+    b.norm("backbone.norm_f", h, where="head")
+    if not raw.get("tie_word_embeddings", cfg.model_type != "mamba2"):
+        b.add("lm_head", "lm_head", (v, h), parallel="vocab", where="head", linear=True)
+
+
+def _jamba(b: _Builder, cfg: ModelConfig, h: int, where_s: str) -> None:
+    """Jamba: attention every ``attn_layer_period`` (offset), Mamba-1 elsewhere; MoE every
+    ``expert_layer_period`` (offset), a dense MLP elsewhere."""
+    raw = cfg.raw
+    n = _int(raw, "num_hidden_layers", where=where_s)
+    a_period = _int(raw, "attn_layer_period", default=8, where=where_s)
+    a_offset = _int(raw, "attn_layer_offset", default=4, where=where_s)
+    e_period = _int(raw, "expert_layer_period", default=2, where=where_s)
+    e_offset = _int(raw, "expert_layer_offset", default=1, where=where_s)
+    e = _num_experts(raw)
+    inter = _int(raw, "intermediate_size", where=where_s)
+    for i in range(n):
+        p = f"model.layers.{i}"
+        kw = {"layer": i}
+        b.norm(f"{p}.input_layernorm", h, **kw)
+        b.norm(f"{p}.pre_ff_layernorm", h, **kw)
+        if i % a_period == a_offset:
+            _attention(b, cfg, p, i, h)
+        else:
+            _mamba1(b, f"{p}.mamba", i, h,
+                    d_inner=int(raw.get("mamba_expand", 2)) * h,
+                    d_state=_int(raw, "mamba_d_state", default=16, where=where_s),
+                    dt_rank=_dt_rank(raw, "mamba_dt_rank", h),
+                    d_conv=_int(raw, "mamba_d_conv", default=4, where=where_s),
+                    conv_bias=bool(raw.get("mamba_conv_bias", True)),
+                    proj_bias=bool(raw.get("mamba_proj_bias", False)), inner_norms=True)
+        if e > 1 and i % e_period == e_offset:
+            b.add(f"{p}.feed_forward.router", "router", (e, h), **kw)
+            for proj, (o, m) in (("gate_proj", (inter, h)), ("up_proj", (inter, h)),
+                                 ("down_proj", (h, inter))):
+                b.add(f"{p}.feed_forward.experts.0.{proj}", "moe_experts", (o, m), count=e,
+                      parallel="expert", linear=True, **kw)
+        else:
+            _mlp(b, raw, p, i, h, inter, prefix="feed_forward")
+
+
 def _nemotron_h(b: _Builder, cfg: ModelConfig, h: int, where_s: str) -> int:
     raw = cfg.raw
     pattern = raw.get("hybrid_override_pattern")
@@ -746,17 +842,22 @@ def weight_tensors(cfg: ModelConfig) -> list[WeightTensor]:
     if "d_model" in raw and "n_layer" in raw:
         _mamba_ssm(b, raw, where_s)
         return b.tensors
+    if mt in ("mamba", "falcon_mamba", "mamba2"):
+        _hf_mamba(b, cfg, where_s)
+        return b.tensors
     h = _int(raw, "hidden_size", where=where_s)
     v = _int(raw, "vocab_size", where=where_s)
     b.add("model.embed_tokens", "embedding", (v, h), parallel="vocab", where="embed")
     top = dict(raw)
     if mt == "nemotron_h":
         _nemotron_h(b, cfg, h, where_s)
+    elif mt == "jamba":
+        _jamba(b, cfg, h, where_s)
     else:
         n = _int(raw, "num_hidden_layers", where=where_s)
         kinds = _layer_kinds(cfg, n)
         e = _num_experts(raw)
-        gemma = mt.startswith("gemma")
+        gemma = mt.startswith(("gemma2", "gemma3", "gemma4"))  # four norms per layer
         for i in range(n):
             p = f"model.layers.{i}"
             _decoder_layer(b, cfg, p, i, h, kinds[i], e, gemma, where_s)
