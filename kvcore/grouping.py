@@ -302,7 +302,8 @@ def normalize_specs(
     """Checked, normalized ``[(layer, spec)]``, the skipped layers and notes.
 
     Layers whose page is 0 bytes are skipped; with ``disable_hybrid_kv_cache_manager``
-    windowed layers become full attention (a state layer is a ConfigError); a window or
+    windowed layers of a hybrid model become full attention (a state layer is a
+    ConfigError; a model of one attention type and window keeps it); a window or
     chunk >= ``max_model_len`` becomes full attention (it never slides: vLLM's sliding
     figure would hold one block more); attention block sizes become multiples of
     ``kernel_block_size`` and every block size a multiple of the spec's
@@ -318,6 +319,13 @@ def normalize_specs(
     items: Items = []
     skipped: list[str] = []
     promoted = 0
+    if disable_hybrid_kv_cache_manager:
+        # one attention type (e.g. every layer sliding with one window) is no hybrid:
+        # nothing to plan as full attention (vLLM's unify_hybrid_kv_cache_specs)
+        types = {(type(s), _window_of(s)) for s in uniq(layer_specs.values())
+                 if s.kind != "encoder_only_attention"}
+        if len(types) == 1:
+            disable_hybrid_kv_cache_manager = False
     for name, spec in layer_specs.items():
         if id(spec) in by_id:
             new = by_id[id(spec)]
