@@ -383,7 +383,9 @@ def _gdn(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int, where_s: str)
 
 
 def _kda(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int) -> None:
-    """Kimi Delta Attention (Kimi-Linear ``kda_layers``)."""
+    """Kimi Delta Attention (``linear_attn_config.kda_layers``), as vLLM's
+    ``kimi_gdn_linear_attn``: q/k/v (+ a full-rank gate g, or the low-rank g_a/g_b), the
+    f_a/f_b gate, beta (b), float32 short convolutions, dt_bias and A_log."""
     lin = raw.get("linear_attn_config") or {}
     nh = int(lin.get("num_heads") or raw.get("num_attention_heads") or 1)
     hd = int(lin.get("head_dim") or 128)
@@ -391,17 +393,20 @@ def _kda(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int) -> None:
     d = nh * hd
     cls = "linear_attention"
     kw: dict[str, Any] = {"layer": i}
-    for proj in ("q_proj", "k_proj", "v_proj"):
+    full_gate = bool(lin.get("use_full_rank_gate", False))
+    for proj in ("q_proj", "k_proj", "v_proj") + (("g_proj",) if full_gate else ()):
         b.linear(f"{p}.self_attn.{proj}", cls, d, h, "column", **kw)
     for conv in ("q_conv1d", "k_conv1d", "v_conv1d"):
-        b.add(f"{p}.self_attn.{conv}", cls, (d, kern), parallel="column", **kw)
+        b.add(f"{p}.self_attn.{conv}", cls, (d, kern), parallel="column", dtype_bytes=4,
+              **kw)
     b.linear(f"{p}.self_attn.f_a_proj", cls, hd, h, "replicated", **kw)
     b.linear(f"{p}.self_attn.f_b_proj", cls, d, hd, "column", **kw)
     b.linear(f"{p}.self_attn.b_proj", cls, nh, h, "column", **kw)
-    b.linear(f"{p}.self_attn.g_a_proj", cls, hd, h, "replicated", **kw)
-    b.linear(f"{p}.self_attn.g_b_proj", cls, d, hd, "column", **kw)
-    b.add(f"{p}.self_attn.A_log", cls, (nh,), parallel="column", **kw)
-    b.add(f"{p}.self_attn.dt_bias", cls, (d,), parallel="column", **kw)
+    if not full_gate:
+        b.linear(f"{p}.self_attn.g_a_proj", cls, hd, h, "replicated", **kw)
+        b.linear(f"{p}.self_attn.g_b_proj", cls, d, hd, "column", **kw)
+    b.add(f"{p}.self_attn.A_log", cls, (nh,), parallel="column", dtype_bytes=4, **kw)
+    b.add(f"{p}.self_attn.dt_bias", cls, (d,), parallel="column", dtype_bytes=4, **kw)
     b.norm(f"{p}.self_attn.o_norm", hd, **kw)
     b.linear(f"{p}.self_attn.o_proj", cls, h, d, "row", **kw)
 
