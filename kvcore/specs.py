@@ -135,10 +135,20 @@ def _check_field_types(obj: Any) -> None:
             continue
         ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
         if not ok:
+            from kvcore.units import shorten
+
             raise SpecError(
                 f"{type(obj).__name__}.{f.name} must be {base}"
-                f"{' or null' if optional else ''}, got {value!r}", field=f.name,
-                value=repr(value))
+                f"{' or null' if optional else ''}, got {shorten(value)}", field=f.name,
+                value=shorten(value))
+        if base == "int":
+            from kvcore.units import bound, shorten
+
+            if abs(value) > bound(f.name):  # plausibility bounds: kvcore.units.BOUNDS
+                raise SpecError(
+                    f"{type(obj).__name__}.{f.name} = {shorten(value)} is implausibly "
+                    f"large (at most {bound(f.name):,})", field=f.name,
+                    value=shorten(value))
 
 
 @dataclass(frozen=True, kw_only=True)

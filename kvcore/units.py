@@ -86,8 +86,9 @@ BOUNDS: dict[str, int] = {
     "attention_chunk_size": MAX_TOKENS,
     "chunk_size": MAX_TOKENS,
     "mamba_chunk_size": MAX_TOKENS,
-    "block_size": 1 << 20,
-    "kernel_block_size": 1 << 20,
+    # a state's block may span a whole request (Mamba "none" mode: max_model_len)
+    "block_size": MAX_TOKENS,
+    "kernel_block_size": MAX_TOKENS,
     # counts
     "num_gpu_blocks_override": MAX_BLOCKS,
     "num_blocks": MAX_BLOCKS,
