@@ -172,5 +172,10 @@ def _cmd_gpus(args: object) -> int:
                          no_wrap=i in (0, 1, 2))
     for r in rows:
         table.add_row(*r)
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a file or pipe: as wide as the table, nothing cut
+        need = sum(max(len(h), *(len(r[i]) for r in rows)) + 3
+                   for i, h in enumerate(headers)) + 1
+        console = Console(highlight=False, width=max(need, 80))
+    console.print(table)
     return 0
