@@ -102,7 +102,7 @@ def test_qwen3_235b_fp8_difference_is_explained():
 
 
 def test_weights_per_rank_match_vllm_model_loading_lines():
-    """vLLM's "Model loading took" / "model weights take" figures (GiB):
+    """vLLM's "Model loading took" / "model weights take" figures per rank (GiB):
     Llama-3-8B 14.96 (TP1) and 7.48 (TP2) (vllm#10511); R1-Distill-Qwen-14B TP2 13.9476
     (vllm#13061; vLLM's figure also holds the rotary tables and sampler buffers)."""
     def per_rank(model, tp):
@@ -110,6 +110,9 @@ def test_weights_per_rank_match_vllm_model_loading_lines():
         return compute_budget(cfg, gpu="H100-SXM", tensor_parallel_size=tp
                               ).weights.per_rank_bytes / GIB
 
+    # HabanaAI/vllm-fork#809: DeepSeek-R1 (fp8, MoE, MLA) at TP 8: "Pre-loading model
+    # weights on hpu:0 took 79.41 GiB of device memory"
+    assert abs(per_rank("deepseek-r1", 8) - 79.41) / 79.41 < 0.005
     assert abs(per_rank("llama-3.1-8b", 1) - 14.96) < 0.01
     assert abs(per_rank("llama-3.1-8b", 2) - 7.48) < 0.01
     assert abs(per_rank(R1_DISTILL_QWEN_14B, 2) - 13.9476) / 13.9476 < 0.02
