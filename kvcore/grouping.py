@@ -240,15 +240,16 @@ def check_spec_sizes(name: str, spec: KVCacheSpec) -> int:
     give a positive int too.  Raises ConfigError naming the layer, kind and plugin."""
     scheme = getattr(spec, "scheme", None) if hasattr(spec, "kv_cache_dtype") else None
     if scheme is not None and hasattr(scheme, "bytes_per_token_head"):
+        owner = getattr(get_registry(), "_scheme_owner", {}).get(scheme.name) or \
+            getattr(scheme, "distribution", "a plugin")
+        what = f"kv_cache_dtype {scheme.name!r} (from {owner}) bytes per token and head"
         try:
             per_head = spec.bytes_per_token_per_head  # type: ignore[attr-defined]
         except Exception as exc:  # a plugin's byte function raised
-            raise _size_error(name, spec, f"kv_cache_dtype {scheme.name!r} bytes per token "
-                              f"and head", f"{type(exc).__name__}: {exc}",
+            raise _size_error(name, spec, what, f"{type(exc).__name__}: {exc}",
                               "a positive int") from exc
         if not _is_int(per_head) or per_head <= 0:
-            raise _size_error(name, spec, f"kv_cache_dtype {scheme.name!r} bytes per token "
-                              f"and head", per_head, "a positive int")
+            raise _size_error(name, spec, what, per_head, "a positive int")
     sizes = []
     for attr in ("real_page_size_bytes", "page_size_bytes"):
         try:

@@ -326,6 +326,9 @@ def vllm_error_reason(err: dict[str, Any]) -> str:
     if "bounded_replay" in msg:
         return ("vLLM: promoting sliding-window MLA to MLA (hybrid manager disabled) "
                 "passes a keyword MLAAttentionSpec does not take")
+    if "not assigned to any group" in msg:
+        return ("vLLM: its grouping leaves layers out (AssertionError: Some layers are "
+                "not assigned to any group)")
     if "same window size" in msg:
         return "vLLM: sliding layers of different windows in one group refused"
     return f"vLLM: {t}: {msg[:120]}"

@@ -349,6 +349,7 @@ def test_plugin_byte_functions_are_checked(odd_plugin, i):
     with pytest.raises(ConfigError) as e:
         plan({"a": spec}, max_model_len=1024, kv_cache_memory_bytes=GiB)
     assert f"odd_{i}" in str(e.value) and "'a'" in str(e.value)
+    assert "kvcore-odd-tests" in str(e.value)
 
 
 # ---- properties of the search ------------------------------------------------------
