@@ -256,3 +256,27 @@ def test_plan_notes_say_mtp_layers_are_left_out():
                            max_model_len=32768, include_mtp_layers=True)
     assert with_mtp.stats.weights_bytes > config.stats.weights_bytes
     assert not any("--include-mtp counts" in n for n in with_mtp.stats.notes)
+
+
+def test_awq_model_on_an_8gb_gpu_does_not_fit_as_vllm_said():
+    """vllm-project/vllm#13882 (vLLM V0): Qwen2.5-7B AWQ on an 8 GB RTX 4060 at
+    --gpu-memory-utilization 0.70 and max_model_len 4096: "model weights take 5.20GiB
+    ... the rest of the memory reserved for KV Cache is -1.05GiB".  kvcore's AWQ weight
+    bytes (Qwen/Qwen2.5-7B-Instruct-AWQ's quantization_config: 4 bits, group 128, zero
+    points, fp16) match within 1%, and the verdict is the same: it does not fit."""
+    import json as _json
+
+    from kvcore.models.embedded import CONFIG_DIR
+
+    data = _json.loads((CONFIG_DIR / "qwen2.5-7b.json").read_text())
+    data.update(torch_dtype="float16", quantization_config={
+        "bits": 4, "group_size": 128, "quant_method": "awq", "version": "gemm",
+        "zero_point": True})
+    cfg = parse_model_config(data, name="qwen2.5-7b-instruct-awq")
+    b = compute_budget(cfg, gpu_memory_bytes=8 * GIB, gpu_memory_utilization=0.70,
+                       max_num_batched_tokens=4096, cuda_graphs=False)
+    assert abs(b.weights.per_rank_bytes / GIB - 5.20) / 5.20 < 0.01
+    assert b.kv_cache_memory_bytes < 0 and not b.fits_memory
+    with pytest.raises(NotEnoughMemoryError, match="exceed"):
+        plan_on_gpu(cfg, gpu_memory_bytes=8 * GIB, gpu_memory_utilization=0.70,
+                    max_model_len=4096, max_num_batched_tokens=4096, cuda_graphs=False)
