@@ -138,6 +138,9 @@ def _hub_reachable() -> bool:
     import socket
     from urllib.parse import urlparse
 
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
+        return True  # behind a proxy the host need not resolve here
+
     host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
     try:
         socket.getaddrinfo(host or "huggingface.co", 443)
