@@ -359,6 +359,43 @@ def min_tensor_parallel_size_that_fits(model: str | Path | ModelConfig, *,
     return None
 
 
+def vllm_stages(cfg: ModelConfig, pipeline_parallel_size: int,
+                plan_kwargs: dict[str, Any] | None = None) -> list[list[str]] | None:
+    """The KV-cache layers of each pipeline stage as vLLM splits the decoder layers
+    (:func:`kvcore.models.weights.pp_layer_partition`; MTP layers on the last stage), so
+    that each stage's KV budget is planned for the layers whose weights it holds.  None
+    when the layer names carry no layer index (or a stage would hold no KV layer)."""
+    import bisect
+    import itertools
+    import re
+
+    from kvcore.models.config import CacheConfig
+    from kvcore.models.planner import layer_specs_for
+    from kvcore.models.weights import pp_layer_partition
+
+    kw = plan_kwargs or {}
+    n = cfg.num_hidden_layers
+    if not n or cfg.model_type == "whisper":
+        return None
+    try:
+        specs = layer_specs_for(cfg, CacheConfig(
+            tensor_parallel_size=kw.get("tensor_parallel_size", 1),
+            pipeline_parallel_size=pipeline_parallel_size,
+            include_mtp_layers=kw.get("include_mtp_layers", False),
+            num_speculative_tokens=kw.get("num_speculative_tokens", 0)))
+    except KVCoreError:
+        return None
+    ends = list(itertools.accumulate(pp_layer_partition(n, pipeline_parallel_size)))
+    stages: list[list[str]] = [[] for _ in ends]
+    for name in specs:
+        m = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+        if m is None:
+            return None
+        idx = int(m.group(1))
+        stages[min(bisect.bisect_right(ends, idx), len(ends) - 1)].append(name)
+    return stages if all(stages) else None
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -409,6 +446,11 @@ def plan_on_gpu(
         max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens", 8192),
         kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"), **budget_kwargs)
     explicit = plan_kwargs.get("kv_cache_memory_bytes") is not None
+    pp = plan_kwargs.get("pipeline_parallel_size", 1)
+    if isinstance(pp, int) and pp > 1 and "stages" not in plan_kwargs:
+        stages = vllm_stages(cfg, pp, plan_kwargs)
+        if stages is not None:  # the planner's stages hold the layers the weights do
+            plan_kwargs = dict(plan_kwargs, stages=stages)
     config = None
     problem = ""
     if b.fits_memory:

@@ -280,3 +280,25 @@ def test_awq_model_on_an_8gb_gpu_does_not_fit_as_vllm_said():
     with pytest.raises(NotEnoughMemoryError, match="exceed"):
         plan_on_gpu(cfg, gpu_memory_bytes=8 * GIB, gpu_memory_utilization=0.70,
                     max_model_len=4096, max_num_batched_tokens=4096, cuda_graphs=False)
+
+
+@pytest.mark.parametrize("model,pp", [("llama-3.1-8b", 3), ("qwen3-8b", 4),
+                                      ("gpt-oss-20b", 5), ("deepseek-v3", 8)])
+def test_pipeline_stages_plan_the_layers_whose_weights_they_hold(model, pp):
+    """With --pp and a GPU, each stage's KV budget (GPU memory x util - that stage's
+    weights - overhead) is planned for the decoder layers vLLM puts on that stage."""
+    from kvcore.models.weights import pp_layer_partition
+
+    config = plan_on_gpu(model, gpu="H200", pipeline_parallel_size=pp, max_model_len=8192,
+                         tensor_parallel_size=8 if model == "deepseek-v3" else 1)
+    cfg_layers = config.stats.num_layers
+    stages = config.stats.stages
+    assert stages is not None and len(stages) == pp
+    parts = pp_layer_partition(cfg_layers if model != "deepseek-v3" else 61, pp)
+    assert [len(s) for s in stages] == parts or model == "deepseek-v3"
+    first = [int(s[0].split(".")[2]) for s in stages]
+    assert first == [sum(parts[:i]) for i in range(pp)]
+    b = compute_budget(model, gpu="H200", pipeline_parallel_size=pp,
+                       tensor_parallel_size=8 if model == "deepseek-v3" else 1)
+    assert config.stats.kv_cache_memory_bytes == (list(b.stage_budgets) if len(
+        set(b.stage_budgets)) > 1 else b.stage_budgets[0])
