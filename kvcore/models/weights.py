@@ -681,7 +681,8 @@ def _mamba1(b: _Builder, p: str, i: int, h: int, *, d_inner: int, d_state: int,
             dt_rank: int, d_conv: int, conv_bias: bool, proj_bias: bool,
             inner_norms: bool = False) -> None:
     """A Mamba-1 mixer (HF ``MambaMixer`` / Jamba's, vLLM ``MambaMixer``)."""
-    cls, kw = "mamba", {"layer": i}
+    cls = "mamba"
+    kw: dict[str, Any] = {"layer": i}
     b.linear(f"{p}.in_proj", cls, 2 * d_inner, h, "column", bias=proj_bias, **kw)
     b.add(f"{p}.conv1d", cls, (d_inner, d_conv), parallel="column", bias=conv_bias, **kw)
     b.linear(f"{p}.x_proj", cls, dt_rank + 2 * d_state, d_inner, "row", **kw)
@@ -745,7 +746,7 @@ def _jamba(b: _Builder, cfg: ModelConfig, h: int, where_s: str) -> None:
     inter = _int(raw, "intermediate_size", where=where_s)
     for i in range(n):
         p = f"model.layers.{i}"
-        kw = {"layer": i}
+        kw: dict[str, Any] = {"layer": i}
         b.norm(f"{p}.input_layernorm", h, **kw)
         b.norm(f"{p}.pre_ff_layernorm", h, **kw)
         if i % a_period == a_offset:
