@@ -537,10 +537,34 @@ class KVCacheManager:
                     f"{self._owner_thread} owns this manager: it is not thread-safe (one "
                     f"scheduler thread makes every call)", field="thread", value=me)
             out = fn(*args, **kw)
+            if fn.__name__ == "get_computed_blocks":
+                self._check_hit(args[0] if args else kw["request"], out[0])
             self.check_consistency()
             return out
 
         return call
+
+    def _check_hit(self, request: Any, hit: KVCacheBlocks) -> None:
+        """Debug: every real block of a cache hit is a pool block cached in its group
+        under this request's own hash for that table index (a manager must not offer
+        uncached, foreign or other prefixes' blocks as hits)."""
+        pool = self.block_pool
+        hashes = request.block_hashes
+        for g, blocks in enumerate(hit.blocks):
+            m = self.managers[g]
+            for i, b in enumerate(blocks):
+                if b.is_null and b is pool.null_block:
+                    continue
+                if not pool.is_pool_block(b) or b.block_hash is None or b.group_id != g \
+                        or b.block_hash != m.block_key(hashes, i):
+                    kind = getattr(m.spec, "kind", type(m.spec).__name__)
+                    raise BlockPoolError(
+                        f"check_invariants: group {g} (kind {kind!r}, {type(m).__name__}):"
+                        f" find_longest_cache_hit offered block "
+                        f"{getattr(b, 'block_id', b)!r} as table[{i}], which is not a "
+                        f"block cached in this group under this request's hash",
+                        block_id=getattr(b, "block_id", None), kind=kind,
+                        group_id=g)
 
     def check_consistency(self) -> None:
         """Check the whole block state (O(blocks + table entries)); raises

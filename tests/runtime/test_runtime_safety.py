@@ -400,3 +400,42 @@ def test_debug_switch_refuses_a_second_thread():
     t.join()
     assert len(errors) == 1 and "not thread-safe" in str(errors[0])
     assert mgr.get_block_ids("B") == ([],)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _FakeHitSpec(FullAttentionSpec):
+    kind: ClassVar[str] = "test_fake_hit"
+
+
+class FakeHitManager(SingleTypeManager):
+    """Offers another request's (uncached) blocks as a cache hit."""
+
+    def find_longest_cache_hit(self, block_hashes, max_length, extra_tokens=0):
+        others = [b for t in self.req_to_blocks.values() for b in t]
+        n = min(len(others), max_length // self.block_size)
+        return others[:n]
+
+
+class _FakeHitPlugin:
+    @hookimpl
+    def kvcore_spec_types(self):
+        return [SpecType(_FakeHitSpec, "test_fake_hit", FakeHitManager)]
+
+
+def test_debug_switch_refuses_uncached_blocks_offered_as_a_hit():
+    name = plugins.register(_FakeHitPlugin(), name="test-fake-hit",
+                            distribution="kvcore-tests")
+    try:
+        spec = _FakeHitSpec(block_size=4, num_kv_heads=1, head_size=8)
+        mgr = KVCacheManager(config(16, spec), max_model_len=64, enable_caching=True,
+                             check_invariants=True)
+        a = mgr.make_request("A", list(range(1, 11)))
+        mgr.allocate_slots(a, 10)  # caches its 2 full blocks; the partial one is not
+        b = mgr.make_request("B", list(range(50, 63)))
+        with pytest.raises(BlockPoolError, match="test_fake_hit.*not a block cached"):
+            mgr.get_computed_blocks(b)  # A's blocks, another prefix
+        c = mgr.make_request("C", list(range(1, 14)))
+        with pytest.raises(BlockPoolError, match=r"table\[2\]"):
+            mgr.get_computed_blocks(c)  # A's prefix, but its third block is not cached
+    finally:
+        plugins.unregister(name)
