@@ -406,6 +406,15 @@ def add_gpu_arguments(p: Any) -> None:
     utilization = _arg(parse_utilization, "gpu_memory_utilization")
     overhead = _arg(lambda t: parse_size(t, "overhead"), "overhead")
     dp = _arg(lambda t: parse_length(t, "data_parallel_size"), "data_parallel_size")
+    if not p.epilog:
+        p.epilog = (
+            "Terms: the null block is block 0 of the pool, never handed to a request "
+            "(padding slots of block tables point at it), so num_blocks counts it; the "
+            "layout (LBNHC, BLHNC, ...) is the physical axis order of the KV-cache tensors "
+            "(L layers, B blocks, N tokens per block, H heads, C head channels; LBNHC is "
+            "the default); max concurrency is how many requests of max_model_len the blocks "
+            "hold at once (vLLM's figure: plan with it); the longest context is the "
+            "longest single request they hold.")
     g = p.add_argument_group(
         "GPU budget (kvcore gpus lists the catalog)",
         "KV budget per rank = GPU memory x utilization - weights per rank - overhead. "
