@@ -246,6 +246,14 @@ class Request:
                  mm_features: Sequence[tuple[int, int, str]] | None = None,
                  num_encoder_tokens: int = 0) -> None:
         self.request_id = request_id
+        if isinstance(prompt_token_ids, (str, bytes)) or not hasattr(prompt_token_ids,
+                                                                   "__iter__"):
+            from kvcore.errors import RequestError
+            from kvcore.units import shorten
+
+            raise RequestError(f"request {shorten(request_id)}: prompt_token_ids must be a "
+                               f"sequence of token ids, got {shorten(prompt_token_ids)}",
+                               field="prompt_token_ids")
         self.all_token_ids = list(prompt_token_ids)
         check_token_ids(self.all_token_ids, request_id)
         self.num_prompt_tokens = len(self.all_token_ids)
