@@ -500,3 +500,14 @@ def test_param_counts_equal_transformers(transformers_counts):
         assert w.total_params - w.mtp_params == counts[key]["params"], (key, counts[key])
         checked += 1
     assert checked >= 70
+
+
+def test_fbgemm_fp8_per_channel_scales():
+    """fbgemm_fp8 (Meta's FP8 exports): 1 byte per weight and a float32 scale per output
+    channel; modules_to_not_convert stay bf16."""
+    h, inter = 1024, 4096
+    q = {"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"]}
+    w = estimate_weights(_quant_llama(q, h, inter))
+    lin = sum(o * i + 4 * o for o, i in _linears(h, inter))
+    assert w.total_bytes == _unquantized(h, inter, 2) + 2 * lin
+    assert w.quantization == "fbgemm_fp8"

@@ -1005,6 +1005,8 @@ def _scheme(cfg: ModelConfig) -> tuple[_Scheme | None, str | None]:
         return _Scheme("fp8", block=tuple(blk) if blk else None,  # type: ignore[arg-type]
                        static_input=q.get("activation_scheme") == "static",
                        ignore=ignore), "fp8"
+    if method == "fbgemm_fp8":  # per-channel fp8 (Meta's Llama-3.1-405B-FP8)
+        return _Scheme("fp8", strategy="channel", ignore=ignore), "fbgemm_fp8"
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = int(q.get("bits") or q.get("w_bit") or 4)
         group = int(q.get("group_size") or q.get("q_group_size") or 128)
@@ -1070,7 +1072,7 @@ def _quantized_bytes(s: _Scheme, out_f: int, in_f: int) -> float:
     n = out_f * in_f
     if s.method == "fp8":
         scales = math.ceil(out_f / s.block[0]) * math.ceil(in_f / s.block[1]) \
-            if s.block else 1
+            if s.block else out_f if s.strategy == "channel" else 1
         return n + 4 * scales + (4 if s.static_input else 0)
     if s.method == "mxfp4":
         return n / 2 + n / 32
