@@ -511,3 +511,10 @@ def test_fbgemm_fp8_per_channel_scales():
     lin = sum(o * i + 4 * o for o, i in _linears(h, inter))
     assert w.total_bytes == _unquantized(h, inter, 2) + 2 * lin
     assert w.quantization == "fbgemm_fp8"
+
+
+def test_unmodelled_quantization_is_said_not_hidden():
+    w = estimate_weights(_quant_llama({"quant_method": "hqq", "nbits": 4}))
+    assert w.quantization == "hqq" and any("not modelled" in n for n in w.notes)
+    assert w.total_bytes == estimate_weights(parse_model_config(
+        _llama(1024, 2, 8, 8, 4096, 1024))).total_bytes

@@ -1240,6 +1240,9 @@ def estimate_weights(
         else:
             stages[stage_of.get(t.layer, 0)] += share
     notes: list[str] = []
+    if scheme is None and qname:
+        notes.append(f"quantization_config.quant_method {qname!r} is not modelled: weights "
+                     f"counted in {cfg.dtype} (an upper bound)")
     if tied_head_again:
         notes.append("tied embeddings: the last pipeline stage holds its own LM head copy")
     source = "config"
