@@ -244,3 +244,252 @@ def test_kernel_tests_skip_cleanly_without_triton(plugin, files):
     assert "ModuleNotFoundError" not in out.stdout, tail
     assert " passed" in tail and " skipped" in tail, tail
     assert "triton is not installed" in out.stdout, tail
+
+
+# ---- issue 15 items 10, 11, 13: plugins that cannot take kvcore down ---------------------
+
+BROKEN_TYPE = "test_broken_model"
+BROKEN_CONFIG = {"model_type": BROKEN_TYPE, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "hidden_size": 256,
+                 "max_position_embeddings": 1024}
+
+
+def _adapter_plugin(behaviour):
+    class Adapter:
+        @hookimpl
+        def kvcore_layer_specs(self, model_config, cache_config):
+            if model_config.model_type != BROKEN_TYPE:
+                return None
+            return behaviour()
+
+    return Adapter()
+
+
+def _raise(exc):
+    def f():
+        raise exc
+    return f
+
+
+F16 = FullAttentionSpec(block_size=16, num_kv_heads=4, head_size=64)
+ADAPTER_BEHAVIOURS = {
+    "raises": (_raise(RuntimeError("adapter exploded")), "RuntimeError"),
+    "keyerror": (_raise(KeyError("num_layers")), "KeyError"),
+    "systemexit0": (_raise(SystemExit(0)), "SystemExit"),
+    "systemexit3": (_raise(SystemExit(3)), "SystemExit"),
+    "list": (lambda: [F16], "list"),
+    "string": (lambda: "model.layers.0", "str"),
+    "non-spec values": (lambda: {"model.layers.0.self_attn": {"type": "full_attention"}},
+                        "KVCacheSpec"),
+    "non-string names": (lambda: {0: F16}, "layer name"),
+}
+
+
+@pytest.mark.parametrize("behaviour", list(ADAPTER_BEHAVIOURS))
+def test_misbehaving_adapter_is_a_plugin_error(registered, cli, tmp_path, behaviour):
+    """Item 10: the error names the distribution, its version and the hook; exit 2 with
+    one line (JSON under --json); SystemExit(0) from a plugin does not end kvcore with
+    exit 0."""
+    fn, fragment = ADAPTER_BEHAVIOURS[behaviour]
+    registered(_adapter_plugin(fn), "brokenadapter", dist="kvcore-broken-adapter")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BROKEN_CONFIG))
+    code, out, err = cli("plan", str(path), "--kv-cache-memory", "1GiB")
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for part in ("kvcore-broken-adapter", "9.9", "kvcore_layer_specs", fragment):
+        assert part in lines[0], (part, lines[0])
+    code, out, _ = cli("plan", str(path), "--kv-cache-memory", "1GiB", "--json")
+    payload = json.loads(out)["error"]
+    assert code == 2 and payload["type"] == "PluginError"
+    assert payload["distribution"] == "kvcore-broken-adapter" and payload["version"] == "9.9"
+    assert payload["hook"] == "kvcore_layer_specs"
+
+
+def test_misbehaving_adapter_in_the_python_api(registered, tmp_path):
+    from kvcore import plan_model
+    from kvcore.errors import PluginError
+
+    registered(_adapter_plugin(_raise(ValueError("bad"))), "brokenadapter",
+               dist="kvcore-broken-adapter")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BROKEN_CONFIG))
+    with pytest.raises(PluginError, match="kvcore-broken-adapter 9.9: hook "
+                                          "kvcore_layer_specs raised ValueError"):
+        plan_model(path, kv_cache_memory_bytes=2**30)
+
+
+def test_plugin_config_error_passes_unchanged(registered, tmp_path):
+    """A plugin's own ConfigError (a malformed config field) is the user's error, not a
+    plugin bug: it passes through with its field."""
+    from kvcore import plan_model
+    from kvcore.errors import ConfigError
+
+    def complain():
+        raise ConfigError("config: field 'x' = 5 must be a string", field="x")
+
+    registered(_adapter_plugin(complain), "strict")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BROKEN_CONFIG))
+    with pytest.raises(ConfigError) as e:
+        plan_model(path, kv_cache_memory_bytes=2**30)
+    assert type(e.value) is ConfigError and e.value.extra["field"] == "x"
+
+
+class BrokenWrapper:
+    @hookimpl(wrapper=True)
+    def kvcore_layer_specs(self, model_config, cache_config):
+        result = yield
+        if model_config.model_type == BROKEN_TYPE:
+            raise ZeroDivisionError("in the wrapper")
+        return result
+
+
+def test_broken_hook_wrapper_is_named(registered, cli, tmp_path):
+    registered(BrokenWrapper(), "brokenwrapper", dist="kvcore-broken-wrapper")
+    registered(_adapter_plugin(lambda: {"model.layers.0.self_attn": F16}), "fine")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BROKEN_CONFIG))
+    code, _, err = cli("plan", str(path), "--kv-cache-memory", "1GiB")
+    assert code == 2 and "kvcore-broken-wrapper" in err and "ZeroDivisionError" in err
+    code, _, err = cli("plan", "llama-3.1-8b", "--kv-cache-memory", "20GiB",
+                       "--max-model-len", "4096")
+    assert code == 0, err  # other models pass through the wrapper untouched
+
+
+@pytest.mark.parametrize("answer, fragment", [
+    (_raise(RuntimeError("explain exploded")), "RuntimeError"),
+    (_raise(SystemExit(0)), "SystemExit"),
+    (lambda: 42, "must return a string or None"),
+])
+def test_misbehaving_explain_hook(registered, cli, answer, fragment):
+    class Explain:
+        @hookimpl
+        def kvcore_explain_kv_cache_dtype(self, name):
+            return answer()
+
+    registered(Explain(), "explain", dist="kvcore-broken-explain")
+    code, _, err = cli("plan", "llama-3.1-8b", "--kv-cache-dtype", "bogus",
+                       "--max-model-len", "4096")
+    assert code == 2 and "Traceback" not in err, err
+    assert "kvcore-broken-explain" in err and "kvcore_explain_kv_cache_dtype" in err
+    assert fragment in err
+
+
+class NotASpecPlugin:
+    @hookimpl
+    def kvcore_spec_types(self):
+        return [SpecType(dict, "test_not_a_spec", None)]
+
+
+class MissingManagerPlugin:
+    @hookimpl
+    def kvcore_spec_types(self):
+        return [SpecType(DoubledSpec, "test_doubled",
+                         "kvcore_no_such_module_xyz:Manager", "full_attention")]
+
+
+class BadManagerPathPlugin:
+    @hookimpl
+    def kvcore_spec_types(self):
+        return [SpecType(DoubledSpec, "test_doubled", "not a path", "full_attention")]
+
+
+@pytest.mark.parametrize("plugin, fragment", [
+    (NotASpecPlugin(), "not a KVCacheSpec dataclass"),
+    (BadManagerPathPlugin(), "'module:Class' path"),
+])
+def test_invalid_registration_is_refused(registered, plugin, fragment):
+    """Item 11: a SpecType whose class is not a KVCacheSpec (or whose manager is not a
+    class or path) is refused when the registry is built, naming the plugin."""
+    registered(plugin, "badreg", dist="kvcore-bad-registration")
+    with pytest.warns(KVCorePluginWarning, match=fragment) as rec:
+        reg = get_registry()
+    assert "kvcore-bad-registration 9.9" in str(rec[0].message)
+    assert "test_not_a_spec" not in reg.kinds and "test_doubled" not in reg.kinds
+    assert "badreg" not in [p.name for p in list_plugins()]
+
+
+def test_missing_manager_module_named_when_listed_and_when_managing(registered, cli):
+    """Item 11: a manager path to a missing module plans (the path is not imported at
+    import or planning time), and is an error naming the plugin in ``kvcore plugins``
+    and when a KVCacheManager is built."""
+    from kvcore import KVCacheManager, plan
+    from kvcore.errors import PluginError
+
+    registered(MissingManagerPlugin(), "nomanager", dist="kvcore-no-manager")
+    spec = DoubledSpec(block_size=16, num_kv_heads=8, head_size=128)
+    config = plan({"a": spec}, max_model_len=1024, kv_cache_memory_bytes=10**8)
+    with pytest.raises(PluginError) as e:
+        KVCacheManager(config, max_model_len=1024)
+    for part in ("kvcore-no-manager", "nomanager", "kvcore_no_such_module_xyz",
+                 "ModuleNotFoundError"):
+        assert part in str(e.value), str(e.value)
+    code, out, err = cli("plugins")
+    assert code == 2 and "kvcore-no-manager" in err and "kvcore_no_such_module_xyz" in err
+    code, out, _ = cli("plugins", "--json")
+    data = json.loads(out)
+    assert code == 2 and data["errors"][0]["distribution"] == "kvcore-no-manager"
+
+
+@pytest.mark.parametrize("value, loads", [
+    ("1", False), ("true", False), ("YES", False), ("on", False),
+    ("0", True), ("false", True), ("no", True), ("off", True), ("", True),
+])
+def test_autoload_switch_is_strict(monkeypatch, value, loads):
+    """Item 13: false / no / off / 0 keep autoload on (they used to disable it)."""
+    from importlib.util import find_spec
+
+    monkeypatch.setenv("KVCORE_DISABLE_PLUGIN_AUTOLOAD", value)
+    plugins.reload_plugins()
+    try:
+        names = [p.name for p in list_plugins()]
+        if find_spec("kvcore_mla") is not None:
+            assert ("mla" in names) is loads, names
+        else:
+            assert "core" in names
+    finally:
+        monkeypatch.delenv("KVCORE_DISABLE_PLUGIN_AUTOLOAD")
+        plugins.reload_plugins()
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "disable", "nope"])
+def test_autoload_switch_refuses_junk(monkeypatch, cli, value):
+    monkeypatch.setenv("KVCORE_DISABLE_PLUGIN_AUTOLOAD", value)
+    plugins.reload_plugins()
+    try:
+        code, _, err = cli("plugins")
+        assert code == 2 and "KVCORE_DISABLE_PLUGIN_AUTOLOAD" in err and value in err
+        assert len(err.strip().splitlines()) == 1
+    finally:
+        monkeypatch.delenv("KVCORE_DISABLE_PLUGIN_AUTOLOAD")
+        plugins.reload_plugins()
+
+
+@pytest.mark.parametrize("value", ["MLA", "nope", "mla,nope"])
+def test_unknown_plugin_names_are_warned_with_the_installed_ones(monkeypatch, value):
+    from importlib.util import find_spec
+
+    monkeypatch.setenv("KVCORE_PLUGINS", value)
+    plugins.reload_plugins()
+    try:
+        with pytest.warns(KVCorePluginWarning, match="no installed plugin has") as rec:
+            list_plugins()
+        msg = str(rec[0].message)
+        assert ("nope" if "nope" in value else "MLA") in msg
+        if find_spec("kvcore_mla") is not None:
+            assert "installed: " in msg and "mla" in msg.split("installed: ")[1]
+    finally:
+        monkeypatch.delenv("KVCORE_PLUGINS")
+        plugins.reload_plugins()
+
+
+def test_models_with_conflicting_plugins_reports_once(registered, cli):
+    """Item 13: the conflict is one line and exit 2, not a note in every row."""
+    registered(ClashingPlugin(), "clash", dist="kvcore-clash")
+    code, out, err = cli("models")
+    assert code == 2 and out == "", out[:300]
+    assert len(err.strip().splitlines()) == 1 and "kvcore-clash" in err
+    code, out, _ = cli("models", "--json")
+    assert code == 2 and json.loads(out)["error"]["type"] == "PluginConflictError"
