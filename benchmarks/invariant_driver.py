@@ -12,9 +12,11 @@ managers (seeds ``seed, seed + 1, ...``), so pools start empty several times.  A
 reset_prefix_cache); after each the invariant is checked for every live request and
 every layer, plus the pool's consistency.  Lookahead is 0 on a request's first
 allocation and ``num_speculative_tokens`` afterwards; decode steps verify 0..S drafts,
-a random number of them accepted.  Prints the calls, plans, failed allocations
-(pool full), hit tokens and violations (the first ``--show`` of them, with plan, seed
-and call number); exit status 1 when there is any violation.
+a random number of them accepted; a quarter of the admissions ask
+``full_sequence_must_fit``.  Prints the calls, plans, failed allocations (pool full),
+hit tokens, refused requests (an encoder input over the planned limit must raise
+RequestError and change nothing) and violations (the first ``--show`` of them, with
+plan, seed and call number); exit status 1 when there is any violation.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from kvcore.errors import KVCoreError  # noqa: E402
 def run_plan(case, ops: int, seed: int, worlds: int) -> dict:
     done = 0
     out = {"plan": case.name, "ops": 0, "violations": [], "failed_allocs": 0,
-           "hit_tokens": 0, "errors": []}
+           "hit_tokens": 0, "refused": 0, "errors": []}
     for w in range(worlds):
         budget = (ops - done) // (worlds - w)
         cfg, kw = case.build()
@@ -53,6 +55,7 @@ def run_plan(case, ops: int, seed: int, worlds: int) -> dict:
         out["ops"] += world.ops
         out["failed_allocs"] += world.failed_allocs
         out["hit_tokens"] += world.hits
+        out["refused"] += world.refused
         out["violations"] += [dict(seed=seed + w, text=str(v)) for v in world.violations]
     return out
 
@@ -87,10 +90,12 @@ def main(argv: list[str] | None = None) -> int:
                                        ][:args.show]
         print(json.dumps(summary))
     else:
-        print(f"{'plan':<28} {'calls':>8} {'no fit':>7} {'hit tok':>8} {'viol':>6}")
+        print(f"{'plan':<28} {'calls':>8} {'no fit':>7} {'hit tok':>8} {'refused':>8} "
+              f"{'viol':>6}")
         for r in results:
             print(f"{r['plan']:<28} {r['ops']:>8} {r['failed_allocs']:>7} "
-                  f"{r['hit_tokens']:>8} {len(r['violations']) + len(r['errors']):>6}")
+                  f"{r['hit_tokens']:>8} {r['refused']:>8} "
+                  f"{len(r['violations']) + len(r['errors']):>6}")
         print(f"calls: {total_ops:,}   plans: {len(plans)}   violations: {total_v}   "
               f"runtime errors: {total_e}   ({wall:.1f} s, seed {args.seed})")
         kinds = Counter()

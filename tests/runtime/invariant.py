@@ -609,6 +609,7 @@ class World:
         self._seen: set[tuple[str, int, str]] = set()
         self.ops = 0
         self.failed_allocs = 0
+        self.refused = 0
         self.hits = 0
         self._garbage = 0
         self._counter = 0
@@ -672,6 +673,8 @@ class World:
         tail = [rng.randrange(1, 50) for _ in range(rng.randrange(1, 12))]
         toks = (prefix[:cut] + tail)[:self.max_model_len - 1]
         enc = rng.randrange(0, self.max_enc + 1) if self.max_enc else 0
+        if self.max_enc and rng.random() < 0.05:  # over the planned limit: refused
+            enc = self.max_enc + rng.randrange(1, 20)
         name = f"r{self._counter}"
         req = self.mgr.make_request(name, toks, max_tokens=rng.randrange(1, 24),
                                     num_encoder_tokens=enc)
@@ -693,8 +696,12 @@ class World:
         self.check_all()
         remaining = req.num_tokens - hit
         n = self._chunk(sr, hit, remaining, hit)
+        if self.max_enc and sr.enc_len > self.max_enc:
+            self._refused(sr, n, hit, hit_blocks)
+            return True
         out = self._call(self.mgr.allocate_slots, req, n, hit, hit_blocks,
-                         num_lookahead_tokens=0)
+                         num_lookahead_tokens=0,
+                         full_sequence_must_fit=self.rng.random() < 0.25)
         if out is None:
             self.failed_allocs += 1
             self.check_all()
@@ -704,6 +711,26 @@ class World:
         self.running[req.request_id] = sr
         self._after_alloc(sr, hit, n, 0, first=True, hit=hit)
         return True
+
+    def _refused(self, sr: ShadowRequest, n: int, hit: int, hit_blocks: Any) -> None:
+        """An encoder input over the planned limit: RequestError, nothing changed."""
+        from kvcore.errors import RequestError
+
+        before = (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req))
+        try:
+            self._call(self.mgr.allocate_slots, sr.req, n, hit, hit_blocks)
+        except RequestError:
+            self.refused += 1
+        else:
+            self.violation(sr.base, -1, "cross_attention",
+                           f"encoder length {sr.enc_len} over the planned "
+                           f"{self.max_enc} was admitted")
+            self._call(self.mgr.free, sr.req)
+        if (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req)) != before:
+            self.violation(sr.base, -1, "cross_attention", "a refused request changed "
+                           "the pool")
+        self.waiting.remove(sr)
+        self.check_all()
 
     def _after_alloc(self, sr: ShadowRequest, c: int, n: int, L: int, first: bool,
                      hit: int = 0, drafts: Sequence[int] = (), accepted: int = 0) -> None:

@@ -131,6 +131,7 @@ PLANS: list[PlanCase] = [
     PlanCase("full-bs4", lambda: (_one(_full(4), 48), {})),
     PlanCase("full-bs16-tiny", lambda: (_one(_full(16), 6), {})),
     PlanCase("full-eagle", lambda: (_one(_full(4), 40), {"use_eagle": True})),
+    PlanCase("full-no-caching", lambda: (_one(_full(4), 30), {"enable_caching": False})),
     PlanCase("full-spec2", lambda: (_one(_full(4), 48), {"num_spec": 2})),
     PlanCase("sliding-w8", lambda: (_one(_swa(8, 4), 24), {})),
     PlanCase("chunked-local-c8", lambda: (_one(ChunkedLocalAttentionSpec(

@@ -156,7 +156,8 @@ def test_plan_catalog_covers_the_issue():
                    "mamba-all-chunk2", "mamba-all-chunk4-spec2", "mla", "rswa",
                    "kpool-spec0", "turboquant", "gemma-like", "gpt-oss-like",
                    "packed-two-windows", "tiny-hybrid-full+sliding", "cross-attention",
-                   "sink-full", "chunked-local-c8", "sliding-w8"):
+                   "sink-full", "chunked-local-c8", "sliding-w8", "full-no-caching",
+                   "full-eagle", "full-spec2"):
         assert needed in names
 
 
