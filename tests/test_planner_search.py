@@ -519,3 +519,56 @@ def test_hybrid_disabled_on_a_model_of_one_attention_type_keeps_it():
     assert g.kind == "sliding_window"
     # blocks per request: cdiv(min(511 + 8192, 32768), 32) + 1 = 273
     assert config.blocks_per_request == 273
+
+
+def _ladder_cases():
+    import hashlib
+    import random
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "scripts"))
+    import fuzz_vs_vllm
+
+    data = json.loads((Path(__file__).parent / "data" / "planner_ladder.json").read_text())
+    rng = random.Random(123)
+    for row in data["cases"]:
+        case = fuzz_vs_vllm.random_case(random.Random(rng.getrandbits(64)), row["name"])
+        specs = fuzz_vs_vllm.to_kvcore(case)
+        digest = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()
+        yield row, specs, digest[:16]
+
+
+def test_never_worse_than_the_former_ladder():
+    """400 random layouts planned by the planner before the search (the fixed ladder of
+    candidates, commit be4aa11; tests/data/planner_ladder.json): the search plans every
+    one the ladder planned, with max concurrency (auto length: max_model_len) never
+    lower, except where sink blocks are now reserved (deliberate, issue 13 item 7)."""
+    import importlib.util
+
+    from kvcore.planning import plan_from_specs_file
+
+    checked = better = 0
+    for row, specs, digest in _ladder_cases():
+        assert digest == row["specs_sha256"], "the fuzz generator changed: regenerate"
+        kinds = {layer["type"] for layer in specs["layers"].values()}
+        if ({"mla_attention", "sliding_window_mla"} & kinds and
+                importlib.util.find_spec("kvcore_mla") is None) or (
+                "mamba" in kinds and importlib.util.find_spec("kvcore_mamba") is None):
+            continue
+        if "error" in row:
+            continue
+        sink = "sink_full_attention" in kinds
+        try:
+            config = plan_from_specs_file(specs)
+        except NotEnoughMemoryError:
+            assert sink, row["name"]
+            continue
+        if specs["options"]["max_model_len"] == -1:
+            assert config.max_model_len >= row["max_model_len"] or sink, row["name"]
+        elif row["max_concurrency"] is not None:
+            assert config.max_concurrency >= row["max_concurrency"] * (1 - 1e-9), row
+            better += config.max_concurrency > row["max_concurrency"] * (1 + 1e-9)
+        checked += 1
+    assert checked >= 300 and better >= 50
