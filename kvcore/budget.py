@@ -481,7 +481,8 @@ def plan_on_gpu(
         if not raise_if_not_fits:
             config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))
     fits = not problem
-    min_tp: int | None = tp if fits else min_tensor_parallel_size_that_fits(
+    # the smallest TP that fits, also when this one fits (it may be smaller)
+    min_tp: int | None = tp if fits and tp == 1 else min_tensor_parallel_size_that_fits(
         cfg, plan_kwargs=plan_kwargs, **budget_kwargs)
     where = b.gpu.name if b.gpu else format_bytes(b.gpu_memory_bytes)
     if not fits and raise_if_not_fits:

@@ -302,3 +302,11 @@ def test_pipeline_stages_plan_the_layers_whose_weights_they_hold(model, pp):
                        tensor_parallel_size=8 if model == "deepseek-v3" else 1)
     assert config.stats.kv_cache_memory_bytes == (list(b.stage_budgets) if len(
         set(b.stage_budgets)) > 1 else b.stage_budgets[0])
+
+
+def test_min_tp_is_reported_for_a_fitting_plan_too():
+    config = plan_on_gpu("llama-3.1-8b", gpu="H100-SXM", tensor_parallel_size=4,
+                         max_model_len=8192)
+    assert config.stats.fits is True and config.stats.min_tensor_parallel_size_that_fits == 1
+    config = plan_on_gpu("qwen3-8b", gpu="L4", tensor_parallel_size=4, max_model_len=131072)
+    assert config.stats.min_tensor_parallel_size_that_fits == 2
