@@ -203,6 +203,17 @@ class KVCacheManager:
              m.enable_caching and type(m).cache_blocks is base.cache_blocks)
             for m in self.managers]
         self._tables0 = self.managers[0].req_to_blocks if n else {}
+        # several groups, every one on the base-class rules (full / sliding / chunked
+        # attention, ...): the running path without per-call dispatch
+        self._plain = [
+            (m, m.block_size, m.req_to_blocks,
+             m.get_num_skipped_tokens if m.skips_blocks else None, m.num_skipped_blocks,
+             m.enable_caching, m.num_cached_blocks)
+            for m in self.managers] if n > 1 and all(
+                alloc and (skip or not m.skips_blocks)
+                and (cache or not m.enable_caching)
+                and not getattr(m, "excludes_lookahead_tokens", False)
+                for m, _, alloc, skip, cache in self._plans) else None
         from kvcore.specs import CrossAttentionSpec
 
         self._has_cross = any(isinstance(m.spec, CrossAttentionSpec)
@@ -337,11 +348,66 @@ class KVCacheManager:
                 return result
         if not full_sequence_must_fit and not new_computed_blocks \
                 and rid in self._tables0 and num_new_tokens > 0:
+            if self._plain is not None:
+                out = self._allocate_plain(request, rid, num_computed, num_new_tokens,
+                                           need)
+                if out is not False:
+                    return out  # type: ignore[return-value]
             return self._allocate_running(request, rid, num_computed, num_new_tokens,
                                           need)
         num_tokens = len(request.all_token_ids)
         return self._allocate_general(request, num_new_tokens, num_computed, num_tokens,
                                       need, new_computed_blocks, full_sequence_must_fit)
+
+    def _allocate_plain(self, request: Any, rid: str, num_computed: int,
+                        num_new_tokens: int, need: int) -> KVCacheBlocks | None | bool:
+        """:meth:`_allocate_running` for groups that all follow the base-class rules
+        (the same results, fewer calls); False when a group has no table yet."""
+        total = 0
+        freed = 0
+        skipping = None
+        for m, bs, tables, skipped, nskip, _, _ in self._plain:  # type: ignore[union-attr]
+            table = tables.get(rid)
+            if table is None:
+                return False
+            n = (need + bs - 1) // bs - len(table)
+            if n > 0:
+                total += n
+            if skipped is not None and skipped(num_computed) // bs > nskip.get(rid, 0):
+                freed += m.num_blocks_freed_by_skipping(rid, num_computed)
+                if skipping is None:
+                    skipping = [m]
+                else:
+                    skipping.append(m)
+        pool = self._pool
+        if total > self._fq.num_free_blocks + freed:
+            return None
+        if skipping is not None:
+            for m in skipping:
+                m.remove_skipped_blocks(rid, num_computed)
+        new_blocks: list[list[KVCacheBlock]] | None = None
+        if total:
+            new_blocks = []
+            for _, bs, tables, _, _, _, _ in self._plain:  # type: ignore[union-attr]
+                table = tables[rid]
+                n = (need + bs - 1) // bs - len(table)
+                if n > 0:
+                    new = pool.get_new_blocks(n)
+                    table.extend(new)
+                    new_blocks.append(new)
+                else:
+                    new_blocks.append([])
+        if self.enable_caching:
+            n_cache = num_computed + num_new_tokens
+            num_tokens = len(request.all_token_ids)
+            if n_cache > num_tokens:
+                n_cache = num_tokens
+            for m, bs, _, _, _, caching, ncached in self._plain:  # type: ignore[union-attr]
+                if caching and n_cache // bs > ncached.get(rid, 0):
+                    m.cache_blocks(request, n_cache)
+        if new_blocks is None:
+            return self._empty
+        return KVCacheBlocks(new_blocks)
 
     def _allocate_running(self, request: Any, rid: str, num_computed: int,
                           num_new_tokens: int, need: int) -> KVCacheBlocks | None:
