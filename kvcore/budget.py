@@ -504,6 +504,7 @@ def plan_on_gpu(
         "gpu_memory_utilization": b.gpu_memory_utilization,
         "fits": fits,
         "min_tensor_parallel_size_that_fits": min_tp,
+        "num_gpus": b.weights.num_gpus,
     })
     notes = [hub_note] if hub_note else []
     w = b.weights

@@ -301,6 +301,7 @@ class PlanStats:
     gpu_memory_utilization: float | None = None
     fits: bool | None = None
     min_tensor_parallel_size_that_fits: int | None = None
+    num_gpus: int | None = None  # tensor x pipeline x data parallel sizes
 
     @classmethod
     def field_names(cls) -> frozenset[str]:

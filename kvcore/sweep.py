@@ -305,7 +305,8 @@ def rows_to_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 #: ``plan --json`` keys the GPU budget adds (issue #16)
 GPU_JSON_KEYS = ("weights_bytes", "weights_bytes_total", "weights_source", "overhead_bytes",
-                 "gpu", "gpu_memory_utilization", "fits", "min_tensor_parallel_size_that_fits")
+                 "gpu", "gpu_memory_utilization", "fits", "min_tensor_parallel_size_that_fits",
+                 "num_gpus")
 
 
 def plan_json_extras(stats: Any) -> dict[str, Any]:
@@ -537,7 +538,9 @@ def print_gpu_summary(stats: Any, file: Any = None) -> None:
     g = stats["gpu"]
     name = g.get("name") or "--gpu-memory"
     util = stats.get("gpu_memory_utilization")
-    print(f"GPU: {name}, {format_bytes(g['memory_bytes'])} x {util:g} per GPU; weights "
+    gpus = stats.get("num_gpus")
+    print(f"GPU: {name}, {format_bytes(g['memory_bytes'])} x {util:g} per GPU"
+          + (f", {gpus} GPUs (TP x PP x DP)" if gpus and gpus > 1 else "") + "; weights "
           f"per rank {format_bytes(stats['weights_bytes'])} (whole model "
           f"{format_bytes(stats['weights_bytes_total'])}, from the "
           f"{stats['weights_source']}); overhead {format_bytes(stats['overhead_bytes'])} "

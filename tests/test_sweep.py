@@ -216,3 +216,17 @@ def test_cli_sweeps_memory_utilization_and_pp(tmp_path, capsys):
     assert int(more["num_blocks"]) > int(less["num_blocks"])
     out = capsys.readouterr().out
     assert "GPU memory" in out and "util" in out and "PP" in out
+
+
+def test_dp_multiplies_gpus_not_per_rank_memory(capsys):
+    base = ["plan", "qwen3-30b-a3b", "--gpu", "H100", "--tp", "2", "--max-model-len", "32K",
+            "--json"]
+    assert main(base) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(base + ["--dp", "4"]) == 0
+    four = json.loads(capsys.readouterr().out)
+    assert one["num_gpus"] == 2 and four["num_gpus"] == 8
+    assert four["weights_bytes"] == one["weights_bytes"]
+    assert main(base + ["--dp", "4", "--enable-expert-parallel"]) == 0
+    ep = json.loads(capsys.readouterr().out)
+    assert ep["weights_bytes"] < one["weights_bytes"]  # experts split over 8 ranks, not 2
