@@ -187,7 +187,27 @@ class _Options:
         return self.max_model_len if self.max_model_len > 0 else self.limit
 
 
-def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) -> _Options:
+def _check_budgets(o: dict[str, Any]) -> tuple[list[int] | None, int | None]:
+    """(budgets in bytes, one per stage or one for all; num_gpu_blocks_override)."""
+    mem = o["kv_cache_memory_bytes"]
+    budgets: list[int] | None
+    if mem is None:
+        budgets = None
+    elif isinstance(mem, (list, tuple)):
+        budgets = [_check_int("kv_cache_memory_bytes", b, 0) for b in mem]
+        if not budgets:
+            raise ConfigError("kv_cache_memory_bytes is an empty list",
+                              field="kv_cache_memory_bytes")
+    else:
+        budgets = [_check_int("kv_cache_memory_bytes", mem, 0)]
+    override = o["num_gpu_blocks_override"]
+    if override is not None:
+        override = _check_int("num_gpu_blocks_override", override, 1)
+    return budgets, override
+
+
+def _check_lengths(o: dict[str, Any]) -> tuple[int, int, str, list[str]]:
+    """(max_model_len, the search limit, where the limit comes from, notes)."""
     try:
         max_model_len = _check_int("max_model_len", o["max_model_len"], -1)
     except ConfigError:
@@ -207,6 +227,12 @@ def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) ->
                          f"max_position_embeddings {limit}")
         limit = max_model_len
         limit_source = "requested"
+    return max_model_len, limit, limit_source, notes
+
+
+def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) -> _Options:
+    """Step 1 of :func:`plan`: every option checked (ConfigError naming it)."""
+    max_model_len, limit, limit_source, notes = _check_lengths(o)
     enable_prefix_caching = _check_bool("enable_prefix_caching", o["enable_prefix_caching"])
     disable_hybrid = _check_bool("disable_hybrid_kv_cache_manager",
                                  o["disable_hybrid_kv_cache_manager"])
@@ -233,20 +259,7 @@ def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) ->
         raise ConfigError("cross_attention layers are sized by the encoder input of one "
                           "request: set max_num_encoder_input_tokens (e.g. 1500 audio "
                           "frames for Whisper)", field="max_num_encoder_input_tokens")
-    mem = o["kv_cache_memory_bytes"]
-    budgets: list[int] | None
-    if mem is None:
-        budgets = None
-    elif isinstance(mem, (list, tuple)):
-        budgets = [_check_int("kv_cache_memory_bytes", b, 0) for b in mem]
-        if not budgets:
-            raise ConfigError("kv_cache_memory_bytes is an empty list",
-                              field="kv_cache_memory_bytes")
-    else:
-        budgets = [_check_int("kv_cache_memory_bytes", mem, 0)]
-    override = o["num_gpu_blocks_override"]
-    if override is not None:
-        override = _check_int("num_gpu_blocks_override", override, 1)
+    budgets, override = _check_budgets(o)
     if max_model_len == -1 and budgets is None and override is None:
         raise ConfigError("max_model_len -1 (the longest that fits) needs a memory budget "
                           "(kv_cache_memory_bytes)", field="max_model_len")
