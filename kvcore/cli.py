@@ -511,7 +511,7 @@ def _internal_error(command: str, exc: BaseException, as_json: bool) -> int:
 
 
 #: options that name files (checked before any command runs)
-_PATH_OPTIONS = ("specs", "csv", "plot", "trace")
+_PATH_OPTIONS = ("model", "specs", "csv", "plot", "trace")
 
 
 def _check_paths(args: argparse.Namespace) -> None:
@@ -523,7 +523,7 @@ def _check_paths(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if not isinstance(value, str):
             continue
-        flag = f"--{dest}"
+        flag = "MODEL" if dest == "model" else f"--{dest}"
         why = None
         if "\x00" in value:
             why = "it contains a NUL byte"

@@ -232,15 +232,16 @@ def _llama_like(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
 def _gemma(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
     n, _, kv, hd = m.require_attention()
     b = _Builder(m, c)
+    if m.model_type == "gemma2":
+        pattern = 2
+    else:  # HF Gemma3TextConfig: sliding_window_pattern, default 6 (checked even when
+        # layer_types, which wins, is present: a present invalid value is an error)
+        key = "sliding_window_pattern" if m.get("sliding_window_pattern") is not None \
+            else "_sliding_window_pattern"
+        pattern = m.get_int(key, 6)
     if m.layer_types:
         types = m.layer_types
     else:
-        if m.model_type == "gemma2":
-            pattern = 2
-        else:  # HF Gemma3TextConfig: sliding_window_pattern, default 6
-            key = "sliding_window_pattern" if m.get("sliding_window_pattern") is not None \
-                else "_sliding_window_pattern"
-            pattern = m.get_int(key, 6)
         types = tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
                       for i in range(n))
     full_shape = None

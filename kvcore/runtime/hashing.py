@@ -207,6 +207,8 @@ class BlockHasher:
                 extra = simple_extra
             try:
                 toks = array("q", tokens[s:s + bs])
+                if min(toks) < 0:
+                    raise OverflowError
             except (OverflowError, TypeError):
                 check_token_ids(tokens[s:s + bs], getattr(request, "request_id", None), s)
                 raise
