@@ -404,22 +404,31 @@ class BlockPool:
         q = self.free_queue
         head, tail = q.head, q.tail
         pool_blocks = self.blocks
-        n_pool = len(pool_blocks)
+        null = self.null_block
+        if type(blocks) is not list:
+            blocks = list(blocks)
         n = 0
-        done: list[KVCacheBlock] = []
+        k = 0  # blocks processed (undone on an error)
         anchor = head if self.front_in_order else None  # insert after it, then advance
         for b in blocks:
             if b.is_null:
-                if b is not self.null_block:
-                    self._undo_free(done, n)
+                if b is not null:
+                    self._undo_free([d for d in blocks[:k]  # type: ignore[index]
+                                     if not d.is_null], n)
                     raise self._foreign(b, "freed")
+                k += 1
                 continue
             bid = b.block_id
-            if bid >= n_pool or pool_blocks[bid] is not b:
+            try:
+                foreign = pool_blocks[bid] is not b
+            except (IndexError, TypeError):
+                foreign = True
+            rc = b.ref_cnt - 1
+            if foreign or rc < 0:
+                done = [d for d in blocks[:k] if not d.is_null]  # type: ignore[index]
                 self._undo_free(done, n)
-                raise self._foreign(b, "freed")
-            if b.ref_cnt <= 0:
-                self._undo_free(done, n)
+                if foreign:
+                    raise self._foreign(b, "freed")
                 from kvcore.errors import BlockPoolError
 
                 times = sum(1 for d in done if d is b)
@@ -428,9 +437,9 @@ class BlockPool:
                     f"time(s), listed {times + 1} time(s) in this free): its ref count "
                     f"would go below 0 (a duplicate in one free, or a block freed "
                     f"twice); nothing was freed", block_id=bid, ref_cnt=b.ref_cnt)
-            done.append(b)
-            b.ref_cnt -= 1
-            if b.ref_cnt == 0:
+            k += 1
+            b.ref_cnt = rc
+            if rc == 0:
                 n += 1
                 if b.block_hash is None and anchor is not None:  # front, in order
                     first = anchor.next_free

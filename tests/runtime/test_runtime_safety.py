@@ -195,6 +195,12 @@ def test_foreign_block_in_free_or_touch_raises():
             fn([theirs])
         with pytest.raises(BlockPoolError, match="block 3"):
             fn([KVCacheBlock(3)])
+        with pytest.raises(BlockPoolError, match="block 0"):  # another pool's null
+            fn([other.null_block])
+    mine = pool.get_new_blocks(2)
+    before = _pool_state(pool)
+    with pytest.raises(BlockPoolError):  # after two good blocks: nothing freed
+        pool.free_blocks([mine[1], pool.null_block, mine[0], other.null_block])
     assert _pool_state(pool) == before
 
 
