@@ -58,7 +58,18 @@ A shadow gets ``(world, group_id, group, manager)``; per step it gets a
 lookahead ``L``, the keys the step's inputs carry, the computed tokens after the step
 ``c_next``, the request's true keys, prompt and encoder lengths).  Report faults with
 ``self.bad(ctx, what)``; use ``self.check_slots`` / ``self.check_held`` for the common
-checks.  Kinds shipped here: full attention (MLA, TurboQuant, indexers), sinks,
+checks.  Hooks, in the order a step calls them: ``pre_check`` (reads the step's own
+writes may overwrite), ``run`` (check each write target, write ``world.mem``),
+``after`` (remember what the next step reads, e.g. the block holding a state);
+``check`` re-checks a pending step after every later call; ``probe`` checks a lookup's
+hit table (cached blocks) without admission.  A kind with no registered shadow makes
+:class:`World` raise ``KeyError`` naming it.  Usage::
+
+    world = World(cfg, max_model_len=128, num_spec=2, seed=0)
+    world.run(20_000)                  # scheduler-like steps, checked after each call
+    assert not world.violations
+
+Kinds shipped here: full attention (MLA, TurboQuant, indexers), sinks,
 sliding windows (per-layer windows of a packed group), local chunks, cross attention,
 R-SWA, kpool tails and Mamba (``none`` / ``align`` / ``all``, speculative blocks).
 """
