@@ -157,3 +157,10 @@ def test_unreachable_hub_is_treated_as_offline(hub_cache, monkeypatch):
     assert "could not be reached" in note and model.model_type == "mistral"
     with pytest.raises(ConfigError, match="could not be reached"):
         resolve_model("acme/unknown")
+
+
+def test_a_missing_json_path_is_not_taken_for_an_id(hub_cache):
+    with pytest.raises(ConfigError, match="neither a config.json path"):
+        plan_model("configs/missing.json")
+    with pytest.raises(ConfigError, match="no such local path"):
+        plan_model("configs/missing")

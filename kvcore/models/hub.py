@@ -160,8 +160,8 @@ def resolve_model(model: str | Path | ModelConfig) -> tuple[str | Path | ModelCo
     if isinstance(model, ModelConfig):
         return model, ""
     text = str(model)
-    if Path(text).exists() or not is_hf_id(text):
-        return model, ""
+    if Path(text).exists() or not is_hf_id(text) or text.lower().endswith(".json"):
+        return model, ""  # a path (or a missing one: load_model_config says so)
     repo_id, rev = split_hf_id(text)
     try:
         import huggingface_hub as hub
@@ -182,8 +182,9 @@ def resolve_model(model: str | Path | ModelConfig) -> tuple[str | Path | ModelCo
             note = (f"{text}: not in the HF cache and {why}; using the embedded config "
                     f"{fallback.stem} (kvcore models)")
             return dataclasses.replace(cfg, name=text), note
-        raise ConfigError(f"{text}: config.json is not in the HF cache ({hf_cache_dir()}) "
-                          f"and {why}; {_how_to(repo_id, rev)}", field="model", value=text)
+        raise ConfigError(f"{text}: no such local path, and as a HuggingFace id its "
+                          f"config.json is not in the HF cache ({hf_cache_dir()}) and {why}; "
+                          f"{_how_to(repo_id, rev)}", field="model", value=text)
     _fetch(hub, repo_id, rev, "model.safetensors.index.json", required=False,
            local_only=local_only)
     cfg = load_model_config(path)
