@@ -50,7 +50,8 @@ class Workload:
     """A seeded workload: layers, pool size, budgets and requests.
 
     layers: ``[(kind, params)]`` per layer: ``("full", {})``, ``("sliding",
-        {"sliding_window": 64})``.
+        {"sliding_window": 64})``, ``("chunked", {"chunk": 64})``, ``("mamba", {})``
+        (``align`` mode; then the cache config's ``mamba_cache_mode`` is ``align``).
     num_blocks: blocks of the pool (counting the null block); None = plenty.
     requests: ``(request_id, prompt_token_ids, max_tokens, arrival_step)``.
     num_spec_tokens: ngram speculative tokens per step (0 = off); drafts are random
@@ -101,7 +102,8 @@ class Workload:
         """A configuration drawn from a seeded generator: block size, a mix of full,
         sliding-window (several windows) and chunked-local layers, pool size (tight to
         plenty), token budget, long-prefill threshold, speculative tokens and their
-        acceptance, batch size; requests with shared prefixes, exact resends and
+        acceptance, batch size, sometimes a Mamba hybrid (``align`` mode, with or
+        without speculative blocks); requests with shared prefixes, exact resends and
         block-aligned prompts."""
         rng = random.Random(10_007 * seed + 3)
         bs = rng.choice([16, 32])
@@ -109,9 +111,13 @@ class Workload:
         kinds: list[tuple[str, dict[str, Any]]] = []
         window = rng.choice([17, 32, 48, 64, 100, 256])
         chunk = rng.choice([2, 4, 8]) * bs
-        for _ in range(n_layers):
+        mamba = rng.random() < 0.25  # a Mamba hybrid (align mode)
+        spec_blocks = rng.choice([0, 0, 1, 2]) if mamba else 0
+        for i in range(n_layers):
             r = rng.random()
-            if r < 0.45:
+            if mamba and (i == 0 or r < 0.5):
+                kinds.append(("mamba", {"spec_blocks": spec_blocks}))
+            elif r < 0.45:
                 kinds.append(("full", {}))
             elif r < 0.85:
                 kinds.append(("sliding", {"sliding_window": window}))
@@ -160,6 +166,13 @@ def _spec(kind: str, params: dict[str, Any], block_size: int) -> Any:
         return SlidingWindowSpec(sliding_window=params["sliding_window"], **common)
     if kind == "chunked":
         return ChunkedLocalAttentionSpec(attention_chunk_size=params["chunk"], **common)
+    if kind == "mamba":  # a Mamba2-like state: conv (4 x 256) and SSM (8 x 32 x 32)
+        from vllm.v1.kv_cache_interface import MambaSpec
+
+        return MambaSpec(block_size=block_size, shapes=((4, 256), (8, 32, 32)),
+                         dtypes=(torch.bfloat16, torch.bfloat16),
+                         mamba_cache_mode=params.get("mode", "align"),
+                         num_speculative_blocks=params.get("spec_blocks", 0))
     raise ValueError(f"unknown layer kind {kind!r}")
 
 
@@ -214,6 +227,8 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
 
         vc.kv_events_config = KVEventsConfig(enable_kv_cache_events=True,
                                              publisher="null")
+    # the engine core's step: scheduler and hash block sizes from the plan
+    sched_bs, hash_bs = kv_cache_utils.resolve_kv_cache_block_sizes(kcfg, vc)
     orig = sched_mod.KVCacheManager
     if manager == "kvcore":
         import functools
@@ -224,7 +239,8 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
     try:
         s = sched_mod.Scheduler(vllm_config=vc, kv_cache_config=kcfg,
                                 structured_output_manager=StructuredOutputManager(vc),
-                                block_size=w.block_size, log_stats=w.log_stats)
+                                block_size=sched_bs, hash_block_size=hash_bs,
+                                log_stats=w.log_stats)
     finally:
         sched_mod.KVCacheManager = orig
     return s
@@ -282,7 +298,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
             events.extend((step, canon_event(e)) for e in batch.events)
             orig_publish(batch)
         pub.publish = publish
-    hasher = get_request_block_hasher(w.block_size, sha256)
+    hasher = get_request_block_hasher(sched.hash_block_size, sha256)
     rng = random.Random(w.seed * 7919 + 1)
     pending = sorted(w.requests, key=lambda r: r[3])
     steps: list[Any] = []

@@ -35,11 +35,15 @@ What is kvcore's and what is vLLM's
   when it returns None except freeing blocks no token reads again.
 
 Supported configurations (anything else raises :class:`~kvcore.errors.ConfigError`
-naming the feature, at construction): the kinds of :mod:`kvcore_vllm.specs` with a
-kvcore runtime manager; ``hash_block_size`` equal to every caching group's block size
-(vLLM's partial-block hash hits and their copy-on-write are not implemented);
-``dcp_world_size == pcp_world_size == 1``; no Mamba groups (the Mamba ``align`` state
-bookkeeping of vLLM 0.32 is not mirrored).
+naming the feature, at construction; :func:`unsupported_reason`): the kinds of
+:mod:`kvcore_vllm.specs` with a kvcore runtime manager; Mamba groups in ``align`` mode
+without prefill checkpoint blocks (vLLM 0.32's align-mode rules,
+:mod:`kvcore_vllm.mamba`); ``hash_block_size`` equal to every caching group's block
+size (vLLM's partial-block hash hits and their copy-on-write are not implemented);
+``dcp_world_size == pcp_world_size == 1``; no KV-connector (external) tokens.
+
+Like vLLM's hybrid coordinator, a model with several groups caches only
+scheduler-block-aligned prefixes (``get_num_cacheable_tokens``).
 """
 
 from __future__ import annotations
@@ -257,7 +261,7 @@ class _Coordinator:
                                    prefill_end: int = 0) -> int:
         return self._o._num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
                                                total_computed_tokens, apply_admission_cap,
-                                               num_encoder_tokens)
+                                               num_encoder_tokens, num_tokens_main_model)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.req_to_blocks.get(request_id) or [] for m in self._o._kms)
@@ -294,9 +298,14 @@ def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
             spec = from_vllm_spec(vs)
         except KVCoreError as e:
             return "kv_cache_groups", f"group {gid}: {e}"
-        if spec.kind == "mamba":
-            return "kv_cache_groups", (f"group {gid} is a Mamba group; vLLM 0.32's Mamba "
-                                       "state bookkeeping is not mirrored")
+        if spec.kind == "mamba" and (
+                spec.mamba_cache_mode != "align"
+                or getattr(vs, "num_prefill_checkpoint_blocks", 0)):
+            return "kv_cache_groups", (
+                f"group {gid} is a Mamba group in {spec.mamba_cache_mode!r} mode"
+                f"{' with prefill checkpoint blocks' if spec.mamba_cache_mode == 'align' else ''}"
+                "; only vLLM 0.32's 'align' mode without prefill checkpoint blocks is "
+                "mirrored")
         if reg.manager_class(spec) is None:
             return "kv_cache_groups", (f"group {gid} is of kind {spec.kind!r}, which has "
                                        "no kvcore runtime manager")
@@ -434,14 +443,23 @@ class KVCacheManager:
                                         enable_caching=enable_caching, use_eagle=False,
                                         max_num_batched_tokens=max_in_flight_tokens)
         self._kms = list(self._kcoord.managers)
-        self._caching = list(self._kcoord.caching_managers)
+        self._mamba: list[Any] = []
+        for g, km in enumerate(self._kms):
+            if km.spec.kind == "mamba":
+                from kvcore_vllm.mamba import VllmMambaAlignManager
+
+                mm = VllmMambaAlignManager(km.spec, self.block_pool, g,
+                                           enable_caching=enable_caching,
+                                           use_eagle=g in self._eagle_group_ids(
+                                               vgroups, use_eagle))
+                self._kms[g] = mm
+                self._mamba.append(mm)
+        self._caching = [m for m in self._kms if m.enable_caching] if enable_caching \
+            else []
         self.enable_caching = bool(self._caching)
         self._views = [_ManagerView(vg.kv_cache_spec, km, gid)
                        for gid, (vg, km) in enumerate(zip(vgroups, self._kms))]
-        self._eagle_groups = {i for i, g in enumerate(vgroups)
-                              if getattr(g, "is_eagle_group", False)}
-        if use_eagle and not self._eagle_groups:
-            self._eagle_groups = set(range(len(vgroups)))
+        self._eagle_groups = self._eagle_group_ids(vgroups, use_eagle)
         # per-group admission caps (vLLM: recycling kinds only)
         self._caps: list[int | None] = []
         for vg in vgroups:
@@ -469,6 +487,8 @@ class KVCacheManager:
                     vcls = KVCacheSpecRegistry.get_manager_class(
                         vg.kv_cache_spec, getattr(vg, "role", None))
                     self._masks[g] = getattr(vcls, "reachable_block_mask", None)
+        # vLLM builds a HybridKVCacheCoordinator for several groups with caching on
+        self._hybrid = self.enable_caching and len(vgroups) > 1
         self.coordinator = _Coordinator(self)
         #: kvcore's managers, one per group (what ``check_consistency`` walks)
         self.managers = self._kms
@@ -499,9 +519,50 @@ class KVCacheManager:
 
     # ---- kvcore's debug switch -------------------------------------------------------
     def _checked(self, fn: Any) -> Any:
-        from kvcore.runtime.manager import KVCacheManager as _Runtime
+        """``fn`` followed by :meth:`check_consistency` (and, for a lookup, the hit
+        check), from the owner thread only."""
+        import functools
+        import threading
 
-        return _Runtime._checked(self, fn)  # type: ignore[arg-type]
+        from kvcore.errors import KVCoreError
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kw: Any) -> Any:
+            me = threading.get_ident()
+            if self._owner_thread is None:
+                self._owner_thread = me
+            elif me != self._owner_thread:
+                raise KVCoreError(
+                    f"KVCacheManager.{fn.__name__} called from thread {me}, but thread "
+                    f"{self._owner_thread} owns this manager (not thread-safe: one "
+                    "scheduler thread makes every call)", field="thread", value=me)
+            out = fn(*args, **kw)
+            if fn.__name__ == "get_computed_blocks":
+                self._check_hit(args[0] if args else kw["request"], out[0])
+            self.check_consistency()
+            return out
+
+        return call
+
+    def _check_hit(self, request: Any, hit: Any) -> None:
+        """Debug: every real block of a hit is a pool block cached in its group under
+        the request's own hash for that table index."""
+        from kvcore.errors import BlockPoolError
+
+        pool = self.block_pool
+        hashes = request.block_hashes
+        for g, blocks in enumerate(hit.blocks):
+            m = self._kms[g]
+            for i, b in enumerate(blocks):
+                if b.is_null and b is pool.null_block:
+                    continue
+                key = hashes[(i + 1) * m.hash_stride - 1]
+                if not pool.is_pool_block(b) or b.block_hash != key or b.group_id != g:
+                    raise BlockPoolError(
+                        f"check_invariants: group {g} ({m.spec.kind}): the lookup offered "
+                        f"block {getattr(b, 'block_id', b)!r} as table[{i}], which is not "
+                        "cached in this group under this request's hash",
+                        block_id=getattr(b, "block_id", None), group_id=g)
 
     def check_consistency(self) -> None:
         """kvcore's whole-state check (:meth:`kvcore.runtime.KVCacheManager.
@@ -513,6 +574,11 @@ class KVCacheManager:
 
         _Runtime.check_consistency(self)  # type: ignore[arg-type]
 
+    @staticmethod
+    def _eagle_group_ids(vgroups: Sequence[Any], use_eagle: bool) -> set[int]:
+        ids = {i for i, g in enumerate(vgroups) if getattr(g, "is_eagle_group", False)}
+        return ids or (set(range(len(vgroups))) if use_eagle else set())
+
     # ---- helpers ------------------------------------------------------------------
     def create_kv_cache_blocks(self, blocks: Sequence[Sequence[KVCacheBlock]]) -> Any:
         return self._KVCacheBlocks(tuple(blocks)) if any(blocks) else \
@@ -521,13 +587,19 @@ class KVCacheManager:
     def _num_blocks_to_allocate(self, rid: str, num_tokens: int,
                                 hits: Sequence[Sequence[KVCacheBlock]],
                                 total_computed: int, apply_cap: bool,
-                                num_encoder_tokens: int = 0) -> int:
+                                num_encoder_tokens: int = 0,
+                                main_tokens: int | None = None) -> int:
         """vLLM 0.32's block count (``get_num_blocks_to_allocate``) over kvcore's tables:
-        new blocks for the unskipped suffix plus hit blocks leaving the free queue."""
+        new blocks for the unskipped suffix plus hit blocks leaving the free queue
+        (Mamba groups: sized by ``main_tokens``, the tokens without lookahead)."""
         total = 0
         hit: Sequence[KVCacheBlock]
         for g, m in enumerate(self._kms):
             bs = m.block_size
+            if m.spec.kind == "mamba":
+                total += m.count(rid, num_tokens if main_tokens is None else main_tokens,
+                                 hits[g])
+                continue
             if m.spec.kind == "cross_attention":
                 need, hit, computed = num_encoder_tokens, (), 0
             else:
@@ -686,14 +758,15 @@ class KVCacheManager:
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
             n = self._num_blocks_to_allocate(rid, full, hits, total_computed, True,
-                                             num_encoder_tokens)
+                                             num_encoder_tokens, full)
             if n + watermark > pool.get_num_free_blocks():
                 return None
         need = min(total_computed + num_new_tokens + num_lookahead_tokens,
                    self.max_model_len)
         self._remove_skipped(rid, max(0, total_computed - request.num_in_flight_tokens))
+        main = total_computed + num_new_tokens
         n = self._num_blocks_to_allocate(rid, need, hits, total_computed, False,
-                                         num_encoder_tokens)
+                                         num_encoder_tokens, main)
         if n + watermark > pool.get_num_free_blocks() - reserved_blocks:
             return None
         if any(hits):
@@ -712,7 +785,10 @@ class KVCacheManager:
                 else:
                     new_blocks.append([])
                 continue
-            new_blocks.append(m.allocate_new_blocks(request, need))
+            if m.spec.kind == "mamba":
+                new_blocks.append(m.allocate(rid, main))
+            else:
+                new_blocks.append(m.allocate_new_blocks(request, need))
         if not delay_cache_blocks and self.enable_caching:
             self._cache(request, min(total_computed + num_new_tokens, request.num_tokens))
         return self.create_kv_cache_blocks(new_blocks)
@@ -721,7 +797,15 @@ class KVCacheManager:
         """Enter the request's full blocks up to ``num_tokens`` in the prefix cache
         (windowed groups: only those the retention policy keeps)."""
         boundaries: Any = None
+        requested = num_tokens
         for m in self._caching:
+            if self._hybrid:
+                # vLLM's hybrid coordinator caches scheduler-block-aligned prefixes only
+                # (EAGLE groups one block further); get_num_cacheable_tokens
+                sbs = self.scheduler_block_size
+                num_tokens = requested // sbs * sbs
+                if m.group_id in self._eagle_groups and num_tokens > 0:
+                    num_tokens = min(requested, num_tokens + m.block_size)
             mask_fn = self._masks[m.group_id]
             if mask_fn is None:
                 m.cache_blocks(request, num_tokens)
@@ -731,6 +815,8 @@ class KVCacheManager:
             nc = m.num_cached_blocks.get(rid, 0)
             nf = min(num_tokens // m.block_size, len(table) if table else 0)
             if nf <= nc or not table:
+                if m.spec.kind == "mamba":
+                    m.after_caching(request, nc, num_tokens)
                 continue
             if boundaries is None:
                 from vllm.v1.core.kv_cache_coordinator import replay_boundaries
@@ -750,6 +836,8 @@ class KVCacheManager:
             self.block_pool.cache_masked(table, request.block_hashes, nc, nf, m.group_id,
                                          m.hash_stride, request, m.block_size, mask)
             m.num_cached_blocks[rid] = nf
+            if m.spec.kind == "mamba":
+                m.after_caching(request, nc, num_tokens)
 
     def free(self, request: Any) -> None:
         """Release every block of the request (each group's table last block first)."""
@@ -766,6 +854,8 @@ class KVCacheManager:
             out.extend(m.req_to_blocks.pop(rid, []))
             m.num_cached_blocks.pop(rid, None)
             m.num_skipped_blocks.pop(rid, None)
+            if m.spec.kind == "mamba":
+                m.forget(rid)
         if out:
             self._deferred_out += 1  # the whole-state check is off until they return
         return out
@@ -864,7 +954,9 @@ class KVCacheManager:
         return []
 
     def new_step_starts(self) -> None:
-        return None
+        """A new scheduler step: Mamba states cached in the last one may serve hits."""
+        for m in self._mamba:
+            m.new_step_starts()
 
 
 def _kv_cache_blocks_cls() -> Any:

@@ -171,7 +171,7 @@ def test_unsupported_configs_raise_kvcore_errors():
         kvcore_vllm.get_kv_cache_configs(_vllm_config(), [{}], [1, 2])
 
 
-def _mamba_hybrid_config():
+def _mamba_hybrid_config(mode="all"):
     import torch
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -185,14 +185,16 @@ def _mamba_hybrid_config():
                                                   head_size=64, dtype=torch.bfloat16)),
         KVCacheGroupSpec(["m"], MambaSpec(block_size=16, shapes=((4, 64),),
                                           dtypes=(torch.bfloat16,),
-                                          mamba_cache_mode="align"))])
+                                          mamba_cache_mode=mode))])
     return cfg
 
 
-def test_mamba_hybrid_is_refused_clearly():
-    """vLLM 0.32's Mamba "align" bookkeeping is not mirrored: the manager says so."""
-    with pytest.raises(ConfigError, match="[Mm]amba"):
-        kvcore_vllm.KVCacheManager(_mamba_hybrid_config(), 512, 16, 16)
+def test_mamba_modes_other_than_align_are_refused_clearly():
+    """Only vLLM 0.32's Mamba "align" mode is mirrored: the manager says so."""
+    with pytest.raises(ConfigError, match="Mamba group in 'all' mode"):
+        kvcore_vllm.KVCacheManager(_mamba_hybrid_config("all"), 512, 16, 16)
+    m = kvcore_vllm.KVCacheManager(_mamba_hybrid_config("align"), 512, 16, 16)
+    assert type(m.managers[1]).__name__ == "VllmMambaAlignManager"
 
 
 def test_fallback_builds_vllms_manager_for_unsupported_configs():

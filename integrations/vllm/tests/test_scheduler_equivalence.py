@@ -33,6 +33,13 @@ WORKLOADS = {
     # speculative decoding (ngram drafts) with random acceptance
     "spec_decode": dict(layers=[FULL, FULL], max_model_len=512, num_blocks=60,
                         num_spec_tokens=3, accept=0.6),
+    # Mamba hybrid in align mode (3 state layers : 1 full), small pool: preemptions
+    "mamba_align_small_pool": dict(layers=[("mamba", {})] * 3 + [FULL], max_model_len=512,
+                                   num_blocks=40),
+    # Mamba align with speculative blocks and ngram drafts, chunked prefill
+    "mamba_align_spec_decode": dict(layers=[("mamba", {"spec_blocks": 2})] * 3 + [FULL],
+                                    max_model_len=512, num_blocks=80, num_spec_tokens=2,
+                                    max_num_batched_tokens=64),
     # chunked-local attention (Llama 4 style) beside full attention
     "chunked_local_hybrid": dict(layers=[("chunked", {"chunk": 64})] * 3 + [FULL],
                                  max_model_len=512, num_blocks=120),
@@ -76,7 +83,7 @@ def test_identical_scheduler_outputs(name: str, seed: int) -> None:
         assert f["preempted"] > 0, f
     if name == "chunked_prefill":
         assert f["chunks"] > 0, f
-    if name == "spec_decode":
+    if "spec_decode" in name:
         assert f["spec"] > 0, f
 
 
