@@ -219,7 +219,7 @@ class VllmMambaAlignManager:
         b = table[idx]
         h = request.block_hashes[idx]
         if b.block_hash is None:
-            self.pool.cache_masked(table, request.block_hashes, idx, idx + 1,
+            self.pool.cache_masked(  # type: ignore[attr-defined]table, request.block_hashes, idx, idx + 1,
                                    self.group_id, 1, request, bs, None)
         self.cached_this_step.add(h)
 

@@ -442,7 +442,7 @@ class KVCacheManager:
         self._kcoord = make_coordinator(kcfg, self.block_pool, max_model_len=max_model_len,
                                         enable_caching=enable_caching, use_eagle=False,
                                         max_num_batched_tokens=max_in_flight_tokens)
-        self._kms = list(self._kcoord.managers)
+        self._kms: list[Any] = list(self._kcoord.managers)
         self._mamba: list[Any] = []
         for g, km in enumerate(self._kms):
             if km.spec.kind == "mamba":
