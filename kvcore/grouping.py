@@ -14,21 +14,31 @@ generators (each returns layouts, or nothing when it does not apply):
 ``hybrid``
     Pages unified (:func:`unify_page_sizes`: attention blocks raised so a page holds the
     largest state, then each smaller page scaled by its largest whole factor and the
-    rest padded; a second variant prefers block sizes that divide each other, so
-    prefix hits align to a small boundary), layers bucketed by spec or by block table
-    (layers of one manager kind and block size; sliding windows then take the largest
-    window of the bucket), buckets split into groups of ``group_size`` layers, strided
-    (group i takes every g-th layer from i, so pipeline stages stay balanced).  Group
-    sizes tried: vLLM's rule (the smallest bucket, or the largest when it is under 1.5x
-    the smallest), the smallest and largest bucket of more than one layer (a drafter's
-    single extra layer never forces group size 1) and the divisors of the bucket sizes.
+    rest padded; a variant prefers block sizes that divide each other, so prefix hits
+    align to a small boundary; another only pads, keeping block sizes so one kind can
+    share a table), layers bucketed by spec or by block table (layers of one manager
+    kind and block size; sliding windows then take the largest window of the bucket),
+    buckets split into groups of ``group_size`` layers, strided (group i takes every
+    g-th layer from i, so pipeline stages stay balanced).  Group sizes tried: vLLM's
+    rule (the smallest bucket, or the largest when it is under 1.5x the smallest), the
+    smallest and largest bucket of more than one layer (a drafter's single extra layer
+    never forces group size 1), the divisors of the bucket sizes and near-repeats
+    (a bucket split into k about equal groups).
+
+Scoring (:func:`score_layout`, :func:`choose`): max concurrency at max_model_len with a
+budget (vLLM's figure), the fewest bytes per request without one, the longest length
+first for ``max_model_len`` -1; layouts within ``SearchEnv.tolerance`` (0.5%) of the best
+and never below vLLM's own layout of the layers (:func:`vllm_rule_layouts`, the
+baseline) are near-ties, decided by less padding per request, a smaller prefix-hit
+alignment, fewer groups.
 ``block_packed``
     Block-outermost ``kv_cache_layout`` only (``B`` before ``L``, e.g. ``BLHNC``): the
     hybrid layouts without padding; each group's bytes per block id is the sum of its
     layers' pages.
 
 Normalization (:func:`normalize_specs`) runs first: layers without a KV cache are set
-aside, ``disable_hybrid_kv_cache_manager`` plans windowed layers as full attention, a
+aside (after their sizes are checked: plugin pages must be positive ints),
+``disable_hybrid_kv_cache_manager`` plans the windowed layers of a hybrid as full, a
 window or local chunk >= ``max_model_len`` (it can never slide) is planned as full
 attention, and block sizes are rounded up to multiples of ``kernel_block_size`` (attention)
 and of a spec's own ``block_size_alignment`` (tokens; e.g. a Mamba SSM chunk).
@@ -72,6 +82,8 @@ __all__ = [
     "candidate_layouts",
     "score_layout",
     "search_layouts",
+    "vllm_rule_layouts",
+    "check_spec_sizes",
     "unify_page_sizes",
     "is_block_outermost",
     "blocks_per_request",
