@@ -49,7 +49,7 @@ class VllmMambaAlignManager:
                  use_eagle: bool = False) -> None:
         self.spec = spec
         self.block_size: int = spec.block_size
-        self.pool = pool
+        self.pool: Any = pool  # kvcore_vllm.manager.VllmOrderBlockPool
         self.group_id = group_id
         self.enable_caching = enable_caching
         self.participates_in_prefix_caching = True
@@ -219,7 +219,7 @@ class VllmMambaAlignManager:
         b = table[idx]
         h = request.block_hashes[idx]
         if b.block_hash is None:
-            self.pool.cache_masked(  # type: ignore[attr-defined]table, request.block_hashes, idx, idx + 1,
+            self.pool.cache_masked(table, request.block_hashes, idx, idx + 1,
                                    self.group_id, 1, request, bs, None)
         self.cached_this_step.add(h)
 
