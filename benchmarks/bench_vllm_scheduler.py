@@ -34,6 +34,7 @@ def main() -> int:
         "full attention, 2 layers": dict(layers=[("full", {})] * 2),
         "gemma-like 5 sliding : 1 full": dict(
             layers=[("sliding", {"sliding_window": 64})] * 5 + [("full", {})]),
+        "mamba align 3 : 1 full": dict(layers=[("mamba", {})] * 3 + [("full", {})]),
     }
     print(f"{'workload':<32} {'manager':<8} {'steps':>6} {'steps/s':>9} "
           f"{'in manager s':>13} {'manager %':>10}")
