@@ -38,7 +38,7 @@ SCRIPTS_DIR = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("
 export PIP_ROOT_USER_ACTION := ignore
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help demo install install-test test lint typecheck unit packaging wheels bench
+.PHONY: help demo install install-test test lint typecheck unit packaging vllm wheels bench
 
 help:
 	@echo "make demo    # set up and plan Llama-3.1-8B's KV cache in 20 GiB"
@@ -72,6 +72,9 @@ unit:
 	$(PYTHON) scripts/run_tests.py --skip packaging
 packaging:
 	$(PYTHON) scripts/run_tests.py --only packaging
+# kvcore-vllm against vLLM 0.32's real Scheduler, in its own venv (.venv-vllm)
+vllm:
+	$(PYTHON) scripts/run_tests.py --only vllm
 
 wheels:
 	$(PYTHON) scripts/build_wheels.py --out dist
