@@ -77,6 +77,8 @@ class Workload:
     reset: float = 0.0
     reset_running: float = 0.0
     salted: float = 0.0
+    #: vLLM's AsyncScheduler, one step in flight (outputs arrive a step late)
+    async_scheduling: bool = False
     log_stats: bool = True
     events: bool = True
     planner: str = "vllm"
@@ -103,7 +105,7 @@ class Workload:
         sliding-window (several windows) and chunked-local layers, pool size (tight to
         plenty), token budget, long-prefill threshold, speculative tokens and their
         acceptance, batch size, sometimes a Mamba hybrid (``align`` mode, with or
-        without speculative blocks); requests with shared prefixes, exact resends and
+        without speculative blocks), sync or async scheduling; requests with shared prefixes, exact resends and
         block-aligned prompts."""
         rng = random.Random(10_007 * seed + 3)
         bs = rng.choice([16, 32])
@@ -147,6 +149,7 @@ class Workload:
             mt = min(mt, max_model_len - len(prompt) - 8)
             reqs.append((rid, prompt, max(mt, 1), arr))
         w.requests = reqs
+        w.async_scheduling = w.num_spec_tokens == 0 and rng.random() < 0.4
         return w
 
 
@@ -188,6 +191,7 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
         VllmConfig,
     )
     from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.sched import async_scheduler
     from vllm.v1.core.sched import scheduler as sched_mod
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
     from vllm.v1.structured_output import StructuredOutputManager
@@ -236,8 +240,9 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
         from kvcore_vllm.manager import KVCacheManager
 
         sched_mod.KVCacheManager = functools.partial(KVCacheManager, **manager_kw)
+    cls = async_scheduler.AsyncScheduler if w.async_scheduling else sched_mod.Scheduler
     try:
-        s = sched_mod.Scheduler(vllm_config=vc, kv_cache_config=kcfg,
+        s = cls(vllm_config=vc, kv_cache_config=kcfg,
                                 structured_output_manager=StructuredOutputManager(vc),
                                 block_size=sched_bs, hash_block_size=hash_bs,
                                 log_stats=w.log_stats)
@@ -304,6 +309,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     steps: list[Any] = []
     stats: list[Any] = []
     resets: list[tuple[int, bool, bool]] = []
+    in_flight: list[Any] = []
     step = 0
     t0 = time.perf_counter()
     while step < max_steps:
@@ -324,6 +330,8 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
             resets.append((step, True, sched.reset_prefix_cache(
                 reset_running_requests=True)))
         out = sched.schedule()
+        if record:
+            steps.append(canon_output(out))
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
         for r in req_ids:
@@ -340,9 +348,14 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
         mro = ModelRunnerOutput(req_ids=req_ids,
                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
+        if w.async_scheduling:  # the previous step's output arrives now
+            in_flight.append((out, mro))
+            if len(in_flight) < 2 and (pending or sched.has_unfinished_requests()):
+                step += 1
+                continue
+            out, mro = in_flight.pop(0)
         eco = sched.update_from_output(out, mro)
         if record:
-            steps.append(canon_output(out))
             for e in eco.values():
                 if e.scheduler_stats is not None and e.scheduler_stats.prefix_cache_stats:
                     p = e.scheduler_stats.prefix_cache_stats
@@ -357,6 +370,9 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
                     [[rng.randrange(1, 32000) for _ in range(w.num_spec_tokens)]
                      for _ in drafts]))
         step += 1
+    while in_flight:
+        out, mro = in_flight.pop(0)
+        sched.update_from_output(out, mro)
     wall = time.perf_counter() - t0
     if record:  # one more (empty) step reports the requests finished in the last one
         steps.append(canon_output(sched.schedule()))
