@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 import kvcore_vllm
+import pytest
 from kvcore_vllm.harness import Workload, canon_event, make_scheduler
 
 
