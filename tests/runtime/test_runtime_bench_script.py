@@ -3,6 +3,7 @@ writes results in the conformance format."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -46,6 +47,8 @@ def _small(tmp_path, n):
     return workload
 
 
+@pytest.mark.skipif(importlib.util.find_spec("kvcore_mamba") is None,
+                    reason="the full+mamba layout needs kvcore-mamba (core-only venv)")
 def test_bench_runtime_hybrid_layouts(tmp_path):
     workload = _small(tmp_path, 60)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_runtime.py"),
