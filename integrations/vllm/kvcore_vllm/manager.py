@@ -329,7 +329,9 @@ class KVCacheManager:
     ``use_eagle``; ``num_prefill_lookahead``; ``log_stats``;
     ``enable_kv_cache_events``; ``dcp_world_size``; ``pcp_world_size``;
     ``metrics_collector`` (ignored); ``watermark`` (fraction of blocks kept free when
-    admitting); ``enable_mamba_shared_prefix_checkpoint``), plus
+    admitting); ``enable_mamba_shared_prefix_checkpoint`` (accepted, no effect: the
+    Mamba junction checkpoint is not mirrored, ``mamba_shared_prefix_checkpoint`` is
+    False, so the Scheduler does not split chunks for it)), plus
 
     block_order: ``"vllm"`` (default: block ids as vLLM hands them out) or
         ``"kvcore"`` (kvcore's free-queue order; see the module docstring).
@@ -489,6 +491,7 @@ class KVCacheManager:
                     self._masks[g] = getattr(vcls, "reachable_block_mask", None)
         # vLLM builds a HybridKVCacheCoordinator for several groups with caching on
         self._hybrid = self.enable_caching and len(vgroups) > 1
+        self._num_reprefillable = max(0, num_prefill_lookahead - 1)
         self.coordinator = _Coordinator(self)
         #: kvcore's managers, one per group (what ``check_consistency`` walks)
         self.managers = self._kms
@@ -798,14 +801,19 @@ class KVCacheManager:
         (windowed groups: only those the retention policy keeps)."""
         boundaries: Any = None
         requested = num_tokens
+        reprefill = self._num_reprefillable
         for m in self._caching:
+            # vLLM's get_num_cacheable_tokens: the last num_prefill_lookahead - 1 tokens
+            # may be re-prefilled (multi-module MTP); the hybrid coordinator caches
+            # scheduler-block-aligned prefixes only (EAGLE groups one block further)
             if self._hybrid:
-                # vLLM's hybrid coordinator caches scheduler-block-aligned prefixes only
-                # (EAGLE groups one block further); get_num_cacheable_tokens
                 sbs = self.scheduler_block_size
                 num_tokens = requested // sbs * sbs
                 if m.group_id in self._eagle_groups and num_tokens > 0:
-                    num_tokens = min(requested, num_tokens + m.block_size)
+                    fin = max(0, requested - reprefill)
+                    num_tokens = min(fin, fin // sbs * sbs + m.block_size)
+            else:
+                num_tokens = max(0, requested - reprefill)
             mask_fn = self._masks[m.group_id]
             if mask_fn is None:
                 m.cache_blocks(request, num_tokens)
