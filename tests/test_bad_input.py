@@ -526,3 +526,16 @@ def test_item15_mm_identifier_types_differ(ident):
     again = Request("c", tokens, block_size=16, mm_features=[(0, 4, ident)])
     assert typed.block_hashes == again.block_hashes
     assert typed.block_hashes[1] != text.block_hashes[1]  # the chain carries it on
+
+
+@pytest.mark.parametrize("model", ["9" * 300, "a\x00b", "org/" + "x" * 300, "org/" + "x" * 100,
+                                   "org/-bad-", "org/name@" + "r" * 300])
+def test_item7_unusable_model_names_in_the_python_api(cli, model):
+    """A model name that is no usable path nor a valid HF id: a ConfigError in Python,
+    one line in the CLI (found by the fuzz suite: OSError, HFValidationError)."""
+    from kvcore import plan_model
+
+    with pytest.raises(ConfigError):
+        plan_model(model, max_model_len=4096)
+    code, _, err = cli("plan", model, "--max-model-len", "4096")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and len(err) < 700, err

@@ -95,8 +95,16 @@ def _fetch(hub: Any, repo_id: str, rev: str | None, filename: str, *, required: 
            local_only: bool) -> str | None:
     """A file of the repo from the cache, else (online) the Hub."""
     cache = hf_cache_dir()
-    cached = hub.try_to_load_from_cache(repo_id, filename, cache_dir=str(cache),
-                                        revision=rev)
+    try:
+        cached = hub.try_to_load_from_cache(repo_id, filename, cache_dir=str(cache),
+                                            revision=rev)
+    except ValueError as exc:  # HFValidationError: not a valid repo id (issue 15)
+        from kvcore.units import shorten
+
+        raise ConfigError(f"{shorten(repo_id)} is not a valid HuggingFace repo id "
+                          f"({shorten(str(exc).split(':')[0], 120)}); give a config.json "
+                          f"path, a folder holding one, or an embedded model name",
+                          field="model", value=shorten(repo_id)) from None
     if isinstance(cached, str):
         return cached
     if cached is not None and not required:  # cached "this file does not exist"
@@ -160,7 +168,11 @@ def resolve_model(model: str | Path | ModelConfig) -> tuple[str | Path | ModelCo
     if isinstance(model, ModelConfig):
         return model, ""
     text = str(model)
-    if Path(text).exists() or not is_hf_id(text) or text.lower().endswith(".json"):
+    try:
+        exists = Path(text).exists()
+    except (OSError, ValueError):  # a name too long or with a NUL byte: no such path;
+        return model, ""  # load_model_config says so in one ConfigError (issue 15)
+    if exists or not is_hf_id(text) or text.lower().endswith(".json"):
         return model, ""  # a path (or a missing one: load_model_config says so)
     repo_id, rev = split_hf_id(text)
     try:
