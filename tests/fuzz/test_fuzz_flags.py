@@ -175,3 +175,29 @@ def test_path_flags(flag, name, tmp_path):
     path = str(tmp_path / name) if name else ""
     check("plan path flags", ["plan", "llama-3.1-8b", "--max-model-len", "4096",
                               "--kv-cache-memory", "20GiB", flag, path])
+
+
+@settings(max_examples=examples(100), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(model=st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=120).map(lambda t: "o/" + t),
+    st.sampled_from(["", ".", "org/name", "org/name@main", "org/-x-", "a" * 5000,
+                     "LLAMA-3.1-8B", "llama-3.1-8b.json", "x/" * 200, "org/name@" + "r" * 300,
+                     "meta-llama/Llama-3.1-8B", "deepseek-ai/DeepSeek-V3"])))
+def test_model_argument(model):
+    """MODEL: an embedded name, a path, an HF id or junk (offline: no download)."""
+    import os
+
+    if model.startswith("/dev") or model.startswith("-"):
+        return  # devices, and what argparse reads as flags
+    old = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        check("plan MODEL", ["plan", model, "--max-model-len", "4096", "--kv-cache-memory",
+                             "20GiB", "--json"])
+    finally:
+        if old is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old
