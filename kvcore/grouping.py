@@ -784,8 +784,10 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
         seen.add(mapped)
         u_items = [(n, by_id[id(s)]) for n, s in items]
         u_specs = uniq(mapped)
-        spec_key = {id(u): u for u in u_specs}
-        table = {id(u): table_key(u) for u in u_specs}
+        # keyed by every mapped object: equal specs may be distinct objects, and
+        # uniq() keeps only one of them
+        spec_key = {id(u): u for u in mapped}
+        table = {id(u): table_key(u) for u in mapped}
         for by_table in (False, True):
             key_of = table if by_table else spec_key
             n_keys = len(set(key_of.values()))

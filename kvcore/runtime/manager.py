@@ -130,7 +130,13 @@ class KVCacheManager:
                  max_num_encoder_input_tokens: int | None = None,
                  check_invariants: bool | None = None) -> None:
         from kvcore.errors import ConfigError
+        from kvcore.kv_cache_config import KVCacheConfig
 
+        if not isinstance(kv_cache_config, KVCacheConfig):
+            raise ConfigError(
+                f"kv_cache_config: expected a KVCacheConfig (from kvcore.plan or "
+                f"kvcore.plan_model), got {type(kv_cache_config).__name__}",
+                field="kv_cache_config")
         num_blocks = kv_cache_config.num_blocks
         if num_blocks is None:
             raise ConfigError("kv_cache_config.num_blocks is None (planned without a "

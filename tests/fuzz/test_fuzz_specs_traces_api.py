@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fuzz_support import TALLY, check, deadline, examples
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvcore.errors import KVCoreError
@@ -76,9 +76,6 @@ def test_specs_files(data):
             value = data.draw(JUNK, label="value")
             spec["layers"][layer][key] = value
             invalid = key in POSITIVE_LAYER_INTS and _is_bad_positive_int(value)
-            # known bug, kept as a strict xfail below: full layers of two block sizes
-            assume(not (key == "block_size" and layer != "b" and not invalid
-                        and value != 16))
     else:
         spec = data.draw(st.sampled_from([[], "x", 5, None, {"layers": []},
                                           {"layers": {}}, {"options": 5, "layers": {}},
@@ -232,8 +229,8 @@ def test_python_api(data):
         key = data.draw(st.sampled_from(["max_model_len", "enable_caching",
                                          "max_num_batched_tokens", "config"]), label="arg")
         kwargs = {"max_model_len": 1024}
-        if key == "config":  # a non-KVCacheConfig: known bug, a strict xfail below
-            assume(False)
+        if key == "config":  # any non-KVCacheConfig
+            _api("python API: KVCacheManager", KVCacheManager, value, **kwargs)
         else:
             kwargs[key] = value
             _api("python API: KVCacheManager", KVCacheManager, config, **kwargs)
@@ -245,13 +242,11 @@ def test_python_api(data):
         _api("python API: Request", Request, "r", tokens, block_size=16)
 
 
-# ---- bugs the fuzz suite found outside this area (strict xfail: they flip when fixed) -----
+# ---- bugs the fuzz suite found outside this area (fixed; kept as regression tests) -----
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="grouping.py _bucketed: KeyError (id of a spec) for full-"
-                          "attention layers of two block sizes beside a sliding layer; "
-                          "planner area, reported")
 def test_full_layers_of_two_block_sizes_plan_or_refuse():
+    """Found by this suite: grouping raised KeyError (a spec's id) for full-attention
+    layers of two block sizes beside a sliding layer."""
     from kvcore.planning import plan_from_specs_file
 
     layers = {"a": dict(FULL, block_size=8), "b": SLIDING, "c": FULL}
@@ -263,10 +258,6 @@ def test_full_layers_of_two_block_sizes_plan_or_refuse():
         pass
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="KVCacheManager(config) does not check that config is a "
-                          "KVCacheConfig (AttributeError 'num_blocks'); runtime area, "
-                          "reported")
 @pytest.mark.parametrize("config", [None, 5, "plan.json", {}])
 def test_manager_refuses_a_non_config(config):
     from kvcore import KVCacheManager
