@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from kvcore_plugin_needs import skip_unless_served
 
 from kvcore import FullAttentionSpec, KVCacheSpec, group_layers, plan
 from kvcore.errors import ConfigError, NotEnoughMemoryError, SpecError
@@ -206,6 +207,7 @@ def timed_error(cli, *argv, fragment="", seconds=5.0):
 ])
 @pytest.mark.parametrize("value", [10**12, 1e12, 10_001])
 def test_item1_counts_are_bounded(cli, tmp_path, name, key, value):
+    skip_unless_served(name)
     data = embedded(name)
     data[key] = value
     path = write_config(tmp_path, data)
@@ -213,6 +215,7 @@ def test_item1_counts_are_bounded(cli, tmp_path, name, key, value):
 
 
 def test_item1_mtp_layers_are_bounded(cli, tmp_path):
+    skip_unless_served("deepseek-v3")
     data = embedded("deepseek-v3")
     data["num_nextn_predict_layers"] = 10**12
     path = write_config(tmp_path, data)
@@ -288,6 +291,7 @@ def test_item3_wrong_types(cli, tmp_path, name, key, value, expected):
 ])
 @pytest.mark.parametrize("junk", [0, "", {}])
 def test_item4_falsy_junk_is_refused(cli, tmp_path, name, key, junk):
+    skip_unless_served(name)
     if key in ("quantization_config", "ssm_cfg") and junk == {}:
         pytest.skip("an empty object is a valid one (all defaults)")
     data = embedded(name)

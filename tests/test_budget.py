@@ -8,6 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_plugin_needs import skip_unless_served
 
 from kvcore.budget import (
     compute_budget,
@@ -158,6 +159,7 @@ def test_overhead_grows_with_batched_tokens_and_multi_gpu():
     ("qwen3-32b-fp8-static-kvfp8", "L4", 4096)])
 def test_min_tp_is_the_smallest_accepted_size_that_plans(model, gpu, max_len):
     """The reported TP fits; every smaller size the TP rule accepts does not."""
+    skip_unless_served(model)
     from kvcore.models.planner import plan_model
 
     plan_kwargs = {"max_model_len": max_len} if max_len else {}
@@ -176,6 +178,7 @@ def test_min_tp_is_the_smallest_accepted_size_that_plans(model, gpu, max_len):
 
 
 def test_deepseek_v3_on_8_h100_is_an_error_naming_the_smallest_tp():
+    skip_unless_served("deepseek-v3")
     with pytest.raises(NotEnoughMemoryError) as exc:
         plan_on_gpu("deepseek-v3", gpu="H100-SXM", tensor_parallel_size=8)
     err = exc.value
@@ -249,6 +252,7 @@ def test_gpt_oss_120b_weights_difference_is_the_mxfp4_kernel_padding():
 
 
 def test_plan_notes_say_mtp_layers_are_left_out():
+    skip_unless_served("deepseek-v3")
     config = plan_on_gpu("deepseek-v3", gpu="H200", tensor_parallel_size=8,
                          max_model_len=32768)
     assert any("MTP" in n and "--include-mtp" in n for n in config.stats.notes)
@@ -287,6 +291,7 @@ def test_awq_model_on_an_8gb_gpu_does_not_fit_as_vllm_said():
 def test_pipeline_stages_plan_the_layers_whose_weights_they_hold(model, pp):
     """With --pp and a GPU, each stage's KV budget (GPU memory x util - that stage's
     weights - overhead) is planned for the decoder layers vLLM puts on that stage."""
+    skip_unless_served(model)
     from kvcore.models.weights import pp_layer_partition
 
     config = plan_on_gpu(model, gpu="H200", pipeline_parallel_size=pp, max_model_len=8192,

@@ -7,6 +7,7 @@ import itertools
 import json
 
 import pytest
+from kvcore_plugin_needs import skip_unless_served
 
 from kvcore.budget import compute_budget
 from kvcore.cli import main
@@ -93,6 +94,7 @@ def test_cli_single_plan_on_a_gpu_json_and_text(capsys):
 
 
 def test_cli_does_not_fit_is_one_line_exit_2(capsys):
+    skip_unless_served("deepseek-v3")
     assert main(["plan", "deepseek-v3", "--gpu", "H100-SXM", "--tp", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--tp 16" in err
