@@ -75,7 +75,7 @@ def _fmt(n: float | None) -> str:
 # ---- plan ------------------------------------------------------------------------------
 
 def _add_plan(sub: Any) -> None:
-    from kvcore.sweep import add_gpu_arguments, list_of
+    from kvcore.sweep import add_gpu_arguments, count_arg, list_of
 
     p = sub.add_parser("plan", help="lay out and size the KV cache of a model",
                        description="Lay out and size the KV cache of a model, per rank.")
@@ -96,10 +96,10 @@ def _add_plan(sub: Any) -> None:
                         "dtype)")
     p.add_argument("--block-size", type=length_arg("block_size"), metavar="N",
                    help="tokens per block")
-    p.add_argument("--tp", type=list_of(length_arg("tensor_parallel_size")), default=1,
+    p.add_argument("--tp", type=count_arg("tensor_parallel_size", "--tp"), default=1,
                    metavar="N[,N]",
                    help="tensor-parallel size")
-    p.add_argument("--pp", type=list_of(length_arg("pipeline_parallel_size")), default=1,
+    p.add_argument("--pp", type=count_arg("pipeline_parallel_size", "--pp"), default=1,
                    metavar="N", help="pipeline-parallel size")
     p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
                    default=8192, metavar="N")
@@ -153,14 +153,21 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             ("--include-mtp", args.include_mtp),
             ("--num-speculative-tokens", args.num_speculative_tokens != 0),
             ("--mamba-ssm-cache-dtype", args.mamba_ssm_cache_dtype is not None),
-            ("--gpu/--gpu-memory (weights come from a model config)",
-             getattr(args, "gpu", None) is not None
-             or getattr(args, "gpu_memory", None) is not None)) if used]
+            ("--gpu/--gpu-memory", getattr(args, "gpu", None) is not None
+             or getattr(args, "gpu_memory", None) is not None),
+            ("--gpu-memory-utilization",
+             getattr(args, "gpu_memory_utilization", None) is not None),
+            ("--overhead", getattr(args, "overhead", None) is not None),
+            ("--dp", getattr(args, "dp", None) is not None),
+            ("--enable-expert-parallel", getattr(args, "enable_expert_parallel", False)))
+            if used]
         if model_only:
             raise ConfigError(
-                f"{', '.join(model_only)} shape(s) the layers built from a model config; "
-                f"a specs file lists its layers explicitly (set those fields per layer, "
-                f"or tensor_parallel_size / stages in its options)", field="specs")
+                f"{', '.join(model_only)}: not usable with --specs, because these flags "
+                f"act on a model config (its layers, weights or GPU budget) and a specs "
+                f"file lists its layers explicitly; plan a MODEL instead, or set the "
+                f"fields in the file (per layer, or tensor_parallel_size / stages / "
+                f"kv_cache_memory_bytes in its options)", field="specs")
         opts = data.get("options")
         if opts is None:
             opts = data["options"] = {}
