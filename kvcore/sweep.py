@@ -5,8 +5,10 @@ utilizations (``kvcore plan MODEL --tp 1,2,4,8 --kv-cache-dtype auto,fp8 ...``;
 Lengths take vLLM's suffixes (:func:`kvcore.units.parse_length`: ``k`` = 1,000,
 ``K`` = 1,024, ``m`` / ``M`` likewise, so ``128K`` is 131,072).  A comma list in
 ``--kv-cache-memory`` keeps its meaning (one budget per pipeline stage), so it is not a
-sweep axis.  A row that does not fit says so (``fits`` False, ``error``) and the sweep
-goes on.  Output: a table (:func:`print_table`), CSV (:func:`write_csv`), JSON (a list of
+sweep axis.  A row that does not FIT (:class:`~kvcore.errors.NotEnoughMemoryError`)
+says so (``fits`` False, ``error``) and the sweep goes on; an invalid value (an unknown
+dtype or GPU, a TP size that does not divide the heads, a malformed axis) is an error
+of the whole sweep (the CLI exits 2).  Output: a table (:func:`print_table`), CSV (:func:`write_csv`), JSON (a list of
 plans, :func:`rows_to_json`) and a PNG of max concurrency against context length, one
 line per option set (:func:`plot`, needs ``kvcore[plot]``).  A rich progress bar appears
 on a terminal when a sweep runs longer than a second.
@@ -22,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvcore.errors import ConfigError, KVCoreError
+from kvcore.errors import ConfigError, NotEnoughMemoryError
 
 __all__ = ["sweep", "SWEEP_AXES", "ROW_COLUMNS", "print_table", "write_csv", "plot",
            "rows_to_json", "list_of"]
@@ -38,10 +40,37 @@ ROW_COLUMNS = ("weights_bytes", "kv_cache_memory_bytes", "num_blocks", "max_conc
                "longest_max_model_len", "fits")
 
 
-def _as_list(value: Any) -> list[Any]:
+def _as_list(value: Any, name: str) -> list[Any]:
+    """One axis: a value, or a non-empty list / tuple of values (raises ConfigError)."""
     if isinstance(value, (list, tuple)):
-        return list(value) or [None]
+        if not value:
+            raise ConfigError(f"sweep: {name} is an empty list; give a value or a "
+                              f"non-empty list of values", field=name, value="[]")
+        return list(value)
+    if isinstance(value, (set, frozenset, dict)):
+        raise ConfigError(f"sweep: {name} must be a value or a list of values (ordered), "
+                          f"got a {type(value).__name__}", field=name, value=repr(value))
     return [value]
+
+
+def _check_count(value: Any, name: str, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"sweep: {name} must be a positive int (or a list of them), got "
+                          f"{value!r}", field=name, value=repr(value))
+
+
+def _plan_keywords() -> set[str]:
+    """The keywords a sweep passes on to every plan (plan_model's, plan(), the budget's)."""
+    import inspect
+
+    from kvcore.models.planner import plan_model
+    from kvcore.planning import SPECS_FILE_OPTIONS
+
+    keys = {k for k in inspect.signature(plan_model).parameters if k not in ("model",)}
+    keys.discard("plan_options")
+    return (keys | set(SPECS_FILE_OPTIONS) | set(_BUDGET_ONLY)) - {k for k, _ in SWEEP_AXES}
 
 
 def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
@@ -67,18 +96,54 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
     """
     from kvcore.units import parse_length
 
+    if model is None or (isinstance(model, str) and not model.strip()):
+        raise ConfigError("sweep: model is required (an embedded name, a config.json path "
+                          "or a HuggingFace id)", field="model", value=repr(model))
+    unknown = sorted(set(plan_kwargs) - _plan_keywords())
+    if unknown:
+        raise ConfigError(f"sweep: unknown keyword {unknown[0]!r}; valid: "
+                          f"{', '.join(k for k, _ in SWEEP_AXES)}, "
+                          f"{', '.join(sorted(_plan_keywords()))}", field=unknown[0])
     lengths = [None if v is None else parse_length(v, "max_model_len", allow_auto=True)
-               for v in _as_list(max_model_len)]
-    axes = {"gpu": _as_list(gpu), "gpu_memory_bytes": _as_list(gpu_memory_bytes),
-            "gpu_memory_utilization": _as_list(gpu_memory_utilization),
-            "tensor_parallel_size": _as_list(tensor_parallel_size),
-            "pipeline_parallel_size": _as_list(pipeline_parallel_size),
-            "kv_cache_dtype": _as_list(kv_cache_dtype), "max_model_len": lengths}
-    if axes["gpu"] != [None]:
+               for v in _as_list(max_model_len, "max_model_len")]
+    axes = {"gpu": _as_list(gpu, "gpu"),
+            "gpu_memory_bytes": _as_list(gpu_memory_bytes, "gpu_memory_bytes"),
+            "gpu_memory_utilization": _as_list(gpu_memory_utilization,
+                                               "gpu_memory_utilization"),
+            "tensor_parallel_size": _as_list(tensor_parallel_size, "tensor_parallel_size"),
+            "pipeline_parallel_size": _as_list(pipeline_parallel_size,
+                                               "pipeline_parallel_size"),
+            "kv_cache_dtype": _as_list(kv_cache_dtype, "kv_cache_dtype"),
+            "max_model_len": lengths}
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        for v in axes[key]:
+            _check_count(v, key)
+    for v in axes["gpu_memory_bytes"]:
+        _check_count(v, "gpu_memory_bytes", optional=True)
+    for v in axes["kv_cache_dtype"]:
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"sweep: kv_cache_dtype must be a dtype name (or a list of "
+                              f"them), got {v!r}", field="kv_cache_dtype", value=repr(v))
+    gpus = [g for g in axes["gpu"] if g is not None]
+    memories = [m for m in axes["gpu_memory_bytes"] if m is not None]
+    if gpus and memories:
+        raise ConfigError("sweep: give gpu (a catalog name) or gpu_memory_bytes (memory per "
+                          "GPU), not both", field="gpu_memory_bytes")
+    if gpus or memories:
+        from kvcore.budget import _check_utilization
         from kvcore.gpus import get_gpu
 
-        for g in axes["gpu"]:
+        for g in gpus:
             get_gpu(g)  # fail before planning anything
+        for u in axes["gpu_memory_utilization"]:
+            _check_utilization(u)
+    else:
+        given = [k for k in _GPU_ONLY if plan_kwargs.get(k) not in (None, False, 1)]
+        if given or axes["gpu_memory_utilization"] not in ([0.9], [None]):
+            name = given[0] if given else "gpu_memory_utilization"
+            raise ConfigError(f"sweep: {name} needs a GPU: give gpu (a catalog name, see "
+                              f"kvcore gpus) or gpu_memory_bytes", field=name)
+        axes["gpu_memory_utilization"] = [None]
     combos = list(itertools.product(*axes.values()))
     rows: list[dict[str, Any]] = []
     start = time.monotonic()
@@ -136,14 +201,17 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
     if opts["gpu"] is not None:
         from kvcore.gpus import get_gpu
 
-        row["gpu"] = get_gpu(opts["gpu"]).name  # the catalog name
+        entry = get_gpu(opts["gpu"])
+        row["gpu"] = entry.name  # the catalog name
+        row["gpu_memory_bytes"] = entry.memory_bytes
     kwargs = dict(plan_kwargs, tensor_parallel_size=opts["tensor_parallel_size"],
                   pipeline_parallel_size=opts["pipeline_parallel_size"],
                   kv_cache_dtype=opts["kv_cache_dtype"] or "auto",
                   max_model_len=opts["max_model_len"])
     on_gpu = opts["gpu"] is not None or opts["gpu_memory_bytes"] is not None
     row.update({k: None for k in ROW_COLUMNS})
-    row.update(min_tensor_parallel_size_that_fits=None, error=None, plan=None)
+    row.update(min_tensor_parallel_size_that_fits=None, overhead_bytes=None, error=None,
+               plan=None)
     try:
         if on_gpu:
             config = plan_on_gpu(model, gpu=opts["gpu"],
@@ -153,12 +221,17 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
         else:
             config = plan_model(model, **{k: v for k, v in kwargs.items()
                                           if k not in _BUDGET_ONLY})
-    except KVCoreError as exc:
-        row["fits"] = False if on_gpu or plan_kwargs.get("kv_cache_memory_bytes") \
-            is not None else None
+    except NotEnoughMemoryError as exc:  # a row that does not fit; invalid input raises
+        row["fits"] = False
         row["error"] = exc.message
+        if row["max_model_len"] is None:  # the config's default length, as a plan shows
+            from kvcore.budget import _config
+            from kvcore.models.planner import default_max_model_len
+
+            row["max_model_len"] = default_max_model_len(_config(model))
         row["error_type"] = type(exc).__name__
-        for key in ("weights_bytes", "min_tensor_parallel_size_that_fits"):
+        for key in ("weights_bytes", "min_tensor_parallel_size_that_fits",
+                    "overhead_bytes", "reason"):
             if key in exc.extra:
                 row[key] = exc.extra[key]
         return row
@@ -170,11 +243,15 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
                fits=s.get("fits", True if config.num_blocks is not None else None),
                min_tensor_parallel_size_that_fits=s.get(
                    "min_tensor_parallel_size_that_fits"),
-               plan=config)
+               overhead_bytes=s.get("overhead_bytes"), plan=config)
     if opts["max_model_len"] is None:
         row["max_model_len"] = config.max_model_len
     return row
 
+
+#: keywords that only mean something on a GPU
+_GPU_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
+             "cuda_graphs")
 
 _BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel",
                 "max_num_seqs", "cuda_graphs", "gpu", "gpu_memory_bytes",
@@ -202,6 +279,8 @@ def _cell(key: str, value: Any) -> str:
 
     if value is None:
         return "-"
+    if key == "max_model_len" and value == -1:
+        return "auto"
     if key in ("weights_bytes", "kv_cache_memory_bytes", "gpu_memory_bytes"):
         if isinstance(value, list):
             return "/".join(format_bytes(v) for v in value)
@@ -263,12 +342,14 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "", file: Any = Non
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
     """The rows as CSV (options, figures, error); raises ConfigError if unwritable."""
     keys = ["model"] + [k for k, _ in SWEEP_AXES] + list(ROW_COLUMNS) + \
-        ["min_tensor_parallel_size_that_fits", "error"]
+        ["overhead_bytes", "min_tensor_parallel_size_that_fits", "error"]
     try:
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
             w.writeheader()
             for r in rows:
+                if r.get("gpu") is None and r.get("gpu_memory_bytes") is not None:
+                    r = {**r, "gpu": "custom"}  # --gpu-memory: no catalog name
                 w.writerow({k: ("/".join(map(str, r[k])) if isinstance(r.get(k), list)
                                 else r.get(k)) for k in keys})
     except OSError as exc:
@@ -361,6 +442,26 @@ def plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> N
 
 # ---- CLI helpers (kvcore/cli.py calls these) ------------------------------------------
 
+def parse_count(text: Any, field: str, flag: str | None = None) -> int:
+    """A count of GPUs / ranks (``--tp``, ``--pp``, ``--dp``): a plain positive integer
+    (no length suffixes: ``1k`` is not a TP size).  Raises ConfigError naming the flag."""
+    from kvcore.units import bound, shorten
+
+    raw = str(text).strip()
+    if isinstance(text, bool) or not raw.isascii() or not raw.isdigit() or \
+            len(raw) > 12 or not 1 <= int(raw) <= bound(field):
+        shown = shorten(str(text))
+        raise ConfigError(f"{shown!r} is not a count: {field} ({flag or field}) must be a "
+                          f"positive whole number up to {bound(field):,} (1, 2, 4, 8, ...), "
+                          f"without a suffix", field=field, value=shown)
+    return int(raw)
+
+
+def count_arg(field: str, flag: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` for a count or a comma list of counts (:func:`parse_count`)."""
+    return list_of(_arg(lambda t: parse_count(t, field, flag), field))
+
+
 def list_of(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     """An argparse ``type=``: ``convert`` applied to each item of a comma list; one value
     stays a value, several give a list (a sweep axis)."""
@@ -401,12 +502,12 @@ def parse_utilization(text: Any) -> float:
 
 def add_gpu_arguments(p: Any) -> None:
     """The GPU-budget and sweep flags of ``kvcore plan``."""
-    from kvcore.units import parse_length, parse_size
+    from kvcore.units import parse_size
 
     gpu_memory = _arg(lambda t: parse_size(t, "gpu_memory"), "gpu_memory")
     utilization = _arg(parse_utilization, "gpu_memory_utilization")
     overhead = _arg(lambda t: parse_size(t, "overhead"), "overhead")
-    dp = _arg(lambda t: parse_length(t, "data_parallel_size"), "data_parallel_size")
+    dp = _arg(lambda t: parse_count(t, "data_parallel_size", "--dp"), "data_parallel_size")
     if not p.epilog:
         p.epilog = (
             "Terms: the null block is block 0 of the pool, never handed to a request "
@@ -427,13 +528,13 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--gpu-memory", metavar="SIZE[,SIZE]",
                    type=list_of(gpu_memory),
                    help="memory per GPU instead of (or overriding) --gpu, e.g. 80GB")
-    g.add_argument("--gpu-memory-utilization", metavar="F[,F]", default=0.9,
+    g.add_argument("--gpu-memory-utilization", metavar="F[,F]", default=None,
                    type=list_of(utilization),
                    help="fraction of GPU memory the engine may use (default 0.9, vLLM's)")
     g.add_argument("--overhead", metavar="SIZE", type=overhead,
                    help="activations + CUDA graphs + runtime per rank (default: an "
                         "estimate from the model's shape and --max-num-batched-tokens)")
-    g.add_argument("--dp", metavar="N", type=dp, default=1,
+    g.add_argument("--dp", metavar="N", type=dp, default=None,
                    help="data-parallel replicas (multiplies GPUs, not per-rank memory)")
     g.add_argument("--enable-expert-parallel", action="store_true",
                    help="split MoE experts whole over TP x DP ranks")
@@ -445,7 +546,7 @@ def add_gpu_arguments(p: Any) -> None:
 def _values(args: Any) -> dict[str, Any]:
     dtypes = str(args.kv_cache_dtype or "auto").split(",")
     return {"gpu": args.gpu, "gpu_memory_bytes": args.gpu_memory,
-            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "gpu_memory_utilization": _utilization(args),
             "tensor_parallel_size": args.tp, "pipeline_parallel_size": args.pp,
             "kv_cache_dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
             "max_model_len": args.max_model_len}
@@ -457,16 +558,38 @@ def is_sweep(args: Any) -> bool:
         bool(getattr(args, "csv", None) or getattr(args, "plot", None))
 
 
+def _utilization(args: Any) -> Any:
+    u = getattr(args, "gpu_memory_utilization", None)
+    return 0.9 if u is None else u
+
+
 def on_gpu(args: Any) -> bool:
-    return getattr(args, "gpu", None) is not None or \
-        getattr(args, "gpu_memory", None) is not None
+    """Whether ``kvcore plan`` plans on a GPU (--gpu or --gpu-memory).  Raises
+    ConfigError for both at once, and for GPU-only flags (--gpu-memory-utilization,
+    --overhead, --dp, --enable-expert-parallel) without a GPU."""
+    gpu = getattr(args, "gpu", None) is not None
+    memory = getattr(args, "gpu_memory", None) is not None
+    if gpu and memory:
+        raise ConfigError("give --gpu NAME or --gpu-memory SIZE, not both (--gpu names a "
+                          "catalog GPU with its memory; --gpu-memory is a GPU of that "
+                          "memory)", field="gpu_memory")
+    if not (gpu or memory):
+        given = [flag for flag, attr in (
+            ("--gpu-memory-utilization", "gpu_memory_utilization"),
+            ("--overhead", "overhead"), ("--dp", "dp"),
+            ("--enable-expert-parallel", "enable_expert_parallel"))
+            if getattr(args, attr, None) not in (None, False)]
+        if given:
+            raise ConfigError(f"{', '.join(given)} need(s) a GPU: give --gpu NAME (see "
+                              f"kvcore gpus) or --gpu-memory SIZE", field="gpu")
+    return gpu or memory
 
 
 def gpu_plan_kwargs(args: Any) -> dict[str, Any]:
     """The budget keywords of :func:`kvcore.budget.plan_on_gpu` from the CLI flags."""
     return {"gpu": args.gpu, "gpu_memory_bytes": args.gpu_memory,
-            "gpu_memory_utilization": args.gpu_memory_utilization,
-            "overhead_bytes": args.overhead, "data_parallel_size": args.dp,
+            "gpu_memory_utilization": _utilization(args),
+            "overhead_bytes": args.overhead, "data_parallel_size": args.dp or 1,
             "enable_expert_parallel": args.enable_expert_parallel}
 
 
@@ -491,7 +614,7 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
         parts = [parse_size(x) for x in str(args.kv_cache_memory).split(",")]
         kw["kv_cache_memory_bytes"] = parts[0] if len(parts) == 1 else parts
     if on_gpu(args):
-        kw.update(overhead_bytes=args.overhead, data_parallel_size=args.dp,
+        kw.update(overhead_bytes=args.overhead, data_parallel_size=args.dp or 1,
                   enable_expert_parallel=args.enable_expert_parallel)
     return kw
 
