@@ -205,6 +205,10 @@ def _gpu_memory(gpu: str | GPU | None, gpu_memory_bytes: int | None) -> tuple[GP
     if gpu is None and gpu_memory_bytes is None:
         raise ConfigError("a GPU budget needs --gpu NAME (see kvcore gpus) or --gpu-memory "
                           "SIZE", field="gpu")
+    if gpu is not None and gpu_memory_bytes is not None:
+        raise ConfigError("give gpu (a catalog GPU, whose memory is known) or "
+                          "gpu_memory_bytes (--gpu-memory: a GPU of that memory), not both",
+                          field="gpu_memory_bytes", value=repr(gpu_memory_bytes))
     entry = gpu if isinstance(gpu, GPU) else get_gpu(gpu) if gpu is not None else None
     if gpu_memory_bytes is not None:
         if isinstance(gpu_memory_bytes, bool) or not isinstance(gpu_memory_bytes, int) or \
@@ -215,6 +219,14 @@ def _gpu_memory(gpu: str | GPU | None, gpu_memory_bytes: int | None) -> tuple[GP
         return entry, gpu_memory_bytes
     assert entry is not None
     return entry, entry.memory_bytes
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    """A real bool (a string such as 'no' is refused, not read as True)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}", field=name,
+                          value=repr(value))
+    return value
 
 
 def _check_utilization(u: Any) -> float:
@@ -253,6 +265,9 @@ def compute_budget(
     cfg = _config(model)
     entry, memory = _gpu_memory(gpu, gpu_memory_bytes)
     util = _check_utilization(gpu_memory_utilization)
+    for name, flag in (("enable_expert_parallel", enable_expert_parallel),
+                       ("include_mtp_layers", include_mtp_layers), ("cuda_graphs", cuda_graphs)):
+        _check_bool(flag, name)
     w = weights or estimate_weights(
         cfg, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
@@ -396,6 +411,47 @@ def vllm_stages(cfg: ModelConfig, pipeline_parallel_size: int,
     return stages if all(stages) else None
 
 
+def _no_tp_hint(cfg: ModelConfig, cause: str, plan_kwargs: dict[str, Any],
+                budget_kwargs: dict[str, Any]) -> str:
+    """What to try when no tensor-parallel size fits, for the cause that does not fit."""
+    from kvcore.planning import format_bytes
+
+    tried = tensor_parallel_candidates(cfg)
+    shown = ", ".join(map(str, tried)) if len(tried) <= 12 else \
+        f"{', '.join(map(str, tried[:6]))}, ..., {tried[-1]}"
+    head = (f"no tensor-parallel size fits (tried those that divide the heads: {shown}; "
+            f"the largest is {tried[-1]})" if tried else "no tensor-parallel size fits")
+    if tried and cause != "budget":  # the cause at the largest TP, not at this one
+        try:
+            b = compute_budget(
+                cfg, tensor_parallel_size=tried[-1],
+                pipeline_parallel_size=plan_kwargs.get("pipeline_parallel_size", 1),
+                include_mtp_layers=plan_kwargs.get("include_mtp_layers", False),
+                max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens", 8192),
+                **budget_kwargs)
+        except KVCoreError:
+            pass
+        else:
+            cause = "weights" if max(b.weights.per_stage_bytes) >= b.usable_bytes else \
+                "overhead" if not b.fits_memory else "kv"
+    if cause == "overhead":
+        return (f"{head}; at tensor-parallel size {tried[-1]} the weights fit but weights + "
+                f"overhead (activations, CUDA graphs, runtime) do not: use GPUs with more "
+                f"memory, a smaller --max-num-batched-tokens or a smaller --overhead")
+    if cause == "weights":
+        return (f"{head}; the weights alone exceed the memory per GPU: use more GPUs "
+                f"(pipeline stages, --pp), GPUs with more memory or quantized weights")
+    if cause == "budget":
+        given = plan_kwargs.get("kv_cache_memory_bytes")
+        shown = "/".join(format_bytes(x) for x in given) if isinstance(
+            given, (list, tuple)) else format_bytes(given or 0)
+        return (f"{head} with the given --kv-cache-memory {shown} per rank: give a smaller "
+                f"--kv-cache-memory (or none: the budget the GPU leaves), more memory per "
+                f"GPU or pipeline stages (--pp)")
+    return (f"{head}; use a shorter --max-model-len, a smaller --kv-cache-dtype, more "
+            f"memory per GPU or pipeline stages (--pp)")
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -433,6 +489,22 @@ def plan_on_gpu(
     from kvcore.planning import format_bytes
 
     cfg, hub_note = _resolve(model)
+    for name, flag in (("enable_expert_parallel", enable_expert_parallel),
+                       ("cuda_graphs", cuda_graphs),
+                       ("raise_if_not_fits", raise_if_not_fits)):
+        _check_bool(flag, name)
+    given_budget = plan_kwargs.get("kv_cache_memory_bytes")
+    if isinstance(given_budget, (list, tuple)) and len(given_budget) > 1:
+        # one budget per pipeline stage: the list sets the stage count (per-rank weights,
+        # overhead and num_gpus follow it)
+        pp_given = plan_kwargs.get("pipeline_parallel_size", 1)
+        if pp_given == 1:
+            plan_kwargs = dict(plan_kwargs, pipeline_parallel_size=len(given_budget))
+        elif pp_given != len(given_budget):
+            raise ConfigError(f"kv_cache_memory_bytes lists {len(given_budget)} budgets (one "
+                              f"per pipeline stage) but pipeline_parallel_size is "
+                              f"{pp_given!r}; give one budget per stage",
+                              field="kv_cache_memory_bytes", value=repr(given_budget))
     tp = plan_kwargs.get("tensor_parallel_size", 1)
     budget_kwargs: dict[str, Any] = dict(
         gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
@@ -453,6 +525,7 @@ def plan_on_gpu(
             plan_kwargs = dict(plan_kwargs, stages=stages)
     config = None
     problem = ""
+    cause = "kv"  # what does not fit: "weights" alone, a given "budget", or the "kv" cache
     if b.fits_memory:
         kwargs = dict(plan_kwargs)
         if not explicit:
@@ -461,17 +534,31 @@ def plan_on_gpu(
             config = plan_model(cfg, **kwargs)
         except NotEnoughMemoryError as exc:
             need = exc.extra.get("min_kv_cache_memory_bytes")
-            problem = (f"the {format_bytes(min(b.stage_budgets))} KV budget left per GPU "
-                       f"cannot hold one request of max_model_len"
-                       + (f" (needs {format_bytes(float(need))})" if need else ""))
+            if explicit:
+                given = plan_kwargs["kv_cache_memory_bytes"]
+                amount = "/".join(format_bytes(x) for x in given) if isinstance(
+                    given, (list, tuple)) else format_bytes(given)
+                problem = f"the given KV budget {amount} per rank"
+            else:
+                problem = f"the {format_bytes(min(b.stage_budgets))} KV budget left per GPU"
+            problem += (" cannot hold one request of max_model_len"
+                        + (f" (needs {format_bytes(float(need))})" if need else ""))
             if not raise_if_not_fits:
                 config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))
     else:
         used = max(b.weights.per_stage_bytes) + b.overhead_bytes
+        if max(b.weights.per_stage_bytes) >= b.usable_bytes:
+            cause = "weights"
         if explicit:
+            given = plan_kwargs["kv_cache_memory_bytes"]
+            shown = "/".join(format_bytes(x) for x in given) if isinstance(
+                given, (list, tuple)) else format_bytes(given)
             problem = (f"weights {format_bytes(max(b.weights.per_stage_bytes))} + overhead "
-                       f"{format_bytes(b.overhead_bytes)} + the given KV budget exceed "
-                       f"{format_bytes(b.usable_bytes)} per GPU")
+                       f"{format_bytes(b.overhead_bytes)} + the given KV budget {shown} "
+                       f"exceed {format_bytes(b.usable_bytes)} per GPU (GPU memory x "
+                       f"{b.gpu_memory_utilization:g})")
+            if cause != "weights":
+                cause = "budget"
         else:
             problem = (f"weights {format_bytes(max(b.weights.per_stage_bytes))} + overhead "
                        f"{format_bytes(b.overhead_bytes)} = {format_bytes(used)} per GPU "
@@ -487,9 +574,7 @@ def plan_on_gpu(
     where = b.gpu.name if b.gpu else format_bytes(b.gpu_memory_bytes)
     if not fits and raise_if_not_fits:
         hint = (f"the smallest tensor-parallel size that fits is {min_tp} (--tp {min_tp})"
-                if min_tp else "no tensor-parallel size up to 128 fits; use more memory "
-                "per GPU, pipeline stages (--pp), a shorter --max-model-len or a smaller "
-                "--kv-cache-dtype")
+                if min_tp else _no_tp_hint(cfg, cause, plan_kwargs, budget_kwargs))
         raise NotEnoughMemoryError(
             f"{cfg.name or cfg.source}: does not fit on {where} at tensor_parallel_size "
             f"{tp}: {problem}; {hint}", fits=False, weights_bytes=b.weights.per_rank_bytes,

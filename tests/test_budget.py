@@ -313,5 +313,5 @@ def test_min_tp_is_reported_for_a_fitting_plan_too():
     config = plan_on_gpu("llama-3.1-8b", gpu="H100-SXM", tensor_parallel_size=4,
                          max_model_len=8192)
     assert config.stats.fits is True and config.stats.min_tensor_parallel_size_that_fits == 1
-    config = plan_on_gpu("qwen3-8b", gpu="L4", tensor_parallel_size=4, max_model_len=131072)
+    config = plan_on_gpu("qwen3-8b", gpu="L4", tensor_parallel_size=4, max_model_len=40960)
     assert config.stats.min_tensor_parallel_size_that_fits == 2

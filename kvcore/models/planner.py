@@ -84,6 +84,57 @@ def default_max_model_len(model: ModelConfig) -> int | None:
     return None
 
 
+#: RoPE types whose max_position_embeddings is already scaled (vLLM 0.32,
+#: ``vllm/config/model.py`` ``_get_and_verify_max_len``)
+_SCALED_ROPE_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn",
+                      "deepseek_llama_scaling")
+
+
+def derived_max_model_len(cfg: ModelConfig) -> int | None:
+    """vLLM's derived max_model_len: the config's length (:func:`default_max_model_len`)
+    times a RoPE scaling ``factor`` of a type that does not pre-scale it (not for
+    Gemma 3); None when the config has no length."""
+    n = default_max_model_len(cfg)
+    if n is None:
+        return None
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, dict) and "gemma3" not in str(cfg.model_type):
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        factor = rope.get("factor")
+        if kind not in _SCALED_ROPE_TYPES and isinstance(factor, (int, float)) and \
+                not isinstance(factor, bool) and factor > 0:
+            return int(n * factor)
+    return n
+
+
+def _check_max_model_len(cfg: ModelConfig, max_model_len: Any) -> None:
+    """vLLM refuses a max_model_len above the derived one unless the config's
+    ``model_max_length`` allows it or VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    import os
+
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or \
+            max_model_len <= 0:
+        return  # -1 (auto) or a bad value: plan() checks it
+    derived = derived_max_model_len(cfg)
+    if derived is None or max_model_len <= derived:
+        return
+    model_max = cfg.get("model_max_length")
+    if isinstance(model_max, int) and not isinstance(model_max, bool) and \
+            max_model_len <= model_max:
+        return
+    if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in \
+            ("1", "true"):
+        return
+    raise ConfigError(
+        f"{cfg.name or cfg.source}: max_model_len {max_model_len:,} is greater than the "
+        f"model's derived max_model_len {derived:,} (max_position_embeddings"
+        + (f"; model_max_length {model_max:,}" if isinstance(model_max, int) else "")
+        + "); vLLM refuses to start there (positions beyond it give NaN or out-of-bounds "
+        "errors): give --max-model-len up to that, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+        "as vLLM allows", field="max_model_len", value=str(max_model_len),
+        derived_max_model_len=derived)
+
+
 def plan_model(
     model: str | Path | ModelConfig,
     *,
@@ -100,6 +151,8 @@ def plan_model(
     include_mtp_layers: bool = False,
     enable_prefix_caching: bool = True,
     mamba_ssm_cache_dtype: str | None = None,
+    gpu: Any = None,
+    gpu_memory_bytes: int | None = None,
     **plan_options: Any,
 ) -> KVCacheConfig:
     """Plan the KV cache of a model (a config.json path, a folder, an embedded name, a
@@ -112,11 +165,51 @@ def plan_model(
     :func:`kvcore.planning.plan`.  The returned config's ``stats`` also carry
     ``model``, ``model_type`` and ``layers_per_kind``.
 
+    With ``gpu`` (a catalog name) or ``gpu_memory_bytes`` the KV budget comes from the
+    GPU: this is :func:`kvcore.budget.plan_on_gpu` (which also takes
+    ``gpu_memory_utilization``, ``overhead_bytes``, ``data_parallel_size``, ...).
+    ``max_model_len`` above the config's derived length (``max_position_embeddings``,
+    scaled by a linear / dynamic RoPE factor, or ``model_max_length`` when larger) is a
+    ConfigError naming both, as vLLM 0.32 refuses it (``_get_and_verify_max_len``);
+    vLLM's override ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` in the environment allows it.
+    Booleans (``include_mtp_layers``, ``enable_prefix_caching``) must be real bools.
+
     Raises ConfigError, MissingPluginError, UnknownModelTypeError,
     NotEnoughMemoryError (see :func:`layer_specs_for` and :func:`kvcore.planning.plan`).
     """
     from kvcore.planning import plan
 
+    _GPU_KEYS = ("gpu_memory_utilization", "overhead_bytes", "data_parallel_size",
+                 "enable_expert_parallel", "max_num_seqs", "cuda_graphs",
+                 "raise_if_not_fits")
+    if gpu is not None or gpu_memory_bytes is not None:  # the budget comes from the GPU
+        from kvcore.budget import plan_on_gpu
+
+        return plan_on_gpu(  # type: ignore[no-any-return]
+            model, gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
+            kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len,
+            block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_encoder_input_tokens=max_num_encoder_input_tokens,
+            mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
+            include_mtp_layers=include_mtp_layers,
+            enable_prefix_caching=enable_prefix_caching,
+            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, **plan_options)
+    gpu_only = [k for k in _GPU_KEYS if k in plan_options]
+    if gpu_only:
+        raise ConfigError(f"{gpu_only[0]} needs a GPU: give gpu= (a catalog name, see "
+                          f"kvcore gpus) or gpu_memory_bytes=", field=gpu_only[0])
+    for name, flag in (("include_mtp_layers", include_mtp_layers),
+                       ("enable_prefix_caching", enable_prefix_caching)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{name} must be True or False, got {flag!r}", field=name,
+                              value=repr(flag))
+    if isinstance(kv_cache_memory_bytes, (list, tuple)) and len(kv_cache_memory_bytes) > 1 \
+            and pipeline_parallel_size == 1:
+        # one budget per pipeline stage: the list sets the stage count
+        pipeline_parallel_size = len(kv_cache_memory_bytes)
     hub_note = ""
     if not isinstance(model, ModelConfig):  # a HuggingFace id (kvcore.models.hub)
         from kvcore.models.hub import resolve_model
@@ -146,6 +239,8 @@ def plan_model(
                               f"max_position_embeddings; give the length with "
                               f"--max-model-len N (max_model_len=N in Python)",
                               field="max_position_embeddings")
+    else:
+        _check_max_model_len(cfg, max_model_len)
     if max_num_encoder_input_tokens is None:
         enc = cfg.get("max_source_positions")
         max_num_encoder_input_tokens = enc if isinstance(enc, int) and \
