@@ -578,7 +578,7 @@ def plan_on_gpu(
         raise NotEnoughMemoryError(
             f"{cfg.name or cfg.source}: does not fit on {where} at tensor_parallel_size "
             f"{tp}: {problem}; {hint}", fits=False, weights_bytes=b.weights.per_rank_bytes,
-            min_tensor_parallel_size_that_fits=min_tp)
+            overhead_bytes=b.overhead_bytes, min_tensor_parallel_size_that_fits=min_tp)
     assert config is not None
     config.stats.update({
         "weights_bytes": b.weights.per_rank_bytes,

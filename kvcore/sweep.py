@@ -138,7 +138,8 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
         for u in axes["gpu_memory_utilization"]:
             _check_utilization(u)
     else:
-        given = [k for k in _GPU_ONLY if plan_kwargs.get(k) not in (None, False, 1)]
+        given = [k for k in _GPU_ONLY if k in plan_kwargs and not _is_default(
+            plan_kwargs[k], _GPU_ONLY[k])]
         if given or axes["gpu_memory_utilization"] not in ([0.9], [None]):
             name = given[0] if given else "gpu_memory_utilization"
             raise ConfigError(f"sweep: {name} needs a GPU: give gpu (a catalog name, see "
@@ -250,8 +251,13 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
 
 
 #: keywords that only mean something on a GPU
-_GPU_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
-             "cuda_graphs")
+_GPU_ONLY = {"overhead_bytes": None, "data_parallel_size": 1, "enable_expert_parallel": False,
+             "max_num_seqs": 256, "cuda_graphs": True}
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (type(value) is type(default) and value == default)
+
 
 _BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel",
                 "max_num_seqs", "cuda_graphs", "gpu", "gpu_memory_bytes",

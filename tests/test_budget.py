@@ -315,3 +315,105 @@ def test_min_tp_is_reported_for_a_fitting_plan_too():
     assert config.stats.fits is True and config.stats.min_tensor_parallel_size_that_fits == 1
     config = plan_on_gpu("qwen3-8b", gpu="L4", tensor_parallel_size=4, max_model_len=40960)
     assert config.stats.min_tensor_parallel_size_that_fits == 2
+
+
+# ---- adversarial findings on #16 ----------------------------------------------------------
+
+def test_gpu_and_gpu_memory_together_are_refused():
+    with pytest.raises(ConfigError, match="not both"):
+        plan_on_gpu("llama-3.1-8b", gpu="H100", gpu_memory_bytes=40 * 2**30)
+
+
+@pytest.mark.parametrize("kw", [{"enable_expert_parallel": "no"}, {"cuda_graphs": "no"},
+                                {"cuda_graphs": 0}, {"enable_prefix_caching": "no"},
+                                {"include_mtp_layers": 1}])
+def test_booleans_are_real_bools(kw):
+    name = next(iter(kw))
+    with pytest.raises(ConfigError, match=name):
+        plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192, **kw)
+
+
+def test_plan_model_takes_the_gpu_options():
+    from kvcore.models.planner import plan_model
+
+    a = plan_model("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                   gpu_memory_utilization=0.8)
+    b = plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                    gpu_memory_utilization=0.8)
+    assert a.num_blocks == b.num_blocks and a.stats.fits is True
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        plan_model("llama-3.1-8b", max_model_len=8192, overhead_bytes=2**30)
+    with pytest.raises(ConfigError, match="enable_prefix_caching"):
+        plan_model("llama-3.1-8b", max_model_len=8192, kv_cache_memory_bytes=2**33,
+                   enable_prefix_caching="no")
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(2, 4))
+def test_a_budget_list_sets_the_pipeline_stages(n):
+    # one budget per stage: n budgets mean n stages, whatever --pp says (1 = unset)
+    listed = plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                         kv_cache_memory_bytes=[10 * 2**30] * n)
+    explicit = plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                           kv_cache_memory_bytes=[10 * 2**30] * n, pipeline_parallel_size=n)
+    s = listed.stats
+    assert s.get("pipeline_parallel_size") == n and s.num_gpus == n
+    assert s.weights_bytes == explicit.stats.weights_bytes < s.weights_bytes_total
+    with pytest.raises(ConfigError, match="one budget per stage"):
+        plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                    kv_cache_memory_bytes=[10 * 2**30] * n, pipeline_parallel_size=n + 1)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(131_073, 4 * 131_072))
+def test_max_model_len_above_max_position_embeddings_is_refused(length):
+    # vLLM 0.32 _get_and_verify_max_len: above the derived length (llama-3.1-8b:
+    # max_position_embeddings 131,072, llama3 rope type: not rescaled) is an error
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ), pytest.raises(ConfigError, match="131,072") as info:
+        os.environ.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
+        plan_on_gpu("llama-3.1-8b", gpu="H200", max_model_len=length)
+    assert f"{length:,}" in info.value.message
+
+
+def test_vllm_override_allows_a_longer_max_model_len(monkeypatch):
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    config = plan_on_gpu("llama-3.1-8b", gpu="H200", tensor_parallel_size=2,
+                         max_model_len=262_144)
+    assert config.max_model_len == 262_144
+
+
+def test_linear_rope_factor_scales_the_derived_length():
+    from kvcore.models.planner import derived_max_model_len
+
+    cfg = parse_model_config({"model_type": "llama", "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "hidden_size": 256,
+                              "max_position_embeddings": 4096,
+                              "rope_scaling": {"type": "linear", "factor": 4.0}})
+    assert derived_max_model_len(cfg) == 16384     # vLLM multiplies by factor
+    cfg = parse_model_config({"model_type": "llama", "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "hidden_size": 256,
+                              "max_position_embeddings": 4096,
+                              "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    assert derived_max_model_len(cfg) == 4096      # yarn: already scaled
+
+
+@pytest.mark.parametrize("memory_gib,cause,absent", [
+    (0.1, "weights alone", "--max-model-len"),   # 15 GiB of weights: even TP 32 > 90 MiB
+    (1, "overhead", "--max-model-len"),
+])
+def test_no_tp_fits_message_lists_divisors_and_fits_the_cause(memory_gib, cause, absent):
+    with pytest.raises(NotEnoughMemoryError) as info:
+        plan_on_gpu("llama-3.1-8b", gpu_memory_bytes=int(memory_gib * 2**30))
+    msg = info.value.message
+    # llama-3.1-8b has 32 heads: the sizes tried are its divisors, the largest is 32
+    assert "1, 2, 4, 8, 16, 32" in msg and "the largest is 32" in msg and "128" not in msg
+    assert cause in msg and absent not in msg
+
+
+def test_a_given_budget_that_does_not_fit_is_named_with_its_amount():
+    with pytest.raises(NotEnoughMemoryError, match="given KV budget 70.00 GiB"):
+        plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                    kv_cache_memory_bytes=70 * 2**30)

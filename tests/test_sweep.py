@@ -232,3 +232,131 @@ def test_dp_multiplies_gpus_not_per_rank_memory(capsys):
     assert main(base + ["--dp", "4", "--enable-expert-parallel"]) == 0
     ep = json.loads(capsys.readouterr().out)
     assert ep["weights_bytes"] < one["weights_bytes"]  # experts split over 8 ranks, not 2
+
+
+# ---- adversarial findings on #16: invalid input is an error, not a row -------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kvcore.errors import KVCoreError, NotEnoughMemoryError  # noqa: E402
+
+LLAMA_HEADS = 32  # llama-3.1-8b: num_attention_heads 32, num_key_value_heads 8
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(2, 200).filter(lambda n: LLAMA_HEADS % n))
+def test_a_tp_that_does_not_divide_the_heads_fails_the_sweep(tp):
+    # the rule: only a row that does not FIT stays a row; an invalid value raises
+    with pytest.raises(ConfigError, match="tensor_parallel_size"):
+        sweep("llama-3.1-8b", gpu="H100", tensor_parallel_size=[1, tp])
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"tensor_parallel_size": "1,2"}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": [1.5]}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": {1, 2}}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": []}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": [True]}, "tensor_parallel_size"),
+    ({"pipeline_parallel_size": [0]}, "pipeline_parallel_size"),
+    ({"gpu_memory_utilization": [0]}, "gpu_memory_utilization"),
+    ({"gpu_memory_utilization": [1.5]}, "gpu_memory_utilization"),
+    ({"kv_cache_dtype": ["auto", "fp7"]}, "kv_cache_dtype"),
+    ({"kv_cache_dtype": [8]}, "kv_cache_dtype"),
+    ({"max_model_len": []}, "max_model_len"),
+    ({"gpu_memory_bytes": 80 * 2**30}, "gpu_memory_bytes"),   # with gpu= too
+    ({"tensor_paralel_size": 2}, "tensor_paralel_size"),      # a mistyped keyword
+])
+def test_python_sweep_refuses_malformed_axes_naming_the_argument(kwargs, name):
+    with pytest.raises(KVCoreError, match=name):
+        sweep("llama-3.1-8b", gpu="H100", **kwargs)
+
+
+def test_python_sweep_needs_a_model_and_a_gpu_for_gpu_keywords():
+    with pytest.raises(ConfigError, match="model"):
+        sweep(None, gpu="H100")
+    for kw in ({"overhead_bytes": 2**30}, {"data_parallel_size": 4},
+               {"gpu_memory_utilization": 0.5}, {"enable_expert_parallel": True}):
+        with pytest.raises(ConfigError, match="needs a GPU"):
+            sweep("llama-3.1-8b", kv_cache_memory_bytes=2**34, **kw)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gpu", "H100", "--kv-cache-dtype", "auto,fp7"], "fp7"),
+    (["--gpu", "H100", "--tp", "1,3"], "tensor_parallel_size 3"),
+    (["--gpu", "H100", "--tp", "1,3", "--json"], "tensor_parallel_size 3"),
+    (["--kv-cache-memory", "16GiB", "--kv-cache-dtype", "fp8,nope"], "nope"),
+    (["--gpu-memory-utilization", "0.5", "--overhead", "1GiB", "--dp", "4"], "need"),
+    (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization"),
+    (["--overhead", "1GiB", "--kv-cache-memory", "10GiB"], "--overhead"),
+    (["--dp", "2"], "--dp"),
+    (["--enable-expert-parallel", "--tp", "1,2"], "--enable-expert-parallel"),
+    (["--gpu", "H100", "--gpu-memory", "80GB"], "not both"),
+    (["--gpu", "H100,L4", "--gpu-memory", "80GB"], "not both"),
+])
+def test_cli_invalid_values_in_a_sweep_exit_2_with_one_line(argv, needle, capsys):
+    assert main(["plan", "llama-3.1-8b", *argv]) == 2
+    captured = capsys.readouterr()
+    text = captured.out if "--json" in argv else captured.err
+    if "--json" in argv:
+        assert needle in json.loads(text)["error"]["message"]
+    else:
+        assert len(text.strip().splitlines()) == 1 and needle in text
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(["--tp", "--pp", "--dp"]),
+       st.one_of(st.integers(1, 64).map(lambda n: f"{n}{'kKmM'[n % 4]}"),
+                 st.sampled_from(["2.0", "0", "-1", "1e3", "two", "", "1_0", "٣"])))
+def test_cli_counts_are_plain_positive_integers(flag, text):
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["plan", "llama-3.1-8b", "--gpu", "H100", flag, text])
+    assert code == 2
+    assert "is not a count" in err.getvalue() and "tokens" not in err.getvalue()
+
+
+def test_cli_tp_1k_is_not_a_thousand(capsys):
+    assert main(["plan", "llama-3.1-8b", "--gpu", "H100", "--tp", "1k"]) == 2
+    assert "not a count" in capsys.readouterr().err
+
+
+def test_a_row_that_does_not_fit_keeps_exit_0_and_says_why(capsys):
+    # utilization 1e-9 is a valid fraction: that row does not fit and the table says why
+    assert main(["plan", "llama-3.1-8b", "--gpu", "H100",
+                 "--gpu-memory-utilization", "0.9,1e-9"]) == 0
+    out = capsys.readouterr().out
+    assert "NO" in out and "does not fit" in out and "exceed" in out
+
+
+def test_rows_fill_gpu_memory_overhead_and_the_default_length(tmp_path):
+    rows = sweep("llama-3.1-8b", gpu=["H100-SXM", "L4"])
+    # nvidia-smi memory.total of the H100 80GB HBM3: 81,559 MiB (kvcore.gpus cites it)
+    assert rows[0]["gpu_memory_bytes"] == 81559 * 2**20
+    assert all(r["overhead_bytes"] and r["overhead_bytes"] > 0 for r in rows)
+    # L4 (24 GB) cannot hold 131,072 tokens beside 16 GB of weights: the unswept length
+    # column still shows the model's length (max_position_embeddings 131,072)
+    assert [r["max_model_len"] for r in rows] == [131072, 131072]
+    path = tmp_path / "s.csv"
+    from kvcore.sweep import write_csv
+
+    write_csv(sweep("llama-3.1-8b", gpu_memory_bytes=[40 * 2**30, 80 * 2**30]), path)
+    got = list(csv.DictReader(path.open()))
+    assert [r["gpu_memory_bytes"] for r in got] == [str(40 * 2**30), str(80 * 2**30)]
+    assert all(r["gpu"] and r["overhead_bytes"] for r in got)
+
+
+def test_auto_length_is_shown_as_auto(capsys):
+    assert main(["plan", "llama-3.1-8b", "--gpu", "H100", "--max-model-len",
+                 "auto,8k"]) == 0
+    out = capsys.readouterr().out
+    assert "auto" in out and "-1" not in out
+
+
+def test_not_fitting_rows_are_not_enough_memory_errors():
+    rows = sweep("llama-3.1-8b", gpu_memory_bytes=[2 * 2**30, 80 * 2**30])
+    assert rows[0]["fits"] is False and rows[0]["error_type"] == NotEnoughMemoryError.__name__
+    assert rows[1]["fits"] is True
