@@ -214,7 +214,11 @@ def check_layer_specs(layer_specs: Any) -> dict[str, KVCacheSpec]:
         raise ConfigError(f"layer specs must be a mapping {{layer name: KVCacheSpec}}, got "
                           f"{type(layer_specs).__name__}", field="layers")
     for name, spec in layer_specs.items():
-        if not isinstance(name, str) or not isinstance(spec, KVCacheSpec):
+        if not isinstance(name, str):
+            raise ConfigError(f"layer name {name!r}: layer names must be str "
+                              f"(e.g. 'model.layers.0.self_attn'), got "
+                              f"{type(name).__name__}", field="layers", layer=repr(name))
+        if not isinstance(spec, KVCacheSpec):
             raise ConfigError(f"layer {name!r}: expected a KVCacheSpec, got "
                               f"{type(spec).__name__} (build one with a spec class or "
                               f"KVCacheSpec.from_dict)", field="layers", layer=str(name))
