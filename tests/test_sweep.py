@@ -360,3 +360,29 @@ def test_not_fitting_rows_are_not_enough_memory_errors():
     rows = sweep("llama-3.1-8b", gpu_memory_bytes=[2 * 2**30, 80 * 2**30])
     assert rows[0]["fits"] is False and rows[0]["error_type"] == NotEnoughMemoryError.__name__
     assert rows[1]["fits"] is True
+
+
+def test_plan_json_has_the_gpu_names_without_a_gpu_too(capsys):
+    from kvcore.sweep import GPU_JSON_KEYS
+
+    assert main(["plan", "llama-3.1-8b", "--json", "--kv-cache-memory", "20GiB",
+                 "--tp", "2", "--max-model-len", "8192"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert set(GPU_JSON_KEYS) <= set(plain)
+    assert plain["gpu"] is None and plain["gpu_memory_utilization"] is None
+    assert main(["plan", "llama-3.1-8b", "--json", "--gpu", "H100", "--tp", "2",
+                 "--max-model-len", "8192"]) == 0
+    on_gpu = json.loads(capsys.readouterr().out)
+    # the weights come from the config either way: the same per-rank figure at TP 2
+    assert plain["weights_bytes"] == on_gpu["weights_bytes"] > 0
+    assert plain["weights_bytes_total"] == on_gpu["weights_bytes_total"]
+    assert plain["num_gpus"] == on_gpu["num_gpus"] == 2
+
+
+def test_a_layer_name_that_is_not_a_str_is_named():
+    from kvcore import FullAttentionSpec, plan
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)
+    for key in (1, None, ("a",), 2.5):
+        with pytest.raises(ConfigError, match="layer names must be str"):
+            plan({key: spec}, max_model_len=1024, kv_cache_memory_bytes=10**9)
