@@ -39,22 +39,10 @@ def _console() -> Any:
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     console = _console()
-    if console is not None:
-        from rich.table import Table
+    if console is not None:  # never cuts a figure or name; stacked when too narrow
+        from kvcore.sweep import print_wide_table
 
-        table = Table(title=title, title_justify="left")
-        for i, col in enumerate(columns):
-            table.add_column(col, justify="left" if i == 1 or not i else "right",
-                             overflow="fold")
-        for row in rows:
-            table.add_row(*[str(c) for c in row])
-        if not console.is_terminal:  # a file or pipe: as wide as the table, never cut
-            from rich.console import Console
-
-            need = sum(max(len(str(c)) for c in [col] + [r[i] for r in rows]) + 3
-                       for i, col in enumerate(columns)) + 1
-            console = Console(highlight=False, width=max(need, 80))
-        console.print(table)
+        print_wide_table(title, columns, rows, left=(0, 1))
         return
     widths = [max(len(str(c)) for c in [col] + [r[i] for r in rows])
               for i, col in enumerate(columns)]
