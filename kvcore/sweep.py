@@ -269,6 +269,8 @@ _BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel"
 def _varying(rows: Sequence[dict[str, Any]]) -> list[str]:
     keys = [k for k, _ in SWEEP_AXES]
     out = [k for k in keys if len({repr(r.get(k)) for r in rows}) > 1]
+    if "gpu" in out and all(r.get("gpu") is not None for r in rows):
+        out = [k for k in out if k != "gpu_memory_bytes"]  # the catalog's, per GPU
     return out or ["tensor_parallel_size"]
 
 
@@ -306,36 +308,51 @@ def table_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str
     return [_HEAD[k] for k in keys], [[_cell(k, r.get(k)) for k in keys] for r in rows]
 
 
-def print_table(rows: Sequence[dict[str, Any]], title: str = "", file: Any = None) -> None:
-    """One table of the rows (rich when installed; long cells wrap, nothing truncated).
-    Rows that do not fit are listed with their reason under the table."""
-    headers, cells = table_rows(rows)
+def print_wide_table(title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], *,
+                     left: Any = (), file: Any = None) -> None:
+    """A table that never cuts a figure or a name: a rich table whose columns are as wide
+    as their longest cell (headers included, no wrapping) when it fits the terminal;
+    otherwise (or without rich) a stacked layout, one block per row with one
+    ``header  value`` line per column.  ``left``: indices of left-justified columns
+    (the rest are right-justified figures).  A file or pipe gets the full-width table."""
     out = file or sys.stdout
+    cells = [[str(c) for c in row] for row in cells]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    need = sum(w + 3 for w in widths) + 1
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-        if title:
-            print(title, file=out)
-        print("  ".join(h.ljust(w) for h, w in zip(headers, widths)), file=out)
-        for c in cells:
-            print("  ".join(x.ljust(w) for x, w in zip(c, widths)), file=out)
-    else:
+        Console = None  # noqa: N806
+    console = Console(file=out, highlight=False) if Console is not None else None
+    if console is not None and not console.is_terminal:  # a file or pipe: full width
+        console = Console(file=out, highlight=False, width=max(need, 80))
+    if console is not None and need <= console.width:
         table = Table(title=title or None, title_justify="left")
-        figures = len(headers) - len(ROW_COLUMNS)
         for i, h in enumerate(headers):
-            # numbers never break; names (GPU, dtype) wrap on a narrow terminal
-            table.add_column(h, justify="right" if i >= figures else "left",
-                             overflow="fold", no_wrap=i >= figures)
-        for c in cells:
-            table.add_row(*c)
-        console = Console(file=out, highlight=False)
-        need = sum(max(len(h), *(len(c[i]) for c in cells)) + 3
-                   for i, h in enumerate(headers)) + 1
-        if not console.is_terminal:  # a file or pipe: as wide as the table needs
-            console = Console(file=out, highlight=False, width=max(need, 80))
+            table.add_column(h, justify="left" if i in left else "right", no_wrap=True,
+                             min_width=widths[i])
+        for row in cells:
+            table.add_row(*row)
         console.print(table)
+        return
+    if title:
+        print(title, file=out)
+    key_width = max(len(h) for h in headers) if headers else 0
+    for n, row in enumerate(cells, 1):
+        print(f"[{n}]", file=out)
+        for h, c in zip(headers, row):
+            print(f"  {h.ljust(key_width)}  {c}", file=out)
+
+
+def print_table(rows: Sequence[dict[str, Any]], title: str = "", file: Any = None) -> None:
+    """One table of the rows (:func:`print_wide_table`: nothing cut or wrapped; stacked
+    when too wide for the terminal).  Rows that do not fit are listed with their reason
+    under the table."""
+    headers, cells = table_rows(rows)
+    out = file or sys.stdout
+    figures = len(headers) - len(ROW_COLUMNS)
+    print_wide_table(title, headers, cells, left=range(figures), file=out)
     for r in rows:
         if r.get("error"):
             opts = ", ".join(f"{_HEAD[k]} {_cell(k, r.get(k))}" for k in _varying(rows))

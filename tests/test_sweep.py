@@ -386,3 +386,34 @@ def test_a_layer_name_that_is_not_a_str_is_named():
     for key in (1, None, ("a",), 2.5):
         with pytest.raises(ConfigError, match="layer names must be str"):
             plan({key: spec}, max_model_len=1024, kv_cache_memory_bytes=10**9)
+
+
+class _Terminal(__import__("io").StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(40, 160),
+       st.lists(st.tuples(st.text("abcdefgh_-0123456789", min_size=1, max_size=24),
+                          st.integers(0, 10**15)), min_size=1, max_size=4),
+       st.integers(1, 9))
+def test_tables_never_cut_a_figure_or_a_name(width, rows, ncols):
+    # the rule: every cell appears whole on one line, at any terminal width
+    import os
+    from unittest import mock
+
+    from kvcore.sweep import print_wide_table
+
+    headers = ["name"] + [f"figure {i}" for i in range(ncols)]
+    cells = [[name] + [f"{n * (i + 1):,}" for i in range(ncols)] for name, n in rows]
+    out = _Terminal()
+    with mock.patch.dict(os.environ, {"COLUMNS": str(width)}):
+        print_wide_table("t", headers, cells, left=(0,), file=out)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= max(width, 1) for line in lines[1:] if "\x1b" not in line)
+    for row in cells:
+        for cell in row:
+            assert any(cell in line for line in lines), (cell, out.getvalue())
+    for h in headers:
+        assert any(h in line for line in lines)
