@@ -321,7 +321,11 @@ class PlanStats:
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-ready (tuples as lists, the plan context as a dict,
         unbounded figures as None)."""
-        return {f.name: _json_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {f.name: _json_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        bpt = out.get("bytes_per_token")
+        if isinstance(bpt, float) and bpt.is_integer():  # whole bytes: an int in JSON
+            out["bytes_per_token"] = int(bpt)
+        return out
 
     # ---- mapping compatibility ----------------------------------------------------
     def __getitem__(self, key: str) -> Any:

@@ -70,6 +70,11 @@ SPECS_FILE_OPTIONS = (
 )
 
 
+def _whole(x: Any) -> Any:
+    """A float that is a whole number as an int (JSON ``64``, not ``64.0``)."""
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
 def format_bytes(n: float) -> str:
     """``n`` bytes as a short human string (binary units)."""
     for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -509,9 +514,13 @@ def _empty_plan(grouping: GroupingResult, opts: _Options) -> KVCacheConfig:
     stats = PlanStats(
         estimated_max_model_len=opts.plan_len, strategy="empty",
         skipped_layers=list(grouping.skipped_layers),
-        notes=list(grouping.notes) + ["no layer keeps a KV cache: requests need no "
-                                      "blocks, concurrency is not bounded by the KV "
-                                      "cache"] + list(opts.notes),
+        notes=[n for n in grouping.notes if n != "no layer needs a KV cache"]
+        + ["no layer keeps a KV cache: requests need no blocks, concurrency is not "
+           "bounded by the KV cache"
+           + (f"; max_model_len auto: nothing bounds the length, so it is the search cap "
+              f"{opts.limit:,} (give max_model_len N or max_model_len_limit)"
+              if opts.max_model_len == -1 and opts.limit_source == "search" else "")]
+        + list(opts.notes),
         kv_cache_memory_bytes=opts.budgets[0] if opts.budgets and len(opts.budgets) == 1
         else opts.budgets,
         max_num_batched_tokens=ctx.max_num_batched_tokens,
@@ -707,7 +716,7 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
         "max_model_len": config.max_model_len,
         "estimated_max_model_len": s.get("estimated_max_model_len"),
         "longest_max_model_len": s.get("longest_max_model_len"),
-        "bytes_per_token": s.get("bytes_per_token"),
+        "bytes_per_token": _whole(s.get("bytes_per_token")),
         "cross_attention_bytes_per_request": s.get("cross_attention_bytes_per_request"),
         "state_bytes_per_request": s.get("state_bytes_per_request"),
         "padding_bytes_per_block": s.get("padding_bytes_per_block"),

@@ -417,3 +417,26 @@ def test_tables_never_cut_a_figure_or_a_name(width, rows, ncols):
             assert any(cell in line for line in lines), (cell, out.getvalue())
     for h in headers:
         assert any(h in line for line in lines)
+
+
+def test_whole_bytes_per_token_is_an_int_in_json(capsys):
+    assert main(["plan", "llama-3.1-8b", "--kv-cache-memory", "20GiB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 32 layers x 8 KV heads x 128 x (K + V) x 2 bytes = 131,072, an int
+    assert out["bytes_per_token"] == 131072 and isinstance(out["bytes_per_token"], int)
+    from kvcore.models.planner import plan_model
+
+    stats = plan_model("llama-3.1-8b", kv_cache_memory_bytes=2**35).stats.to_dict()
+    assert isinstance(stats["bytes_per_token"], int)
+
+
+def test_encoder_only_auto_length_says_why_once(tmp_path, capsys):
+    layer = {"type": "encoder_only_attention", "block_size": 16, "num_kv_heads": 8,
+             "head_size": 64}
+    path = tmp_path / "enc.json"
+    path.write_text(json.dumps({"options": {"kv_cache_memory_bytes": 10**9},
+                                "layers": {"l0": layer, "l1": layer}}))
+    assert main(["plan", "--specs", str(path), "--max-model-len", "-1", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert sum("KV cache" in n for n in notes) == 1
+    assert any("search cap" in n for n in notes)
