@@ -437,9 +437,36 @@ def plan_json_extras(stats: Any) -> dict[str, Any]:
     return out
 
 
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")  # matplotlib's tab10
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def line_style(i: int) -> tuple[str, str, str]:
+    """``(colour, marker, linestyle)`` of the ``i``-th line: distinct combinations for
+    the first 10 x 8 x 4 = 320 lines (colour first, then marker, then linestyle)."""
+    return (_COLORS[i % len(_COLORS)], _MARKERS[(i // len(_COLORS)) % len(_MARKERS)],
+            _LINESTYLES[(i // (len(_COLORS) * len(_MARKERS))) % len(_LINESTYLES)])
+
+
+def plot_lengths(model: Any, max_model_len: Any = None) -> list[int]:
+    """Context lengths for a plot of one length's plans: powers of two from 1,024 up to
+    ``max_model_len`` (default / auto: the model's derived length), and that length."""
+    from kvcore.budget import _config
+    from kvcore.models.planner import derived_max_model_len
+
+    top = max_model_len if isinstance(max_model_len, int) and max_model_len > 0 else \
+        derived_max_model_len(_config(model)) or 131072
+    lengths = [1 << k for k in range(10, 40) if (1 << k) < top]
+    return [*lengths, top] if lengths else sorted({max(1, top // 4), max(1, top // 2), top})
+
+
 def plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> None:
     """PNG: max concurrency against max_model_len, one line per set of the other options
-    (rows that do not fit are left out).  Needs matplotlib (``pip install kvcore[plot]``);
+    (rows that do not fit are left out; lines with the same points are drawn once with
+    all their labels; colour x marker x linestyle keep up to 320 lines apart).  The CLI
+    plans a range of lengths (:func:`plot_lengths`) when max_model_len is not swept.  Needs matplotlib (``pip install kvcore[plot]``);
     raises ConfigError naming the extra, or if the file cannot be written."""
     try:
         import matplotlib
@@ -452,24 +479,27 @@ def plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> N
     others = [k for k in _varying(rows) if k != "max_model_len"]
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        if r.get("max_concurrency") is None or not r.get("max_model_len"):
+        if r.get("max_concurrency") is None or not r.get("max_model_len") or \
+                r["max_model_len"] < 1:
             continue
         label = ", ".join(f"{_HEAD[k]} {_cell(k, r.get(k))}" for k in others) or "plan"
         series.setdefault(label, []).append((r["max_model_len"], r["max_concurrency"]))
+    # identical lines would hide each other: draw each once, labelled with every option
+    merged: dict[tuple[tuple[int, float], ...], list[str]] = {}
+    for label, pts in series.items():
+        merged.setdefault(tuple(sorted(pts)), []).append(label)
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    colors = plt.get_cmap("tab20")
-    styles = ("-", "--", ":", "-.")
-    for i, (label, pts) in enumerate(series.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label,
-                color=colors(i % 20), linestyle=styles[(i // 20) % len(styles)])
+    for i, (pts_key, labels) in enumerate(merged.items()):
+        color, marker, style = line_style(i)
+        ax.plot([p[0] for p in pts_key], [p[1] for p in pts_key], marker=marker,
+                label=" = ".join(labels), color=color, linestyle=style)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("max_model_len (tokens)")
     ax.set_ylabel("max concurrency (requests of max_model_len)")
     ax.set_title(title or "kvcore plan sweep")
     ax.grid(True, which="both", alpha=0.3)
-    if series:
+    if merged:
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                   borderaxespad=0.0)
     fig.tight_layout()
@@ -682,7 +712,16 @@ def run_cli(args: Any) -> int:
     if args.csv:
         write_csv(rows, args.csv)
     if args.plot:
-        plot(rows, args.plot, title=f"kvcore plan {args.model}")
+        plot_rows = rows
+        if not isinstance(args.max_model_len, list):  # a curve over context lengths
+            from kvcore.units import parse_length
+
+            given = None if args.max_model_len is None else parse_length(
+                args.max_model_len, "max_model_len", allow_auto=True)
+            plot_rows = sweep(args.model, **dict(
+                _values(args), max_model_len=plot_lengths(args.model, given)),
+                **cli_plan_kwargs(args))
+        plot(plot_rows, args.plot, title=f"kvcore plan {args.model}")
     if args.json:
         print(json.dumps(rows_to_json(rows), indent=2))
     else:

@@ -440,3 +440,27 @@ def test_encoder_only_auto_length_says_why_once(tmp_path, capsys):
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert sum("KV cache" in n for n in notes) == 1
     assert any("search cap" in n for n in notes)
+
+
+def test_line_styles_are_distinct_combinations():
+    from kvcore.sweep import line_style
+
+    styles = [line_style(i) for i in range(320)]
+    assert len(set(styles)) == 320          # 10 colours x 8 markers x 4 linestyles
+    assert len({s[0] for s in styles[:10]}) == 10
+
+
+def test_a_single_plan_plots_a_curve_over_context_lengths(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import kvcore.sweep as sw
+
+    seen = {}
+    monkeypatch.setattr(sw, "plot", lambda rows, path, title="": seen.update(rows=rows))
+    assert main(["plan", "llama-3.1-8b", "--gpu", "H100",
+                 "--plot", str(tmp_path / "p.png")]) == 0
+    lengths = sorted(r["max_model_len"] for r in seen["rows"])
+    # powers of two from 1,024 up to max_position_embeddings 131,072
+    assert lengths == [1 << k for k in range(10, 18)]
+    conc = [r["max_concurrency"] for r in sorted(seen["rows"], key=lambda r: r[
+        "max_model_len"])]
+    assert conc == sorted(conc, reverse=True) and conc[0] > conc[-1]
