@@ -452,7 +452,9 @@ def test_line_styles_are_distinct_combinations():
 
 def test_a_single_plan_plots_a_curve_over_context_lengths(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    import kvcore.sweep as sw
+    import sys
+
+    sw = sys.modules["kvcore.sweep"]  # the module (kvcore.sweep is also the function)
 
     seen = {}
     monkeypatch.setattr(sw, "plot", lambda rows, path, title="": seen.update(rows=rows))
