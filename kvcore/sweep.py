@@ -319,14 +319,16 @@ def print_wide_table(title: str, headers: Sequence[str], cells: Sequence[Sequenc
     cells = [[str(c) for c in row] for row in cells]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     need = sum(w + 3 for w in widths) + 1
+    console: Any = None
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        Console = None  # noqa: N806
-    console = Console(file=out, highlight=False) if Console is not None else None
-    if console is not None and not console.is_terminal:  # a file or pipe: full width
-        console = Console(file=out, highlight=False, width=max(need, 80))
+        pass
+    else:
+        console = Console(file=out, highlight=False)
+        if not console.is_terminal:  # a file or pipe: full width
+            console = Console(file=out, highlight=False, width=max(need, 80))
     if console is not None and need <= console.width:
         table = Table(title=title or None, title_justify="left")
         for i, h in enumerate(headers):
