@@ -107,6 +107,17 @@ def derived_max_model_len(cfg: ModelConfig) -> int | None:
     return n
 
 
+def _length_key(cfg: ModelConfig) -> str:
+    """The config key :func:`default_max_model_len` reads its length from."""
+    for key in ("max_target_positions", "max_position_embeddings", "max_seq_len",
+                "seq_length", "n_positions"):
+        v = cfg.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0 and \
+                (key == "max_target_positions" or cfg.model_type != "whisper"):
+            return key
+    return "max_position_embeddings"
+
+
 def _check_max_model_len(cfg: ModelConfig, max_model_len: Any) -> None:
     """vLLM refuses a max_model_len above the derived one unless the config's
     ``model_max_length`` allows it or VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
@@ -127,7 +138,7 @@ def _check_max_model_len(cfg: ModelConfig, max_model_len: Any) -> None:
         return
     raise ConfigError(
         f"{cfg.name or cfg.source}: max_model_len {max_model_len:,} is greater than the "
-        f"model's derived max_model_len {derived:,} (max_position_embeddings"
+        f"model's derived max_model_len {derived:,} ({_length_key(cfg)}"
         + (f"; model_max_length {model_max:,}" if isinstance(model_max, int) else "")
         + "); vLLM refuses to start there (positions beyond it give NaN or out-of-bounds "
         "errors): give --max-model-len up to that, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
