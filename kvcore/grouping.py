@@ -495,19 +495,23 @@ def _manager_key(spec: KVCacheSpec) -> Any:
                                          getattr(m, "__qualname__", repr(m)))
 
 
-_SHAREABLE_MANAGERS = {"FullAttentionManager", "SlidingWindowManager"}
+_SHAREABLE_MANAGERS = {"FullAttentionManager", "SlidingWindowManager",
+                       "ChunkedLocalAttentionManager"}
 
 
 def table_key(spec: KVCacheSpec) -> Any:
     """Layers with equal keys may share one block table although their specs differ:
     the core full-attention and sliding-window managers keep the same blocks for every
-    layer of one block size (a sliding group keeps the largest window).  Other kinds
-    share a table only with equal specs."""
+    layer of one block size (a sliding group keeps the largest window), and the
+    chunked-local manager for every layer of one block size and one chunk size (vLLM's
+    ``UniformTypeKVCacheSpecs``).  Other kinds share a table only with equal specs."""
     key = _manager_key(spec)
     name = key.rpartition(":")[2] if isinstance(key, str) else key[1]
     if name not in _SHAREABLE_MANAGERS or \
             getattr(spec, "participates_in_prefix_caching", True) is not True:
         return ("spec", spec)
+    if name == "ChunkedLocalAttentionManager":
+        return ("table", key, spec.block_size, getattr(spec, "attention_chunk_size", None))
     return ("table", key, spec.block_size)
 
 
