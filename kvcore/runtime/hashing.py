@@ -226,15 +226,18 @@ class Request:
 
     Parameters
     ----------
-    request_id: unique id (str).
-    prompt_token_ids: the prompt (list of int token ids).
-    max_tokens: most output tokens (used by ``full_sequence_must_fit``).
+    request_id: unique id (non-empty str).
+    prompt_token_ids: the prompt (non-empty list of int token ids).
+    max_tokens: most output tokens (int >= 0; used by ``full_sequence_must_fit``).
     block_size, hash: the hash block size and function
         (:attr:`KVCacheManager.hash_block_size` and its ``hash``).
     lora_name, cache_salt, mm_features: extra keys (see the module docstring);
         ``mm_features`` lists ``(offset, length, identifier)`` per multimodal input
         (``mm_hashes`` gives the identifiers).
-    num_encoder_tokens: encoder output length (cross-attention), 0 if none.
+    num_encoder_tokens: encoder output length (cross-attention; int >= 0), 0 if none.
+
+    Raises :class:`~kvcore.errors.RequestError` naming the argument when one has the
+    wrong type or range.
     """
 
     __slots__ = ("request_id", "all_token_ids", "num_prompt_tokens", "max_tokens",
@@ -247,16 +250,30 @@ class Request:
                  lora_name: str | None = None, cache_salt: str | None = None,
                  mm_features: Sequence[tuple[int, int, str]] | None = None,
                  num_encoder_tokens: int = 0) -> None:
+        from kvcore.errors import RequestError
+        from kvcore.units import shorten
+
+        if type(request_id) is not str or not request_id:
+            raise RequestError(f"request_id must be a non-empty str, got "
+                               f"{shorten(request_id)}", field="request_id",
+                               value=repr(request_id))
+        for name, v in (("max_tokens", max_tokens),
+                        ("num_encoder_tokens", num_encoder_tokens)):
+            if type(v) is not int or v < 0:
+                raise RequestError(f"request {request_id!r}: {name} must be an int >= 0 "
+                                   f"(tokens), got {shorten(v)}", field=name,
+                                   value=repr(v))
         self.request_id = request_id
         if isinstance(prompt_token_ids, (str, bytes)) or not hasattr(prompt_token_ids,
                                                                    "__iter__"):
-            from kvcore.errors import RequestError
-            from kvcore.units import shorten
-
             raise RequestError(f"request {shorten(request_id)}: prompt_token_ids must be a "
                                f"sequence of token ids, got {shorten(prompt_token_ids)}",
                                field="prompt_token_ids")
         self.all_token_ids = list(prompt_token_ids)
+        if not self.all_token_ids:
+            raise RequestError(f"request {request_id!r}: prompt_token_ids is empty (a "
+                               f"request needs at least one prompt token)",
+                               field="prompt_token_ids", value=0)
         check_token_ids(self.all_token_ids, request_id)
         self.num_prompt_tokens = len(self.all_token_ids)
         self.max_tokens = max_tokens

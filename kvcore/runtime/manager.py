@@ -34,8 +34,61 @@ from kvcore.runtime.managers import SingleTypeManager
 
 __all__ = ["KVCacheManager", "KVCacheBlocks", "PrefixCacheStats"]
 
+_BASE_BLOCK_KEY = SingleTypeManager.block_key
+_ZERO = 0  # the default count: small ints are one object, so ``x is _ZERO`` means int 0
+
 #: the largest pool (blocks) that ``KVCORE_CHECK_INVARIANTS=1`` checks (``all``: any)
 ENV_CHECK_MAX_BLOCKS = 4096
+
+
+def _int_arg(where: str, name: str, value: Any, lo: int = 0, hi: int | None = None,
+             err: type | None = None) -> int:
+    """``value`` as an int in ``[lo, hi]`` (numpy ints accepted through
+    ``operator.index``; bool, float, str refused), else ``err`` (default
+    :class:`~kvcore.errors.RequestError`) naming ``name``, the value and the range."""
+    import operator
+
+    from kvcore.errors import RequestError
+
+    err = err or RequestError
+    ok = not isinstance(value, bool)
+    if ok and type(value) is not int:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            ok = False
+    rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+    if not ok:
+        raise err(f"{where}: {name} must be an int {rng}, got {value!r} "
+                  f"({type(value).__name__})", field=name, value=repr(value))
+    if value < lo or (hi is not None and value > hi):
+        raise err(f"{where}: {name} must be an int {rng}, got {value}", field=name,
+                  value=value)
+    return int(value)
+
+
+def _bool_arg(where: str, name: str, value: Any, err: type | None = None) -> bool:
+    """``value`` if it is a bool (True/False, not merely truthy), else an error."""
+    if value is True or value is False:
+        return value
+    from kvcore.errors import RequestError
+
+    raise (err or RequestError)(f"{where}: {name} must be True or False, got {value!r}",
+                                field=name, value=repr(value))
+
+
+def _request_id(where: str, request: Any, *, allow_str: bool = True) -> str:
+    """The request id of a request object (or of a str id when ``allow_str``)."""
+    rid = request if allow_str and type(request) is str else \
+        getattr(request, "request_id", None)
+    if type(rid) is not str:
+        from kvcore.errors import RequestError
+
+        what = "a request (an object with a str request_id)" + (
+            " or a request id (str)" if allow_str else "")
+        raise RequestError(f"{where}: request must be {what}, got {request!r}",
+                           field="request", value=repr(request))
+    return rid
 
 
 class KVCacheBlocks:
@@ -85,7 +138,9 @@ class KVCacheManager:
     ----------
     kv_cache_config: a planned :class:`~kvcore.kv_cache_config.KVCacheConfig`
         (``num_blocks`` counts the null block 0).
-    max_model_len: longest sequence in tokens (slots are never allocated past it).
+    max_model_len: longest sequence in tokens, 1 to the plan's ``max_model_len``
+        (default: the plan's); :meth:`allocate_slots` refuses computed + new tokens
+        past it (only lookahead slots are capped at it, as in vLLM).
     enable_caching: prefix caching.
     hash: block hash: ``"sha256"`` (default), ``"sha256_128"`` or a callable
         ``bytes -> bytes`` (:mod:`kvcore.runtime.hashing`).
@@ -108,8 +163,10 @@ class KVCacheManager:
         ``ENV_CHECK_MAX_BLOCKS`` (4,096) blocks (a test suite's pools; a long replay on
         a production-size pool would take hours), ``all`` for every pool.
 
-    Errors: :class:`~kvcore.errors.ConfigError` when ``num_blocks`` is missing or < 2
-    or ``max_model_len`` is not given and the plan has none;
+    Errors: :class:`~kvcore.errors.ConfigError` when ``num_blocks`` is missing or < 2,
+    ``max_model_len`` is not given and the plan has none, or an argument has the wrong
+    type or range (``max_model_len`` not an int in [1, the plan's max_model_len],
+    ``max_num_batched_tokens`` < 1, a flag that is not a bool, ...), naming it;
     :class:`~kvcore.errors.NotEnoughMemoryError` when the pool cannot hold the blocks
     a group reserves (sink blocks); :class:`~kvcore.errors.BlockPoolError` (naming the
     block id and the group's kind) when a manager frees or returns blocks it does not
@@ -142,11 +199,27 @@ class KVCacheManager:
             raise ConfigError("kv_cache_config.num_blocks is None (planned without a "
                               "memory budget); the runtime needs a block count",
                               field="num_blocks")
+        planned_len = getattr(kv_cache_config, "max_model_len", 0) or None
         if max_model_len is None:
-            max_model_len = getattr(kv_cache_config, "max_model_len", 0) or None
+            max_model_len = planned_len
             if max_model_len is None:
                 raise ConfigError("max_model_len is not given and the plan has none; "
                                   "pass max_model_len= (tokens)", field="max_model_len")
+        # every argument is checked before anything is built (ConfigError naming it)
+        where = "KVCacheManager"
+        max_model_len = _int_arg(where, "max_model_len", max_model_len, 1, planned_len,
+                                 err=ConfigError)
+        max_num_batched_tokens = _int_arg(where, "max_num_batched_tokens",
+                                          max_num_batched_tokens, 1, err=ConfigError)
+        if max_num_encoder_input_tokens is not None:
+            max_num_encoder_input_tokens = _int_arg(
+                where, "max_num_encoder_input_tokens", max_num_encoder_input_tokens, 0,
+                err=ConfigError)
+        for name, flag in (("enable_caching", enable_caching), ("use_eagle", use_eagle),
+                           ("enable_events", enable_events)):
+            _bool_arg(where, name, flag, err=ConfigError)
+        if check_invariants is not None:
+            _bool_arg(where, "check_invariants", check_invariants, err=ConfigError)
         stats = getattr(kv_cache_config, "stats", None) or {}
         if max_num_encoder_input_tokens is None:
             max_num_encoder_input_tokens = stats.get("max_num_encoder_input_tokens") or None
@@ -250,11 +323,17 @@ class KVCacheManager:
 
         At most ``num_tokens - 1`` tokens hit (the last prompt token is recomputed to
         produce logits).  Counts one lookup in :meth:`prefix_cache_stats`.  Changes no
-        block state: pass the blocks to :meth:`allocate_slots`.
+        block state: pass the blocks to :meth:`allocate_slots`.  Raises
+        :class:`~kvcore.errors.RequestError` when ``request`` is not a request object.
         """
+        try:
+            num_tokens = len(request.all_token_ids)
+            request.block_hashes  # noqa: B018 (must exist)
+        except (AttributeError, TypeError):
+            raise self._bad_request("get_computed_blocks", request) from None
+        _request_id("get_computed_blocks", request, allow_str=False)
         if not self.enable_caching:
             return self._empty, 0
-        num_tokens = len(request.all_token_ids)
         limit = num_tokens - 1
         for m in self._hit_cappers:
             cap = m.max_cache_hit_tokens(request)
@@ -281,8 +360,14 @@ class KVCacheManager:
         mode ends a chunk on the block boundary whose state is cached, as vLLM's
         ``Scheduler._mamba_block_aligned_split`` does); the answers are applied until
         every group agrees.  Decode steps and requests past their prompt are never cut.
+        Raises :class:`~kvcore.errors.RequestError` naming a count that is not an int
+        >= 0, or a request that is not a request object.
         """
-        n = num_new_tokens
+        rid = _request_id("max_prefill_chunk_tokens", request, allow_str=False)
+        where = f"max_prefill_chunk_tokens({rid!r})"
+        n = num_new_tokens = _int_arg(where, "num_new_tokens", num_new_tokens)
+        num_new_computed_tokens = _int_arg(where, "num_new_computed_tokens",
+                                           num_new_computed_tokens)
         if n <= 0 or not self._chunk_cappers:
             return n
         start = request.num_computed_tokens + num_new_computed_tokens
@@ -314,44 +399,81 @@ class KVCacheManager:
 
         Returns the newly allocated blocks per group, or None when they do not fit;
         then **no state changed** (blocks that left a window are freed only after the
-        check, unlike vLLM).  Full blocks are cached at allocation, before their tokens
+        check, unlike vLLM).
+
+        Raises :class:`~kvcore.errors.RequestError` naming the argument, with **no
+        state changed**, when: a count is not an int (numpy ints pass) or is negative
+        (``request.num_computed_tokens`` too); ``num_new_tokens`` is 0 without a hit to
+        adopt (vLLM's rule); computed + new tokens exceed ``max_model_len`` (only the
+        lookahead slots are capped at it, as in vLLM); ``full_sequence_must_fit`` is
+        not a bool; a cross-attention request's ``num_encoder_tokens`` is not an int
+        in [0, ``max_num_encoder_input_tokens``]; or the hit is not a current one of
+        this request: ``num_new_computed_tokens`` must equal the hit's length, each
+        caching group must give ``num_new_computed_tokens // block_size`` blocks, every real block must still be cached in its group under
+        this request's own hash for its table index (not evicted, not another
+        prompt's), and the request must hold no blocks and have 0 computed tokens.  Full blocks are cached at allocation, before their tokens
         are computed, so a request admitted later in the same step hits them.
         """
-        rid = request.request_id
-        num_computed = request.num_computed_tokens + num_new_computed_tokens
-        need = num_computed + num_new_tokens + num_lookahead_tokens
-        if need > self.max_model_len:
-            need = self.max_model_len
-        if self._fast is not None and not full_sequence_must_fit \
-                and not new_computed_blocks:
-            table = self._f_tables.get(rid)
-            if table is not None:
-                # running request, one plain group: the hot decode path
-                bs = self._f_bs
-                n_new = (need + bs - 1) // bs - len(table)
-                if n_new > 0:
-                    if n_new > self._fq.num_free_blocks:
-                        return None
-                    new = self._pool.get_new_blocks(n_new)
-                    table.extend(new)
-                    result = KVCacheBlocks((new,))
-                else:
-                    result = self._empty
-                if self._f_caching:
-                    n_full = num_computed + num_new_tokens
-                    num_tokens = len(request.all_token_ids)
-                    if n_full > num_tokens:
-                        n_full = num_tokens
-                    n_full //= bs
-                    ncached = self._f_ncached
-                    done = ncached[rid]
-                    if n_full > done:
-                        if n_full > len(table):
-                            n_full = len(table)
-                        self._pool.cache_full_blocks(table, request.block_hashes, done,
-                                                     n_full, self._f_gid, 1, request, bs)
-                        ncached[rid] = n_full
-                return result
+        try:
+            rid = request.request_id
+            nc = request.num_computed_tokens
+        except AttributeError:
+            raise self._bad_request("allocate_slots", request) from None
+        # argument checks before any state changes.  The common call (defaults for the
+        # hit, lookahead and full_sequence_must_fit; int counts) is checked with
+        # identity and type tests; every other call takes the full checks
+        if num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO \
+                and new_computed_blocks is None and full_sequence_must_fit is False \
+                and type(num_new_tokens) is int and type(nc) is int \
+                and num_new_tokens > 0 and nc >= 0 and not self._has_cross:
+            num_computed = nc
+            need = nc + num_new_tokens
+            if need > self.max_model_len:
+                self._check_alloc_args(request, rid, nc, num_new_tokens, 0, None, 0,
+                                       False)
+            if self._fast is not None:
+                table = self._f_tables.get(rid)
+                if table is not None:
+                    # running request, one plain group: the hot decode path
+                    bs = self._f_bs
+                    n_new = (need + bs - 1) // bs - len(table)
+                    if n_new > 0:
+                        if n_new > self._fq.num_free_blocks:
+                            return None
+                        new = self._pool.get_new_blocks(n_new)
+                        table.extend(new)
+                        result = KVCacheBlocks((new,))
+                    else:
+                        result = self._empty
+                    if self._f_caching:
+                        n_full = need // bs
+                        ncached = self._f_ncached
+                        done = ncached[rid]
+                        if n_full > done:  # (capping at num_tokens only lowers it)
+                            num_tokens = len(request.all_token_ids)
+                            if need > num_tokens:
+                                n_full = num_tokens // bs
+                            if n_full > len(table):
+                                n_full = len(table)
+                            if n_full > done:
+                                self._pool.cache_full_blocks(
+                                    table, request.block_hashes, done, n_full,
+                                    self._f_gid, 1, request, bs)
+                                ncached[rid] = n_full
+                    return result
+        else:
+            if type(num_new_tokens) is not int or type(num_new_computed_tokens) is not int \
+                    or type(num_lookahead_tokens) is not int or type(nc) is not int:
+                num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, nc = \
+                    self._alloc_int_args(request, num_new_tokens, num_new_computed_tokens,
+                                         num_lookahead_tokens, nc)
+            self._check_alloc_args(request, rid, nc, num_new_tokens,
+                                   num_new_computed_tokens, new_computed_blocks,
+                                   num_lookahead_tokens, full_sequence_must_fit)
+            num_computed = nc + num_new_computed_tokens
+            need = num_computed + num_new_tokens + num_lookahead_tokens
+            if need > self.max_model_len:  # only lookahead slots are capped (vLLM's rule)
+                need = self.max_model_len
         if not full_sequence_must_fit and not new_computed_blocks \
                 and rid in self._tables0 and num_new_tokens > 0:
             if self._plain is not None:
@@ -485,25 +607,13 @@ class KVCacheManager:
                           num_tokens: int, need: int,
                           new_computed_blocks: KVCacheBlocks | None,
                           full_sequence_must_fit: bool) -> KVCacheBlocks | None:
-        rid = request.request_id
+        rid = _request_id("allocate_slots", request, allow_str=False)
         if num_new_tokens <= 0 and not new_computed_blocks:
             from kvcore.errors import RequestError
 
             raise RequestError(f"allocate_slots({rid!r}): num_new_tokens must be > 0, "
                                f"got {num_new_tokens}", field="num_new_tokens",
                                value=num_new_tokens)
-        if self._has_cross and self.max_num_encoder_input_tokens is not None:
-            enc = int(getattr(request, "num_encoder_tokens", 0) or 0)
-            if enc > self.max_num_encoder_input_tokens:
-                from kvcore.errors import RequestError
-
-                raise RequestError(
-                    f"request {rid!r}: num_encoder_tokens {enc} exceeds the planned "
-                    f"max_num_encoder_input_tokens {self.max_num_encoder_input_tokens} "
-                    f"(cross-attention blocks are sized for at most that many encoder "
-                    f"tokens); refuse or truncate the request, or plan with a larger "
-                    f"max_num_encoder_input_tokens", field="num_encoder_tokens",
-                    value=enc, limit=self.max_num_encoder_input_tokens)
         managers = self.managers
         hit = new_computed_blocks.blocks if new_computed_blocks else None
         check_len = need
@@ -559,10 +669,163 @@ class KVCacheManager:
             return self._empty
         return KVCacheBlocks(new_blocks)
 
+    @staticmethod
+    def _bad_request(where: str, request: Any) -> Exception:
+        from kvcore.errors import RequestError
+
+        return RequestError(
+            f"{where}: request must be a request object (request_id, all_token_ids, "
+            f"num_computed_tokens, block_hashes; see KVCacheManager.make_request), got "
+            f"{request!r}", field="request", value=repr(request))
+
+    def _alloc_int_args(self, request: Any, num_new_tokens: Any,
+                        num_new_computed_tokens: Any, num_lookahead_tokens: Any,
+                        nc: Any) -> tuple[int, int, int, int]:
+        """The counts of :meth:`allocate_slots` as ints (numpy ints accepted), or
+        RequestError naming the first that is not an int (or a non-str request id)."""
+        rid = _request_id("allocate_slots", request, allow_str=False)
+        where = f"allocate_slots({rid!r})"
+        return (_int_arg(where, "num_new_tokens", num_new_tokens, -(1 << 62)),
+                _int_arg(where, "num_new_computed_tokens", num_new_computed_tokens,
+                         -(1 << 62)),
+                _int_arg(where, "num_lookahead_tokens", num_lookahead_tokens, -(1 << 62)),
+                _int_arg(where, "request.num_computed_tokens", nc, -(1 << 62)))
+
+    def _check_alloc_args(self, request: Any, rid: str, nc: int, num_new_tokens: int,
+                          num_new_computed_tokens: int,
+                          new_computed_blocks: Any, num_lookahead_tokens: int,
+                          full_sequence_must_fit: Any) -> None:
+        """The value checks of :meth:`allocate_slots` (see its docstring); returns when
+        the call is valid, raises RequestError / BlockPoolError otherwise."""
+        from kvcore.errors import RequestError
+
+        where = f"allocate_slots({rid!r})"
+        _bool_arg(where, "full_sequence_must_fit", full_sequence_must_fit)
+        for name, v in (("request.num_computed_tokens", nc),
+                        ("num_new_tokens", num_new_tokens),
+                        ("num_new_computed_tokens", num_new_computed_tokens),
+                        ("num_lookahead_tokens", num_lookahead_tokens)):
+            if v < 0:
+                raise RequestError(f"{where}: {name} must be >= 0, got {v}", field=name,
+                                   value=v)
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise RequestError(f"{where}: num_new_tokens must be > 0 when there are no "
+                               f"computed tokens to adopt (num_new_computed_tokens 0), "
+                               f"got 0", field="num_new_tokens", value=0)
+        total = nc + num_new_computed_tokens + num_new_tokens
+        if total > self.max_model_len:
+            raise RequestError(
+                f"{where}: request.num_computed_tokens {nc} + num_new_computed_tokens "
+                f"{num_new_computed_tokens} + num_new_tokens {num_new_tokens} = {total} "
+                f"tokens exceeds max_model_len {self.max_model_len} (only lookahead "
+                f"slots are capped at max_model_len); the scheduler must stop or refuse "
+                f"the request", field="num_new_tokens", value=num_new_tokens,
+                limit=self.max_model_len)
+        if self._has_cross:
+            enc = getattr(request, "num_encoder_tokens", 0)
+            enc = _int_arg(where, "request.num_encoder_tokens", 0 if enc is None else enc)
+            lim = self.max_num_encoder_input_tokens
+            if lim is not None and enc > lim:  # checked on every call: the field may
+                raise RequestError(               # change after admission
+                    f"request {rid!r}: num_encoder_tokens {enc} exceeds the planned "
+                    f"max_num_encoder_input_tokens {lim} (cross-attention blocks are "
+                    f"sized for at most that many encoder tokens); refuse or truncate "
+                    f"the request, or plan with a larger max_num_encoder_input_tokens",
+                    field="num_encoder_tokens", value=enc, limit=lim)
+        if new_computed_blocks is not None and not isinstance(new_computed_blocks,
+                                                              KVCacheBlocks):
+            raise RequestError(f"{where}: new_computed_blocks must be None or the "
+                               f"KVCacheBlocks from get_computed_blocks, got "
+                               f"{type(new_computed_blocks).__name__}",
+                               field="new_computed_blocks",
+                               value=repr(new_computed_blocks)[:80])
+        if num_new_computed_tokens or new_computed_blocks:
+            self._check_hit_args(request, rid, nc, num_new_computed_tokens,
+                                 new_computed_blocks)
+
+    def _check_hit_args(self, request: Any, rid: str, nc: int, n: int,
+                        hit: KVCacheBlocks | None) -> None:
+        """A hit passed to :meth:`allocate_slots` must be a current hit of this request:
+        O(hit blocks)."""
+        from kvcore.errors import RequestError
+
+        where = f"allocate_slots({rid!r})"
+
+        def bad(msg: str, **extra: Any) -> RequestError:
+            return RequestError(f"{where}: new_computed_blocks / num_new_computed_tokens"
+                                f": {msg}; pass the (blocks, n) that "
+                                f"get_computed_blocks(request) returned in this step",
+                                field="new_computed_blocks", **extra)
+
+        if nc != 0 or any(rid in m.req_to_blocks for m in self.managers):
+            raise bad(f"cache hits are taken only at admission, but the request has "
+                      f"{nc} computed tokens or already holds blocks",
+                      value=n)
+        if not self.enable_caching:
+            raise bad(f"prefix caching is off, so there is no hit to adopt "
+                      f"(num_new_computed_tokens {n})", value=n)
+        blocks = hit.blocks if hit is not None else None
+        if blocks is None or len(blocks) != len(self.managers):
+            raise bad(f"num_new_computed_tokens {n} needs hit blocks for each of the "
+                      f"{len(self.managers)} group(s), got "
+                      f"{None if blocks is None else len(blocks)}", value=n)
+        pool = self.block_pool
+        pool_blocks = pool.blocks
+        single = len(self.managers) == 1
+        hashes = request.block_hashes
+        num_tokens = len(request.all_token_ids)
+        if n > num_tokens:
+            raise bad(f"num_new_computed_tokens {n} exceeds the request's {num_tokens} "
+                      f"tokens", value=n)
+        for g, m in enumerate(self.managers):
+            got = blocks[g]
+            kind = getattr(m.spec, "kind", type(m.spec).__name__)
+            if not m.enable_caching:
+                if got:
+                    raise bad(f"group {g} (kind {kind!r}) does not prefix cache but got "
+                              f"{len(got)} hit block(s)", value=n, group_id=g)
+                continue
+            bs = m.block_size
+            if n % bs or len(got) != n // bs:
+                raise bad(f"num_new_computed_tokens {n} does not match group {g} (kind "
+                          f"{kind!r}, block_size {bs}): {len(got)} hit block(s) cover "
+                          f"{len(got) * bs} tokens", value=n, group_id=g)
+            if not got:
+                continue
+            if type(m).block_key is _BASE_BLOCK_KEY:  # every block real: list compares
+                st = m.hash_stride
+                k = len(got)
+                try:
+                    if [b.block_hash for b in got] == (
+                            hashes[st - 1::st] if st > 1 else hashes)[:k] and (
+                            single or (  # one group: pool.touch refuses foreign blocks
+                                [pool_blocks[b.block_id] for b in got] == got
+                                and [b.group_id for b in got].count(g) == k)):
+                        continue
+                except (AttributeError, IndexError, TypeError):
+                    pass  # the loop below names the block
+            have = m.num_hashed_blocks(hashes)
+            for i, b in enumerate(got):
+                if b is pool.null_block:
+                    continue
+                if i >= have or not pool.is_pool_block(b) or b.group_id != g \
+                        or b.block_hash is None or b.block_hash != m.block_key(hashes, i):
+                    raise bad(f"group {g} (kind {kind!r}): hit block "
+                              f"{getattr(b, 'block_id', b)!r} at table[{i}] is no longer "
+                              f"cached under this request's hash there (evicted and "
+                              f"reused, or another prompt's block)",
+                              value=n, group_id=g, block_id=getattr(b, "block_id", None))
+
     def free(self, request: Any) -> None:
         """Release every block of the request (each group's table last block first);
-        cached blocks stay findable until evicted."""
-        rid = request.request_id if not isinstance(request, str) else request
+        cached blocks stay findable until evicted.
+
+        ``request``: a request object or its id (str).  An id that holds no blocks
+        (never allocated, or already freed) is a no-op, as in vLLM
+        (``req_to_blocks.pop(request_id, [])``): a scheduler frees finished and
+        aborted requests without tracking whether they were ever scheduled.  Raises
+        :class:`~kvcore.errors.RequestError` for anything else (None, an int, ...)."""
+        rid = _request_id("free", request)
         m: Any = None
         try:
             for m in self.managers:
@@ -717,8 +980,10 @@ class KVCacheManager:
         return self.block_pool.free_queue.num_free_blocks
 
     def get_block_ids(self, request: Any) -> tuple[list[int], ...]:
-        """The request's block table per group (block ids; 0 = null block)."""
-        rid = request.request_id if not isinstance(request, str) else request
+        """The request's block table per group (block ids; 0 = null block); empty
+        tables for an id that holds no blocks.  ``request``: a request object or its id
+        (str); RequestError otherwise."""
+        rid = _request_id("get_block_ids", request)
         return tuple([b.block_id for b in m.get_blocks(rid)] for m in self.managers)
 
     def prefix_cache_stats(self) -> PrefixCacheStats:
@@ -733,7 +998,10 @@ class KVCacheManager:
         ``reset_running_requests``: then every running request's blocks are freed, its
         ``num_computed_tokens`` set to 0 (the scheduler must allocate it again from
         scratch), and the cache cleared.  Returns True when the cache was cleared.
+        ``reset_running_requests`` must be a bool (RequestError otherwise: a truthy
+        string would free every running request).
         """
+        _bool_arg("reset_prefix_cache", "reset_running_requests", reset_running_requests)
         if self.block_pool.num_held_blocks() != 0:
             if not reset_running_requests:
                 return False
