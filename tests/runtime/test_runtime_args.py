@@ -292,3 +292,54 @@ def test_max_prefill_chunk_tokens_checked(n, which):
 def test_make_request_checked(args, kw, field):
     with pytest.raises(KVCoreError, match=field):
         _manager().make_request(*args, **kw)
+
+
+# ---- cross attention: the encoder limit holds on every call -----------------------------
+
+@given(enc=st.one_of(st.integers(1501, 10 ** 6), st.integers(max_value=-1), st.floats(),
+                     st.just("200")))
+@SMALL
+def test_encoder_tokens_changed_after_admission_refused(enc):
+    from kvcore.specs import CrossAttentionSpec
+
+    layers = {"dec.self": FullAttentionSpec(block_size=32, num_kv_heads=1, head_size=64),
+              "dec.cross": CrossAttentionSpec(block_size=32, num_kv_heads=1,
+                                              head_size=64)}
+    cfg = plan(layers, max_model_len=448, max_num_encoder_input_tokens=1500,
+               num_gpu_blocks_override=400)
+    m = KVCacheManager(cfg, max_model_len=448, check_invariants=True)
+    r = m.make_request("A", [1, 2, 3], num_encoder_tokens=100)
+    assert m.allocate_slots(r, 3) is not None
+    r.num_computed_tokens = 3
+    r.append_output_token_ids(9)
+    r.num_encoder_tokens = enc
+    before = _state(m, [r])
+    with pytest.raises(RequestError, match="num_encoder_tokens"):
+        m.allocate_slots(r, 1)
+    assert _state(m, [r]) == before
+
+
+# ---- Mamba (when the plugin is installed) -----------------------------------------------
+
+@pytest.mark.parametrize("mode", ["align", "all", "none"])
+@given(value=BAD_COUNTS, arg=st.sampled_from(["num_new_tokens", "nc"]))
+@SMALL
+def test_mamba_bad_counts_change_nothing(mode, value, arg):
+    mamba = pytest.importorskip("kvcore_mamba")
+    layers = {"attn": FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8),
+              "ssm": mamba.MambaSpec(block_size=4, shapes=((1, 4), (1, 2, 2)),
+                                     dtypes=("bfloat16", "float32"),
+                                     mamba_cache_mode=mode)}
+    cfg = plan(layers, max_model_len=64, num_gpu_blocks_override=40,
+               mamba_cache_mode=mode)
+    m = KVCacheManager(cfg, max_model_len=64, check_invariants=True)
+    r = m.make_request("A", list(range(1, 10)))
+    before = _state(m, [r])
+    with pytest.raises(RequestError, match="num_new_tokens|num_computed_tokens"):
+        if arg == "nc":
+            r.num_computed_tokens = value if value is not None else -8
+            m.allocate_slots(r, 9)
+        else:
+            m.allocate_slots(r, value)
+    r.num_computed_tokens = 0
+    assert _state(m, [r]) == before
