@@ -49,12 +49,37 @@ def runtime_spec(group: Any, group_id: int = 0) -> Any:
     Local-attention chunks: a block before the current chunk start of the largest
     ``attention_chunk_size`` is outside every layer's chunk only when each size divides
     the largest; otherwise :class:`~kvcore.errors.ConfigError` (no single chunk rule
-    serves the group)."""
+    serves the group).  A windowed or chunked group holding a layer of another kind
+    (e.g. a full-attention layer, which reads every block) is a ConfigError naming the
+    layers."""
     specs = getattr(group, "layer_specs", None)
     spec = group.spec
     if not specs:
         return spec
     import dataclasses
+
+    # a group whose manager frees blocks (a window or a local chunk) may hold only
+    # layers freed by the same rule: a layer that keeps more (full attention) would read
+    # freed blocks.  The planner promotes such layers to full attention instead.
+    from kvcore.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
+
+    skip = "sliding_window" if isinstance(spec, SlidingWindowSpec) else \
+        "attention_chunk_size" if isinstance(spec, ChunkedLocalAttentionSpec) else None
+    if skip is not None:
+        names = getattr(group, "layer_names", ()) or [f"#{i}" for i in range(len(specs))]
+        bad = [f"{n} ({getattr(s, 'kind', type(s).__name__)})"
+               for n, s in zip(names, specs)
+               if type(s) is not type(spec) or not getattr(s, skip, None)]
+        if bad:
+            from kvcore.errors import ConfigError
+
+            raise ConfigError(
+                f"group {group_id} is managed as {getattr(spec, 'kind', spec)!r} (it "
+                f"frees blocks outside the {skip}) but holds layers that need blocks it "
+                f"would free: {', '.join(bad[:6])}; one block table serves a group only "
+                f"when every layer is kept as the group's spec (plan such layers as "
+                f"full attention, as the planner does)", field="layer_specs",
+                value=bad[:6], group_id=group_id)
 
     changes: dict[str, Any] = {}
     windows = [w for w in (getattr(s, "sliding_window", None) for s in specs) if w]

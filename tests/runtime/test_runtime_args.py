@@ -343,3 +343,47 @@ def test_mamba_bad_counts_change_nothing(mode, value, arg):
             m.allocate_slots(r, value)
     r.num_computed_tokens = 0
     assert _state(m, [r]) == before
+
+
+# ---- a hand-built packed group mixing kinds ---------------------------------------------
+
+@given(window=st.integers(1, 64), chunk=st.sampled_from([8, 16, 32]),
+       other=st.sampled_from(["full", "chunked", "sliding"]),
+       base=st.sampled_from(["sliding", "chunked"]))
+@SMALL
+def test_windowed_group_with_a_layer_of_another_kind_refused(window, chunk, other, base):
+    from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec
+    from kvcore.specs import ChunkedLocalAttentionSpec
+
+    def make(kind):
+        if kind == "full":
+            return FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8)
+        if kind == "sliding":
+            return SlidingWindowSpec(block_size=4, num_kv_heads=1, head_size=8,
+                                     sliding_window=window)
+        return ChunkedLocalAttentionSpec(block_size=4, num_kv_heads=1, head_size=8,
+                                         attention_chunk_size=chunk)
+
+    spec = make(base)
+    group = KVCacheGroupSpec(("a", "b"), spec, layer_specs=(spec, make(other)))
+    cfg = KVCacheConfig(num_blocks=40, kv_cache_tensors=(), kv_cache_groups=(group,))
+    if other == base:
+        KVCacheManager(cfg, max_model_len=64)  # same kind: the group's rule serves both
+        return
+    with pytest.raises(ConfigError, match=r"layer_specs|b \("):
+        KVCacheManager(cfg, max_model_len=64)
+
+
+def test_full_group_may_hold_windowed_layers():
+    """The planner's promotion: windowed layers kept as full attention share a table."""
+    from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec
+
+    full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8)
+    swa = SlidingWindowSpec(block_size=4, num_kv_heads=1, head_size=8, sliding_window=8)
+    group = KVCacheGroupSpec(("a", "b"), full, layer_specs=(full, swa))
+    cfg = KVCacheConfig(num_blocks=40, kv_cache_tensors=(), kv_cache_groups=(group,))
+    m = KVCacheManager(cfg, max_model_len=64, check_invariants=True)
+    r = m.make_request("A", list(range(1, 31)))
+    assert m.allocate_slots(r, 30) is not None
+    assert 0 not in m.get_block_ids(r)[0]  # every block kept (8 real blocks)
+    assert len(m.get_block_ids(r)[0]) == 8
