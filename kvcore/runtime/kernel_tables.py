@@ -25,6 +25,7 @@ Imports no torch unless a tensor is asked for (``as_tensor=True``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -48,7 +49,10 @@ def _kernel_id(b: Any) -> int:
     if isinstance(b, bool):
         raise _type_error(b)
     if isinstance(b, int):
-        return -1 if b <= 0 else b
+        return -1 if b <= 0 else int(b)
+    if hasattr(b, "__index__") and not hasattr(b, "block_id"):  # numpy ints
+        i = operator.index(b)
+        return -1 if i <= 0 else i
     if getattr(b, "is_null", False):
         return -1
     bid = getattr(b, "block_id", None)
@@ -121,7 +125,16 @@ def slot_mapping(table: Iterable[Any], positions: Iterable[int], block_size: int
                           f"{block_size!r}", field="block_size", value=repr(block_size))
     ids = block_table_ids(table)
     out = []
+    positions = list(positions)
     for p in positions:
+        if type(p) is not int:
+            if isinstance(p, bool) or not hasattr(p, "__index__"):
+                from kvcore.errors import KVCoreError
+
+                raise KVCoreError(f"positions must be int token positions, got {p!r} "
+                                  f"({type(p).__name__})", field="positions",
+                                  value=repr(p))
+            p = operator.index(p)
         i = p // block_size if p >= 0 else -1
         bid = ids[i] if 0 <= i < len(ids) else -1
         out.append(bid * block_size + p % block_size if bid >= 0 else -1)

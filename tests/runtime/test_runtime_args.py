@@ -387,3 +387,27 @@ def test_full_group_may_hold_windowed_layers():
     assert m.allocate_slots(r, 30) is not None
     assert 0 not in m.get_block_ids(r)[0]  # every block kept (8 real blocks)
     assert len(m.get_block_ids(r)[0]) == 8
+
+
+# ---- kernel tables: numpy ints are ints, anything else a KVCoreError ---------------------
+
+@given(ids=st.lists(st.integers(0, 2 ** 31 - 1), max_size=8),
+       dtype=st.sampled_from([np.int64, np.int32, np.uint16]))
+@SMALL
+def test_block_table_ids_accept_numpy_ints(ids, dtype):
+    from kvcore.runtime.kernel_tables import block_table_ids
+
+    ids = [i % 60000 for i in ids]
+    # the kernel convention: -1 for the null block 0, the id otherwise
+    assert block_table_ids([dtype(i) for i in ids]) == [i if i > 0 else -1 for i in ids]
+
+
+@given(bad=st.one_of(st.floats(), st.text(max_size=2), st.booleans(), st.none()))
+@SMALL
+def test_slot_mapping_bad_position_is_kvcore_error(bad):
+    from kvcore.runtime.kernel_tables import slot_mapping
+
+    with pytest.raises(KVCoreError, match="positions"):
+        slot_mapping([3, 4], [0, bad], 4)
+    # slot = id * block_size + position % block_size
+    assert slot_mapping([3, 4], [np.int64(5), 0], 4) == [4 * 4 + 1, 3 * 4]
