@@ -683,6 +683,9 @@ class World:
         cut = rng.randrange(0, len(prefix) + 1) if prefix else 0
         tail = [rng.randrange(1, 50) for _ in range(rng.randrange(1, 12))]
         toks = (prefix[:cut] + tail)[:self.max_model_len - 1]
+        if rng.random() < 0.04:  # prompts at the length limit (one past it: refused)
+            want = max(1, self.max_model_len + rng.choice((-2, -1, 0, 1)))
+            toks = (toks + [rng.randrange(1, 50) for _ in range(want)])[:want]
         enc = rng.randrange(0, self.max_enc + 1) if self.max_enc else 0
         if self.max_enc and rng.random() < 0.05:  # over the planned limit: refused
             enc = self.max_enc + rng.randrange(1, 20)
@@ -709,6 +712,9 @@ class World:
         n = self._chunk(sr, hit, remaining, hit)
         if self.max_enc and sr.enc_len > self.max_enc:
             self._refused(sr, n, hit, hit_blocks)
+            return True
+        if req.num_tokens > self.max_model_len:  # past the limit (fresh or re-admitted)
+            self._refused_long(sr, remaining, hit, hit_blocks)
             return True
         out = self._call(self.mgr.allocate_slots, req, n, hit, hit_blocks,
                          num_lookahead_tokens=0,
@@ -739,6 +745,28 @@ class World:
             self._call(self.mgr.free, sr.req)
         if (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req)) != before:
             self.violation(sr.base, -1, "cross_attention", "a refused request changed "
+                           "the pool")
+        self.waiting.remove(sr)
+        self.check_all()
+
+    def _refused_long(self, sr: ShadowRequest, n: int, hit: int,
+                      hit_blocks: Any) -> None:
+        """More tokens than max_model_len: RequestError, nothing changed (vLLM's rule:
+        only lookahead slots are capped at max_model_len)."""
+        from kvcore.errors import RequestError
+
+        before = (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req))
+        try:
+            self._call(self.mgr.allocate_slots, sr.req, n, hit, hit_blocks)
+        except RequestError:
+            self.refused += 1
+        else:
+            self.violation(sr.base, -1, "max_model_len",
+                           f"{sr.req.num_tokens} tokens over max_model_len "
+                           f"{self.max_model_len} were admitted")
+            self._call(self.mgr.free, sr.req)
+        if (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req)) != before:
+            self.violation(sr.base, -1, "max_model_len", "a refused request changed "
                            "the pool")
         self.waiting.remove(sr)
         self.check_all()
