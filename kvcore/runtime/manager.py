@@ -422,16 +422,20 @@ class KVCacheManager:
         # argument checks before any state changes.  The common call (defaults for the
         # hit, lookahead and full_sequence_must_fit; int counts) is checked with
         # identity and type tests; every other call takes the full checks
-        if num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO \
+        if num_new_computed_tokens is num_lookahead_tokens is _ZERO \
                 and new_computed_blocks is None and full_sequence_must_fit is False \
-                and type(num_new_tokens) is int and type(nc) is int \
-                and num_new_tokens > 0 and nc >= 0 and not self._has_cross:
+                and type(num_new_tokens) is type(nc) is int \
+                and num_new_tokens > 0 and nc >= 0:
             num_computed = nc
             need = nc + num_new_tokens
             if need > self.max_model_len:
                 self._check_alloc_args(request, rid, nc, num_new_tokens, 0, None, 0,
                                        False)
-            if self._fast is not None:
+            if self._fast is None:  # (one plain group: never cross attention)
+                if self._has_cross:
+                    self._check_alloc_args(request, rid, nc, num_new_tokens, 0, None, 0,
+                                           False)
+            else:
                 table = self._f_tables.get(rid)
                 if table is not None:
                     # running request, one plain group: the hot decode path
@@ -700,14 +704,17 @@ class KVCacheManager:
         from kvcore.errors import RequestError
 
         where = f"allocate_slots({rid!r})"
-        _bool_arg(where, "full_sequence_must_fit", full_sequence_must_fit)
-        for name, v in (("request.num_computed_tokens", nc),
-                        ("num_new_tokens", num_new_tokens),
-                        ("num_new_computed_tokens", num_new_computed_tokens),
-                        ("num_lookahead_tokens", num_lookahead_tokens)):
-            if v < 0:
-                raise RequestError(f"{where}: {name} must be >= 0, got {v}", field=name,
-                                   value=v)
+        if full_sequence_must_fit is not True and full_sequence_must_fit is not False:
+            _bool_arg(where, "full_sequence_must_fit", full_sequence_must_fit)
+        if nc < 0 or num_new_tokens < 0 or num_new_computed_tokens < 0 \
+                or num_lookahead_tokens < 0:
+            for name, v in (("request.num_computed_tokens", nc),
+                            ("num_new_tokens", num_new_tokens),
+                            ("num_new_computed_tokens", num_new_computed_tokens),
+                            ("num_lookahead_tokens", num_lookahead_tokens)):
+                if v < 0:
+                    raise RequestError(f"{where}: {name} must be >= 0, got {v}",
+                                       field=name, value=v)
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise RequestError(f"{where}: num_new_tokens must be > 0 when there are no "
                                f"computed tokens to adopt (num_new_computed_tokens 0), "
@@ -749,15 +756,15 @@ class KVCacheManager:
         O(hit blocks)."""
         from kvcore.errors import RequestError
 
-        where = f"allocate_slots({rid!r})"
-
         def bad(msg: str, **extra: Any) -> RequestError:
-            return RequestError(f"{where}: new_computed_blocks / num_new_computed_tokens"
+            return RequestError(f"allocate_slots({rid!r}): new_computed_blocks / "
+                                f"num_new_computed_tokens"
                                 f": {msg}; pass the (blocks, n) that "
                                 f"get_computed_blocks(request) returned in this step",
                                 field="new_computed_blocks", **extra)
 
-        if nc != 0 or any(rid in m.req_to_blocks for m in self.managers):
+        if nc != 0 or (rid in self._tables0 if len(self.managers) == 1 else
+                       any(rid in m.req_to_blocks for m in self.managers)):
             raise bad(f"cache hits are taken only at admission, but the request has "
                       f"{nc} computed tokens or already holds blocks",
                       value=n)
