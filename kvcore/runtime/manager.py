@@ -77,6 +77,11 @@ def _bool_arg(where: str, name: str, value: Any, err: type | None = None) -> boo
                                 field=name, value=repr(value))
 
 
+def _kind(m: Any) -> str:
+    """The kind of a manager's spec (its plugin), for messages."""
+    return str(getattr(m.spec, "kind", type(m.spec).__name__))
+
+
 def _request_id(where: str, request: Any, *, allow_str: bool = True) -> str:
     """The request id of a request object (or of a str id when ``allow_str``)."""
     rid = request if allow_str and type(request) is str else \
@@ -611,7 +616,9 @@ class KVCacheManager:
                           num_tokens: int, need: int,
                           new_computed_blocks: KVCacheBlocks | None,
                           full_sequence_must_fit: bool) -> KVCacheBlocks | None:
-        rid = _request_id("allocate_slots", request, allow_str=False)
+        rid = request.request_id
+        if type(rid) is not str:
+            _request_id("allocate_slots", request, allow_str=False)
         if num_new_tokens <= 0 and not new_computed_blocks:
             from kvcore.errors import RequestError
 
@@ -786,16 +793,15 @@ class KVCacheManager:
                       f"tokens", value=n)
         for g, m in enumerate(self.managers):
             got = blocks[g]
-            kind = getattr(m.spec, "kind", type(m.spec).__name__)
             if not m.enable_caching:
                 if got:
-                    raise bad(f"group {g} (kind {kind!r}) does not prefix cache but got "
+                    raise bad(f"group {g} (kind {_kind(m)!r}) does not prefix cache but got "
                               f"{len(got)} hit block(s)", value=n, group_id=g)
                 continue
             bs = m.block_size
             if n % bs or len(got) != n // bs:
                 raise bad(f"num_new_computed_tokens {n} does not match group {g} (kind "
-                          f"{kind!r}, block_size {bs}): {len(got)} hit block(s) cover "
+                          f"{_kind(m)!r}, block_size {bs}): {len(got)} hit block(s) cover "
                           f"{len(got) * bs} tokens", value=n, group_id=g)
             if not got:
                 continue
@@ -817,7 +823,7 @@ class KVCacheManager:
                     continue
                 if i >= have or not pool.is_pool_block(b) or b.group_id != g \
                         or b.block_hash is None or b.block_hash != m.block_key(hashes, i):
-                    raise bad(f"group {g} (kind {kind!r}): hit block "
+                    raise bad(f"group {g} (kind {_kind(m)!r}): hit block "
                               f"{getattr(b, 'block_id', b)!r} at table[{i}] is no longer "
                               f"cached under this request's hash there (evicted and "
                               f"reused, or another prompt's block)",
