@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvcore.errors import ConfigError, KVCoreError, NotEnoughMemoryError
+from kvcore.errors import ConfigError, NotEnoughMemoryError
 
 __all__ = ["sweep", "SWEEP_AXES", "ROW_COLUMNS", "print_table", "write_csv", "plot",
            "rows_to_json", "list_of"]
@@ -417,26 +417,9 @@ GPU_JSON_KEYS = ("weights_bytes", "weights_bytes_total", "weights_source", "over
 
 def plan_json_extras(stats: Any) -> dict[str, Any]:
     """The GPU-budget keys of ``plan --json`` (issue #16), always all of them: a plan
-    made on a GPU has them in its stats; a model plan without one gets its weights from
-    the config (:func:`kvcore.models.weights.estimate_weights` at its TP / PP) and null
-    for the GPU, utilization, overhead, fits and min TP; a specs-file plan null for all.
-    """
-    out = {k: stats.get(k) for k in GPU_JSON_KEYS}
-    if out["gpu"] is None and out["weights_bytes"] is None and stats.get("model_source"):
-        from kvcore.budget import _config
-        from kvcore.models.weights import estimate_weights
-
-        try:
-            w = estimate_weights(
-                _config(stats["model_source"]),
-                tensor_parallel_size=stats.get("tensor_parallel_size", 1) or 1,
-                pipeline_parallel_size=stats.get("pipeline_parallel_size", 1) or 1)
-        except KVCoreError:
-            pass  # a config whose weights kvcore cannot estimate: null
-        else:
-            out.update(weights_bytes=w.per_rank_bytes, weights_bytes_total=w.total_bytes,
-                       weights_source=w.source, num_gpus=w.num_gpus)
-    return out
+    made on a GPU has them in its stats; a plan without one has null for each (the
+    weights are estimated only with --gpu / --gpu-memory)."""
+    return {k: stats.get(k) for k in GPU_JSON_KEYS}
 
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -67,7 +67,13 @@ from pathlib import Path
 from typing import Any
 
 from kvcore.errors import ConfigError
-from kvcore.models.config import ModelConfig, load_model_config, read_json_file
+from kvcore.models.config import (
+    ModelConfig,
+    field_int,
+    field_list,
+    load_model_config,
+    read_json_file,
+)
 
 __all__ = ["WeightTensor", "WeightsEstimate", "estimate_weights", "weight_tensors",
            "read_safetensors_index_total", "pp_layer_partition", "TENSOR_CLASSES"]
@@ -254,15 +260,19 @@ def _is_moe_layer(raw: dict[str, Any], i: int, num_experts: int) -> bool:
     mlp_types = raw.get("mlp_layer_types")
     if isinstance(mlp_types, list) and i < len(mlp_types):
         return "dense" not in str(mlp_types[i]).lower()
-    if i in (raw.get("mlp_only_layers") or []):
+    # typed reads: a malformed field is a ConfigError naming it, never a TypeError
+    if i in (field_list(raw, "mlp_only_layers", None, item="int", minimum=0) or []):
         return False
-    first_k = raw.get("first_k_dense_replace") or 0
+    first_k = field_int(raw, "first_k_dense_replace", None, minimum=0) or 0
     if i < first_k:
         return False
-    freq = raw.get("moe_layer_freq") or 1
+    freq: Any = raw.get("moe_layer_freq")
     if isinstance(freq, list):
+        freq = field_list(raw, "moe_layer_freq", item="int", minimum=0)
         return bool(freq[i]) if i < len(freq) else True
-    step = raw.get("decoder_sparse_step") or raw.get("interleave_moe_layer_step") or 1
+    freq = field_int(raw, "moe_layer_freq", None, minimum=1) or 1
+    step = field_int(raw, "decoder_sparse_step", None, minimum=1) or \
+        field_int(raw, "interleave_moe_layer_step", None, minimum=1) or 1
     if "interleave_moe_layer_step" in raw and step > 1:
         return (i + 1) % step == 0
     return (i - first_k) % freq == 0 if "first_k_dense_replace" in raw else (i + 1) % step == 0
