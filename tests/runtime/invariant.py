@@ -711,10 +711,15 @@ class World:
         remaining = req.num_tokens - hit
         n = self._chunk(sr, hit, remaining, hit)
         if self.max_enc and sr.enc_len > self.max_enc:
-            self._refused(sr, n, hit, hit_blocks)
+            self._refused(sr, n, hit, hit_blocks, layer="cross_attention",
+                          why=f"encoder length {sr.enc_len} over the planned "
+                              f"{self.max_enc}")
             return True
         if req.num_tokens > self.max_model_len:  # past the limit (fresh or re-admitted)
-            self._refused_long(sr, remaining, hit, hit_blocks)
+            # vLLM's rule: only lookahead slots are capped at max_model_len
+            self._refused(sr, remaining, hit, hit_blocks, layer="max_model_len",
+                          why=f"{sr.req.num_tokens} tokens over max_model_len "
+                              f"{self.max_model_len}")
             return True
         out = self._call(self.mgr.allocate_slots, req, n, hit, hit_blocks,
                          num_lookahead_tokens=0,
@@ -729,8 +734,10 @@ class World:
         self._after_alloc(sr, hit, n, 0, first=True, hit=hit)
         return True
 
-    def _refused(self, sr: ShadowRequest, n: int, hit: int, hit_blocks: Any) -> None:
-        """An encoder input over the planned limit: RequestError, nothing changed."""
+    def _refused(self, sr: ShadowRequest, n: int, hit: int, hit_blocks: Any, *,
+                 layer: str, why: str) -> None:
+        """A request the plan cannot serve (``why``: what was over its limit):
+        RequestError, nothing changed."""
         from kvcore.errors import RequestError
 
         before = (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req))
@@ -739,35 +746,10 @@ class World:
         except RequestError:
             self.refused += 1
         else:
-            self.violation(sr.base, -1, "cross_attention",
-                           f"encoder length {sr.enc_len} over the planned "
-                           f"{self.max_enc} was admitted")
+            self.violation(sr.base, -1, layer, f"{why} was admitted")
             self._call(self.mgr.free, sr.req)
         if (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req)) != before:
-            self.violation(sr.base, -1, "cross_attention", "a refused request changed "
-                           "the pool")
-        self.waiting.remove(sr)
-        self.check_all()
-
-    def _refused_long(self, sr: ShadowRequest, n: int, hit: int,
-                      hit_blocks: Any) -> None:
-        """More tokens than max_model_len: RequestError, nothing changed (vLLM's rule:
-        only lookahead slots are capped at max_model_len)."""
-        from kvcore.errors import RequestError
-
-        before = (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req))
-        try:
-            self._call(self.mgr.allocate_slots, sr.req, n, hit, hit_blocks)
-        except RequestError:
-            self.refused += 1
-        else:
-            self.violation(sr.base, -1, "max_model_len",
-                           f"{sr.req.num_tokens} tokens over max_model_len "
-                           f"{self.max_model_len} were admitted")
-            self._call(self.mgr.free, sr.req)
-        if (self.mgr.num_free_blocks, self.mgr.get_block_ids(sr.req)) != before:
-            self.violation(sr.base, -1, "max_model_len", "a refused request changed "
-                           "the pool")
+            self.violation(sr.base, -1, layer, "a refused request changed the pool")
         self.waiting.remove(sr)
         self.check_all()
 
