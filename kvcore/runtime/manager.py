@@ -871,26 +871,7 @@ class KVCacheManager:
 
     def _checked(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` followed by :meth:`check_consistency`, from the owner thread only."""
-
-        @functools.wraps(fn)
-        def call(*args: Any, **kw: Any) -> Any:
-            me = threading.get_ident()
-            if self._owner_thread is None:
-                self._owner_thread = me
-            elif me != self._owner_thread:
-                from kvcore.errors import KVCoreError
-
-                raise KVCoreError(
-                    f"KVCacheManager.{fn.__name__} called from thread {me}, but thread "
-                    f"{self._owner_thread} owns this manager: it is not thread-safe (one "
-                    f"scheduler thread makes every call)", field="thread", value=me)
-            out = fn(*args, **kw)
-            if fn.__name__ == "get_computed_blocks":
-                self._check_hit(args[0] if args else kw["request"], out[0])
-            self.check_consistency()
-            return out
-
-        return call
+        return owner_checked(self, fn)
 
     def _check_hit(self, request: Any, hit: KVCacheBlocks) -> None:
         """Debug: every real block of a cache hit is a pool block cached in its group
@@ -1035,3 +1016,31 @@ class KVCacheManager:
         """Cache events since the last call (BlockStored, BlockRemoved,
         AllBlocksCleared), oldest first; empty unless ``enable_events``."""
         return self.block_pool.take_events()
+
+
+def owner_checked(mgr: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The debug switch's wrapper of a manager method: ``fn`` runs only on the thread
+    that made the first call (else :class:`~kvcore.errors.KVCoreError`, field
+    ``thread``), a lookup's hit is checked (``mgr._check_hit``) and the whole state after
+    it (``mgr.check_consistency()``).  ``mgr`` has ``_owner_thread`` (None until the
+    first call); kvcore's and kvcore-vllm's managers share it."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kw: Any) -> Any:
+        me = threading.get_ident()
+        if mgr._owner_thread is None:
+            mgr._owner_thread = me
+        elif me != mgr._owner_thread:
+            from kvcore.errors import KVCoreError
+
+            raise KVCoreError(
+                f"KVCacheManager.{fn.__name__} called from thread {me}, but thread "
+                f"{mgr._owner_thread} owns this manager: it is not thread-safe (one "
+                f"scheduler thread makes every call)", field="thread", value=me)
+        out = fn(*args, **kw)
+        if fn.__name__ == "get_computed_blocks":
+            mgr._check_hit(args[0] if args else kw["request"], out[0])
+        mgr.check_consistency()
+        return out
+
+    return call

@@ -523,29 +523,10 @@ class KVCacheManager:
     # ---- kvcore's debug switch -------------------------------------------------------
     def _checked(self, fn: Any) -> Any:
         """``fn`` followed by :meth:`check_consistency` (and, for a lookup, the hit
-        check), from the owner thread only."""
-        import functools
-        import threading
+        check), from the owner thread only (kvcore's own wrapper)."""
+        from kvcore.runtime.manager import owner_checked
 
-        from kvcore.errors import KVCoreError
-
-        @functools.wraps(fn)
-        def call(*args: Any, **kw: Any) -> Any:
-            me = threading.get_ident()
-            if self._owner_thread is None:
-                self._owner_thread = me
-            elif me != self._owner_thread:
-                raise KVCoreError(
-                    f"KVCacheManager.{fn.__name__} called from thread {me}, but thread "
-                    f"{self._owner_thread} owns this manager (not thread-safe: one "
-                    "scheduler thread makes every call)", field="thread", value=me)
-            out = fn(*args, **kw)
-            if fn.__name__ == "get_computed_blocks":
-                self._check_hit(args[0] if args else kw["request"], out[0])
-            self.check_consistency()
-            return out
-
-        return call
+        return owner_checked(self, fn)
 
     def _check_hit(self, request: Any, hit: Any) -> None:
         """Debug: every real block of a hit is a pool block cached in its group under
