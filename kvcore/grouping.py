@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kvcore.errors import ConfigError, SpecMergeError
+from kvcore.errors import ConfigError, SpecError, SpecMergeError
 from kvcore.kv_cache_config import KVCacheGroupSpec
 from kvcore.registry import get_registry
 from kvcore.specs import (
@@ -417,7 +417,8 @@ def _commensurate_at_least(block: int, multiple: int, chosen: list[int]) -> int:
 
 def unify_page_sizes(
     specs: list[KVCacheSpec], kernel_block_size: int | None = None, *,
-    commensurate: bool = False, scale: bool = True,
+    commensurate: bool = False, scale: bool = True, fill: bool = False,
+    align_to: int | None = None,
 ) -> tuple[dict[KVCacheSpec, KVCacheSpec], bool, list[str]]:
     """Make every page equal.
 
@@ -429,8 +430,14 @@ def unify_page_sizes(
     with ``commensurate`` the largest factor whose block size divides, or is divided
     by, every other attention block size is taken when one exists (prefix hits align to
     the lcm of the block sizes); with ``scale=False`` smaller pages are only padded
-    (block sizes kept, so layers of one kind can share a block table).  Other pages
-    are padded.
+    (block sizes kept, so layers of one kind can share a block table); with ``fill``
+    each smaller attention page takes the largest block size (a multiple of its
+    alignment, not only of its block size) whose page still fits, so a page is filled
+    as well as it can be (vLLM's one attention block size for a Mamba hybrid's drafter,
+    e.g. 5,120 tokens where the largest whole factor gives 4,480); with ``align_to``
+    each factor is the largest whose block size divides ``align_to`` (divisors, not
+    only multiples: prefix hits then align to at most ``align_to`` tokens).  Other
+    pages are padded.
 
     Returns ``(mapping old spec -> new spec, whole, notes)``; ``whole`` is False when an
     attention page had to be padded.  Never raises for a non-integer ratio.
@@ -470,6 +477,25 @@ def unify_page_sizes(
             continue
         if n.scales_with_block_size:
             factor = target // page if scale else 1
+            if fill:
+                page_m = 0
+                for m in (math.lcm(_alignment(s, kernel_block_size), s.block_size),
+                          n.block_size):
+                    try:  # a plugin may need more than the alignment (a compress ratio)
+                        page_m = n.copy_with_new_block_size(m).real_page_size_bytes
+                        break
+                    except SpecError:
+                        continue
+                block = (target // page_m) * m if page_m else n.block_size
+                if block > n.block_size and \
+                        n.copy_with_new_block_size(block).real_page_size_bytes <= target:
+                    notes.append(f"{s.kind} block size {n.block_size} -> {block} tokens "
+                                 f"(fills the {target} B page)")
+                    n = n.copy_with_new_block_size(block)
+                    factor = 1
+            if align_to is not None and factor > 1:
+                factor = max((f for f in range(1, factor + 1)
+                              if align_to % (n.block_size * f) == 0), default=1)
             if commensurate and factor > 1:
                 for f in range(factor, 0, -1):
                     if all(_commensurate(n.block_size * f, b) for b in chosen):
@@ -745,16 +771,21 @@ def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
     return out
 
 
-UNIFY_VARIANTS = ("largest factor", "commensurate", "pad only")
+UNIFY_VARIANTS = ("largest factor", "commensurate", "pad only", "fill page")
+#: hit alignments tried as "align N" variants: the lcm of the attention block sizes
+#: before scaling times these (only those below the largest-factor variant's alignment)
+ALIGN_MULTIPLES = (1, 2, 3, 4, 6, 8, 12, 16)
+MAX_HYBRID_LAYOUTS = 600
 
 
 def _unified_mapping(specs: list[KVCacheSpec], env: SearchEnv, variant: str, pad: bool
                      ) -> tuple[dict[int, KVCacheSpec], list[str]] | None:
     """``{id(spec): unified spec}`` of one unification variant (None when a state that
     follows the attention block would break its ``block_size_alignment``)."""
+    align_to = int(variant.split()[1]) if variant.startswith("align ") else None
     mapping, _whole, notes = unify_page_sizes(
         specs, env.kernel_block_size, commensurate=variant == "commensurate",
-        scale=variant != "pad only")
+        scale=variant != "pad only", fill=variant == "fill page", align_to=align_to)
     if not pad:  # block-outermost: keep each page (blocks still raised for states)
         mapping = {s: (m.copy_with_new_block_size(m.block_size)
                        if m.scales_with_block_size else s) for s, m in mapping.items()}
@@ -781,6 +812,28 @@ def _bucketed(items: Items, key_of: dict[int, Any]) -> list[tuple[list[str],
     return list(out.values())
 
 
+def _align_variants(specs: list[KVCacheSpec], env: SearchEnv, pad: bool
+                    ) -> tuple[str, ...]:
+    """``align N`` unification variants (divisor block sizes): N the lcm of the
+    attention block sizes once raised for states, times :data:`ALIGN_MULTIPLES`, below
+    the hit alignment of the largest-factor unification (none when that is already
+    the smallest)."""
+    if not env.enable_prefix_caching:
+        return ()
+    first = _unified_mapping(specs, env, UNIFY_VARIANTS[0], pad)
+    if first is None:
+        return ()
+    by_id, _ = first
+    sizes = [m.block_size for m in by_id.values() if m.scales_with_block_size]
+    if not sizes:
+        return ()
+    top = math.lcm(*sizes)
+    raised, _, _ = unify_page_sizes(specs, env.kernel_block_size, scale=False)
+    base_sizes = [m.block_size for m in raised.values() if m.scales_with_block_size]
+    base = math.lcm(*base_sizes) if base_sizes else 1
+    return tuple(f"align {base * k}" for k in ALIGN_MULTIPLES if base * k < top)
+
+
 def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
     """The unified-page (or, with ``pad=False``, block-packed) layouts: the unification
     variants (:data:`UNIFY_VARIANTS`) x bucketing by spec or by table x the group sizes
@@ -793,7 +846,7 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
     if len(specs) == 1:
         return out  # one spec: one group (splitting it only trades rounding)
     seen: set[Any] = set()
-    for variant in UNIFY_VARIANTS:
+    for variant in UNIFY_VARIANTS + _align_variants(specs, env, pad):
         unified = _unified_mapping(specs, env, variant, pad)
         if unified is None:
             continue
@@ -823,6 +876,8 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
                     tuple(notes + extra),
                     entries=_bucket_entries(buckets, size, not by_table),
                     baseline=i == 0 and variant == UNIFY_VARIANTS[0] and not by_table))
+    if len(out) > MAX_HYBRID_LAYOUTS:  # many variants x group sizes: keep the first
+        out = out[:MAX_HYBRID_LAYOUTS]
     return out
 
 
