@@ -697,9 +697,11 @@ def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
     return out
 
 
-def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
+def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None = None,
+                         judge: Judge | None = None) -> KVCacheConfig:
     """Plan from a specs file (docs/DESIGN.md section 5): ``{"options": {...}, "layers":
-    {name: spec dict}}``.  Raises ConfigError naming an unknown option or bad layer."""
+    {name: spec dict}}``; ``workload`` / ``judge`` as in :func:`plan`.  Raises
+    ConfigError naming an unknown option or bad layer."""
     from kvcore.specs import KVCacheSpec
 
     if not isinstance(data, Mapping):
@@ -730,7 +732,7 @@ def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
     if "max_model_len" not in opts:
         raise ConfigError("options.max_model_len is required (a positive int, or -1 for "
                           "the longest that fits)", field="max_model_len")
-    return plan(specs, **opts)
+    return plan(specs, workload=workload, judge=judge, **opts)
 
 
 def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
