@@ -66,7 +66,7 @@ def load_workload(path: str, max_num_seqs: int = 256) -> Workload:
     reqs = read_trace(path)
     shared = shared_prefix_lengths(reqs)
     return workload_from_requests(
-        [(r.prompt_len, r.output_len, s) for r, s in zip(reqs, shared)],
+        [(r.prompt_len, max(1, r.output_len), s) for r, s in zip(reqs, shared)],
         max_num_seqs=max_num_seqs, source=f"trace {path} ({len(reqs):,} requests)")
 
 
