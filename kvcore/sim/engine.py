@@ -162,7 +162,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                kv_cache_config: Any = None, on_step: StepHook | None = None,
                progress: Callable[[int], None] | None = None,
                record_steps: bool = True, keep_requests: bool = False,
-               max_steps: int | None = None) -> EngineResult:
+               max_steps: int | None = None, reserve_full_prompt: bool = True
+               ) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion.
 
     manager: a :class:`kvcore.runtime.KVCacheManager` (fresh).  time_model: any object
@@ -173,6 +174,10 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     finished or rejected so far, after each step that changed it.  A finished request
     drops its runtime Request and output ids unless ``keep_requests``.
     max_steps: stop after that many steps (None: run to completion).
+    reserve_full_prompt: vLLM's ``scheduler_reserve_full_isl`` (default on in 0.32): a
+    waiting request is admitted only if the blocks for its whole current token
+    sequence fit (windowed groups capped at their admission limit), not only its
+    first chunk (:func:`_admission_blocks`).
 
     Raises ConfigError for a count out of range (naming it) or a step time that is not
     a finite number >= 0.
@@ -197,6 +202,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     step_time = time_model.step_time
     mml = manager.max_model_len if max_model_len is None else max_model_len
     lookahead = num_lookahead_tokens
+    gate = _admission_plan(manager, max_num_batched_tokens, mml) \
+        if reserve_full_prompt else None
     res = EngineResult(requests=list(requests))
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
     pending: deque[SimRequest] = deque(res.requests[k] for k in order)
@@ -313,7 +320,12 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                     n = chunk_cap(req, n, nloc)
                 if n <= 0:
                     break
-                out = alloc(req, n, nloc, hit) if not lookahead else alloc(
+                if gate is not None and _admission_blocks(
+                        gate, req, min(num_tokens, mml), hit.blocks, nloc) \
+                        > fq.num_free_blocks:
+                    out = None
+                else:
+                    out = alloc(req, n, nloc, hit) if not lookahead else alloc(
                     req, n, nloc, hit, num_lookahead_tokens=lookahead)
                 if out is None:
                     if not running:  # nothing will ever free blocks for it
@@ -381,6 +393,63 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
         res.duration = now
     res.wall_seconds = pc() - wall0
     return res
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _admission_plan(manager: Any, max_num_batched_tokens: int, max_model_len: int
+                    ) -> list[tuple[Any, int, int | None, str]]:
+    """Per group ``(manager, block_size, admission cap in blocks or None, kind)``.
+
+    Caps are vLLM 0.32's ``max_admission_blocks_per_request`` with
+    ``max_in_flight_tokens = max_num_batched_tokens`` (synchronous scheduling;
+    ``vllm/v1/kv_cache_interface.py``): a sliding window holds at most
+    ``cdiv(min(window - 1 + in_flight, max_model_len), block_size) + 1`` blocks, a
+    chunked-local layer ``cdiv(min(chunk + in_flight, max_model_len), block_size)``;
+    other kinds have no cap.
+    """
+    plan: list[tuple[Any, int, int | None, str]] = []
+    for m in manager.managers:
+        spec = m.spec
+        bs = m.block_size
+        cap: int | None = None
+        if m.skips_blocks:
+            w = getattr(spec, "sliding_window", None)
+            c = getattr(spec, "attention_chunk_size", None)
+            if isinstance(w, int) and w > 0:
+                cap = _cdiv(min(w - 1 + max_num_batched_tokens, max_model_len), bs) + 1
+            elif isinstance(c, int) and c > 0:
+                cap = _cdiv(min(c + max_num_batched_tokens, max_model_len), bs)
+        plan.append((m, bs, cap, getattr(spec, "kind", "")))
+    return plan
+
+
+def _admission_blocks(plan: list[tuple[Any, int, int | None, str]], request: Any,
+                      num_tokens: int, hits: Any, num_computed: int) -> int:
+    """Blocks a waiting request (holding none) needs for ``num_tokens`` tokens with its
+    prefix hit ``hits`` (per group) of ``num_computed`` tokens: vLLM 0.32's
+    ``get_num_blocks_to_allocate(..., apply_admission_cap=True)`` (new blocks for the
+    part past the skipped and hit blocks, capped per group, plus hit blocks that leave
+    the free queue)."""
+    total = 0
+    for g, (m, bs, cap, kind) in enumerate(plan):
+        hit = hits[g] if hits else ()
+        if kind == "cross_attention":
+            continue
+        if kind == "mamba":
+            total += m.get_num_blocks_to_allocate(request, num_tokens, hit)
+            continue
+        required = _cdiv(num_tokens, bs)
+        if cap is not None and cap < required:
+            required = cap
+        skipped = m.get_num_skipped_tokens(num_computed) // bs if m.skips_blocks else 0
+        total += max(required - max(skipped, len(hit)), 0)
+        for b in hit[skipped:] if skipped else hit:
+            if b.ref_cnt == 0 and not b.is_null:
+                total += 1
+    return total
 
 
 def _reject(r: SimRequest, res: EngineResult, slots: deque[float] | None, now: float,
