@@ -32,6 +32,11 @@ __all__ = [
     "Batch",
     "StepTimeModel",
     "ConstantTimeModel",
+    "RooflineTimeModel",
+    "Efficiency",
+    "StepBreakdown",
+    "DEFAULT_EFFICIENCY",
+    "roofline_for",
     "describe_batch",
     "load_time_model",
     "TIME_MODELS_ENTRY_POINT_GROUP",
@@ -300,14 +305,16 @@ def describe_batch(kv_cache_config: Any, requests: Sequence[ScheduledRequest]) -
 def load_time_model(name: str, **options: Any) -> StepTimeModel:
     """The step-time model registered under ``name``.
 
-    Built-in: ``constant``.  Others come from the entry-point group
+    Built-in: ``constant`` and ``roofline`` (:func:`roofline_for`: options
+    ``model_config``, ``gpu``, ``tensor_parallel_size``, ...).  Others come from the entry-point group
     ``kvcore.time_models`` (the entry point's object is called with ``options``).
 
     Raises:
         ConfigError: ``name`` is neither built in nor registered (the message lists the
             known names), or the factory returned no ``step_time``.
     """
-    builtins: dict[str, Callable[..., StepTimeModel]] = {"constant": ConstantTimeModel}
+    builtins: dict[str, Callable[..., StepTimeModel]] = {"constant": ConstantTimeModel,
+                                                         "roofline": roofline_for}
     factory: Callable[..., StepTimeModel] | None = builtins.get(name)
     if factory is None:
         try:
@@ -325,3 +332,281 @@ def load_time_model(name: str, **options: Any) -> StepTimeModel:
         raise ConfigError(f"time_model: {name!r} gave {type(model).__name__}, which has no "
                           "step_time(batch) method", field="time_model", value=name)
     return model
+
+
+# ---- the roofline model ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fitted terms of :class:`RooflineTimeModel` (see ``docs/SIM_ACCURACY.md`` for
+    how and on which measurements they were fitted).
+
+    compute: fraction of the dense peak FLOP/s the GEMMs and attention reach.
+    memory: fraction of the HBM bandwidth weight and KV reads reach.
+    roofline_p: compute and memory time combine as ``(c**p + m**p) ** (1/p)`` (a smooth
+        maximum: ``p`` large is ``max(c, m)``; 1 is their sum).
+    step_s: fixed CPU / launch time per step (scheduling, input preparation, the
+        sampler), seconds.
+    per_request_s: added per scheduled request (its block table rows, sampling
+        metadata, detokenisation), seconds.
+    per_block_table_s: added per block table of a group beyond the first (one per
+        request per extra KV-cache group), seconds.
+    allreduce_latency_s: fixed latency of one tensor-parallel all-reduce, seconds.
+    prefill_token_s: added per prefill token (prefill kernels' extra launch and
+        bookkeeping, chunked-prefill metadata), seconds.
+    """
+
+    compute: float = 0.55
+    memory: float = 0.80
+    roofline_p: float = 3.0
+    step_s: float = 2.5e-3
+    per_request_s: float = 2.0e-5
+    per_block_table_s: float = 1.0e-6
+    allreduce_latency_s: float = 1.0e-5
+    prefill_token_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one step's time went (seconds): ``total_s = combine(compute_s, memory_s) +
+    comm_s + cpu_s``; FLOPs and bytes per rank."""
+
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    cpu_s: float
+    total_s: float
+    flops: float
+    weight_bytes: float
+    kv_bytes: float
+
+
+@dataclass(frozen=True)
+class RooflineTimeModel:
+    """A roofline step time with fitted efficiencies, per rank of one pipeline stage.
+
+    Per step of ``T`` tokens from ``R`` requests:
+
+    * FLOPs = ``flops_per_token x T + lm_head_flops x R + sum_g 2 x pairs_g x
+      (qk_dim_g + v_dim_g) x q_heads_per_rank`` (2 x active params per token; the LM
+      head only for the sampled token of each request, as vLLM computes logits; QK and
+      PV over the keys each query attends to, :func:`describe_batch`);
+      ``compute_s = FLOPs / (peak_flops x compute)``.
+    * bytes = ``dense_weight_bytes + expert_bytes x touched / num_experts + KV read +
+      KV written``; ``touched = E x (1 - (1 - k / E) ** T)``, the expected distinct
+      experts ``T`` tokens routed top-``k`` among ``E`` reach (all of them for large
+      batches); ``memory_s = bytes / (hbm_bytes_per_s x memory)``.
+    * ``comm_s`` = ``2 x num_layers`` all-reduces of ``T x hidden_size x act_bytes``
+      bytes each under TP: ``2 (tp - 1) / tp x bytes / link_bytes_per_s + latency``
+      (ring all-reduce; ``link_bytes_per_s`` one direction).
+    * ``cpu_s = step_s + per_request_s x R + per_block_table_s x (block tables - R) +
+      prefill_token_s x prefill tokens``.
+    * total = ``(compute_s**p + memory_s**p) ** (1/p) + comm_s + cpu_s``, times
+      ``pipeline_parallel_size`` (a step's batch passes every stage in turn; pipelining
+      of several batches is not modelled).
+
+    Build one with :func:`roofline_for`.
+    """
+
+    peak_flops: float
+    hbm_bytes_per_s: float
+    link_bytes_per_s: float
+    dense_weight_bytes: float
+    expert_bytes: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    flops_per_token: float = 0.0
+    lm_head_flops: float = 0.0
+    q_heads_per_rank: float = 0.0
+    hidden_size: int = 0
+    num_layers: int = 0
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    act_bytes: int = 2
+    efficiency: Efficiency = Efficiency()
+    name: str = ""
+
+    def breakdown(self, batch: Batch) -> StepBreakdown:
+        """The step's time split into compute, memory, communication and CPU."""
+        eff = self.efficiency
+        reqs = batch.requests
+        tokens = 0
+        prefill = 0
+        for r in reqs:
+            tokens += r.num_new_tokens
+            if r.is_prefill:
+                prefill += r.num_new_tokens
+        nreq = len(reqs)
+        kv = 0
+        pair_flops = 0.0
+        tables = 0
+        for g in batch.groups:
+            kv += g.kv_bytes_read + g.kv_bytes_written
+            if g.attention_pairs:
+                pair_flops += g.attention_pairs * (g.qk_dim + g.v_dim)
+            tables += g.num_block_tables
+        flops = (self.flops_per_token * tokens + self.lm_head_flops * nreq
+                 + 2.0 * pair_flops * self.q_heads_per_rank)
+        weights = self.dense_weight_bytes
+        if self.expert_bytes and self.num_experts:
+            e, k = self.num_experts, max(1, self.experts_per_token)
+            touched = e * (1.0 - (1.0 - k / e) ** tokens) if tokens else 0.0
+            weights += self.expert_bytes * touched / e
+        compute_s = flops / (self.peak_flops * eff.compute)
+        memory_s = (weights + kv) / (self.hbm_bytes_per_s * eff.memory)
+        p = eff.roofline_p
+        if p >= 50:
+            core = max(compute_s, memory_s)
+        else:
+            hi = max(compute_s, memory_s)
+            core = hi * ((compute_s / hi) ** p + (memory_s / hi) ** p) ** (1.0 / p) \
+                if hi > 0 else 0.0
+        tp = self.tensor_parallel_size
+        comm_s = 0.0
+        if tp > 1 and tokens:
+            nbytes = tokens * self.hidden_size * self.act_bytes
+            comm_s = 2 * self.num_layers * (2.0 * (tp - 1) / tp * nbytes
+                                            / self.link_bytes_per_s
+                                            + eff.allreduce_latency_s)
+        cpu_s = (eff.step_s + eff.per_request_s * nreq
+                 + eff.per_block_table_s * max(0, tables - nreq)
+                 + eff.prefill_token_s * prefill)
+        pp = self.pipeline_parallel_size
+        total = (core + comm_s) * pp + cpu_s
+        return StepBreakdown(compute_s, memory_s, comm_s, cpu_s, total, flops, weights,
+                             float(kv))
+
+    def step_time(self, batch: Batch) -> float:
+        """Seconds of one step (:meth:`breakdown`'s ``total_s``)."""
+        return self.breakdown(batch).total_s
+
+
+_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k",
+              "moe_k", "experts_per_token")
+_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+
+
+def _first_int(raw: dict[str, Any], keys: Sequence[str]) -> int:
+    for key in keys:
+        v = raw.get(key)
+        if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+            v = max(v)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 0
+
+
+def compute_dtype_for(quantization: str | None, bytes_per_param: float, gpu: Any) -> str:
+    """``bf16``, ``fp8`` or ``fp4``: the tensor-core format the GEMMs run in.  Weight-only
+    schemes (AWQ, GPTQ, bitsandbytes, gpt-oss's MXFP4 outside Blackwell) compute in
+    bf16; 1-byte weights (fp8 checkpoints, W8A8) in fp8 where the GPU has it; 4-bit
+    float weights (NVFP4) in fp4 where the GPU has it."""
+    perf = gpu.perf
+    q = (quantization or "").lower()
+    if not q or any(w in q for w in ("awq", "gptq", "bitsandbytes", "gguf")):
+        return "bf16"
+    if bytes_per_param < 0.75 and perf.fp4_flops:
+        return "fp4"
+    if bytes_per_param < 1.5 and perf.fp8_flops and "mxfp4" not in q:
+        return "fp8"
+    return "bf16"
+
+
+def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
+                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                 kv_cache_dtype: str = "auto", **overrides: Any) -> RooflineTimeModel:
+    """The :class:`RooflineTimeModel` of ``model_config`` (a
+    :class:`~kvcore.models.config.ModelConfig`, an embedded name or a config path) on
+    ``gpu`` (a catalog name or :class:`~kvcore.deploy.gpus.GPU`) with the given TP / PP.
+
+    Weights per rank and per tensor class come from
+    :func:`kvcore.deploy.weights.estimate_weights` / ``weight_tensors``: the dense part
+    (everything but the embeddings' lookup copy, vision / audio towers, MTP layers and
+    routed experts) is read every step; routed experts as the step's tokens touch them.
+    ``kv_cache_config`` is accepted for symmetry with :func:`describe_batch` (the KV
+    traffic comes from the Batch); ``kv_cache_dtype`` is recorded in ``name``.
+    ``overrides``: any :class:`Efficiency` field (``compute=0.6``...), or any
+    :class:`RooflineTimeModel` field.
+
+    Raises ConfigError: unknown GPU or GPU without perf figures, bad parallel sizes,
+    unknown override, or the model errors of :func:`estimate_weights`.
+    """
+    import dataclasses as _dc
+
+    from kvcore.deploy.gpus import GPU, get_gpu
+    from kvcore.deploy.weights import estimate_weights, weight_tensors
+    from kvcore.models.config import ModelConfig, load_model_config
+
+    cfg = model_config if isinstance(model_config, ModelConfig) \
+        else load_model_config(model_config)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    if g.perf is None:
+        raise ConfigError(f"gpu: {g.name} has no peak figures in the catalog; give a GPU "
+                          f"with perf figures (kvcore gpus --json)", field="gpu",
+                          value=g.name)
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    w = estimate_weights(cfg, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    params: dict[str, int] = {}
+    for t in weight_tensors(cfg):
+        cls = "mtp" if t.where == "mtp" else t.tensor_class
+        params[cls] = params.get(cls, 0) + t.numel
+    by = w.by_class
+    skip = ("vision", "audio", "mtp")
+    loaded = w.total_bytes - w.mtp_bytes
+    share = w.per_rank_bytes / loaded if loaded else 1.0  # ~ 1 / (tp x pp)
+    tied = "lm_head" not in by
+    read_total = sum(b for c, b in by.items() if c not in skip)
+    if not tied:
+        read_total -= by.get("embedding", 0)  # the lookup reads T rows, not the table
+    experts_total = by.get("moe_experts", 0)
+    dense = (read_total - experts_total) * share
+    raw = cfg.raw
+    n_exp = _first_int(raw, _EXPERT_KEYS) if experts_total else 0
+    topk = _first_int(raw, _TOPK_KEYS) if n_exp else 0
+    head_params = params.get("lm_head", params.get("embedding", 0) if tied else 0)
+    active = sum(n for c, n in params.items()
+                 if c not in (*skip, "embedding", "lm_head", "moe_experts"))
+    if n_exp:
+        active += params.get("moe_experts", 0) * min(1.0, topk / n_exp)
+    layers_ps = max(1, -(-(cfg.num_hidden_layers or 1) // pp))
+    bpp = w.total_bytes / w.total_params if w.total_params else 2.0
+    dtype = compute_dtype_for(w.quantization, bpp, g)
+    perf = g.perf
+    peak = {"bf16": perf.bf16_flops, "fp8": perf.fp8_flops or perf.bf16_flops,
+            "fp4": perf.fp4_flops or perf.fp8_flops or perf.bf16_flops}[dtype]
+    heads = cfg.num_attention_heads or 0
+    eff_fields = {f.name for f in _dc.fields(Efficiency)}
+    model_fields = {f.name for f in _dc.fields(RooflineTimeModel)}
+    eff_kw = {k: v for k, v in overrides.items() if k in eff_fields}
+    bad = sorted(set(overrides) - eff_fields - model_fields)
+    if bad:
+        raise ConfigError(f"roofline_for: unknown override(s) {', '.join(bad)}; valid: "
+                          f"{', '.join(sorted(eff_fields | model_fields))}",
+                          field=bad[0], value=overrides[bad[0]])
+    base_eff = overrides.get("efficiency", DEFAULT_EFFICIENCY)
+    kw: dict[str, Any] = {
+        "peak_flops": peak,
+        "hbm_bytes_per_s": perf.hbm_bytes_per_s,
+        "link_bytes_per_s": perf.interconnect_bytes_per_s / 2,
+        "dense_weight_bytes": dense,
+        "expert_bytes": experts_total * share,
+        "num_experts": n_exp,
+        "experts_per_token": topk,
+        "flops_per_token": 2.0 * active / (tp * pp),
+        "lm_head_flops": 2.0 * head_params / tp,
+        "q_heads_per_rank": heads / tp if heads else 0.0,
+        "hidden_size": cfg.hidden_size or 0,
+        "num_layers": layers_ps,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "efficiency": _dc.replace(base_eff, **eff_kw),
+        "name": f"roofline {cfg.name or cfg.model_type} on {g.name} tp{tp} pp{pp} "
+                f"{dtype} kv {kv_cache_dtype}",
+    }
+    kw.update({k: v for k, v in overrides.items()
+               if k in model_fields and k != "efficiency"})
+    return RooflineTimeModel(**kw)
+
+
+#: the fitted coefficients (docs/SIM_ACCURACY.md says how and on which rows)
+DEFAULT_EFFICIENCY = Efficiency()
