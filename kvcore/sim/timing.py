@@ -564,7 +564,7 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     n_exp = _first_int(raw, _EXPERT_KEYS) if experts_total else 0
     topk = _first_int(raw, _TOPK_KEYS) if n_exp else 0
     head_params = params.get("lm_head", params.get("embedding", 0) if tied else 0)
-    active = sum(n for c, n in params.items()
+    active: float = sum(n for c, n in params.items()
                  if c not in (*skip, "embedding", "lm_head", "moe_experts"))
     if n_exp:
         active += params.get("moe_experts", 0) * min(1.0, topk / n_exp)
