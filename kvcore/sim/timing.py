@@ -354,6 +354,12 @@ class Efficiency:
     allreduce_latency_s: fixed latency of one tensor-parallel all-reduce, seconds.
     prefill_token_s: added per prefill token (prefill kernels' extra launch and
         bookkeeping, chunked-prefill metadata), seconds.
+    moe_memory: the routed experts' weights stream at ``memory x moe_memory`` of the
+        bandwidth (fused-MoE kernels gather scattered experts and reach less than a
+        dense GEMM).
+    request_overhead_s: per request, outside the engine steps: the API server's
+        tokenisation, queueing and streaming, added by the simulators to each TTFT and
+        end-to-end latency (not to step times), seconds.
     """
 
     compute: float = 0.55
@@ -364,6 +370,8 @@ class Efficiency:
     per_block_table_s: float = 1.0e-6
     allreduce_latency_s: float = 1.0e-5
     prefill_token_s: float = 0.0
+    moe_memory: float = 1.0
+    request_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -448,12 +456,15 @@ class RooflineTimeModel:
         flops = (self.flops_per_token * tokens + self.lm_head_flops * nreq
                  + 2.0 * pair_flops * self.q_heads_per_rank)
         weights = self.dense_weight_bytes
+        expert = 0.0
         if self.expert_bytes and self.num_experts:
             e, k = self.num_experts, max(1, self.experts_per_token)
             touched = e * (1.0 - (1.0 - k / e) ** tokens) if tokens else 0.0
-            weights += self.expert_bytes * touched / e
+            expert = self.expert_bytes * touched / e
+            weights += expert
         compute_s = flops / (self.peak_flops * eff.compute)
-        memory_s = (weights + kv) / (self.hbm_bytes_per_s * eff.memory)
+        bw = self.hbm_bytes_per_s * eff.memory
+        memory_s = (weights - expert + kv) / bw + expert / (bw * eff.moe_memory)
         p = eff.roofline_p
         if p >= 50:
             core = max(compute_s, memory_s)
@@ -479,6 +490,11 @@ class RooflineTimeModel:
     def step_time(self, batch: Batch) -> float:
         """Seconds of one step (:meth:`breakdown`'s ``total_s``)."""
         return self.breakdown(batch).total_s
+
+    @property
+    def request_overhead_s(self) -> float:
+        """Seconds each request spends outside the steps (``Efficiency``)."""
+        return self.efficiency.request_overhead_s
 
 
 _TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k",
