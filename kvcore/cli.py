@@ -232,11 +232,13 @@ def _serving_args(args: argparse.Namespace) -> dict[str, Any]:
         out["workload"] = load_workload(path)
     judge = getattr(args, "judge", "auto") or "auto"
     if judge == "auto":
-        try:
-            judge = "sim" if path and make_judge("sim") is not None else "analytic"
-        except ConfigError:
-            judge = "analytic"
-    j = make_judge(judge)
+        judge = "sim" if path else "analytic"
+    kw: dict[str, Any] = {"tensor_parallel_size": getattr(args, "tp", 1) or 1,
+                          "pipeline_parallel_size": getattr(args, "pp", 1) or 1}
+    if getattr(args, "gpu", None):
+        kw["gpu"] = args.gpu
+    j = make_judge(judge, getattr(args, "model", None) if not getattr(args, "specs", None)
+                   else None, **kw) if judge != "analytic" else None
     if j is not None:
         out["judge"] = j
     return out

@@ -14,8 +14,8 @@ from typing import Any
 
 from kvcore.serving import Judge, LayoutReport, ServingFigures, Workload, workload_from_requests
 
-__all__ = ["load_workload", "shared_prefix_lengths", "make_judge", "print_serving",
-           "serving_json", "TRACE_BLOCK_TOKENS"]
+__all__ = ["load_workload", "shared_prefix_lengths", "make_judge", "sim_judge",
+           "workload_requests", "print_serving", "serving_json", "TRACE_BLOCK_TOKENS"]
 
 #: granularity (tokens) at which prompts given as token ids are compared for shared
 #: prefixes
@@ -70,19 +70,18 @@ def load_workload(path: str, max_num_seqs: int = 256) -> Workload:
         max_num_seqs=max_num_seqs, source=f"trace {path} ({len(reqs):,} requests)")
 
 
-def make_judge(name: str) -> Judge | None:
-    """``analytic`` (None: planning's own proxy) or ``sim`` (the clocked simulator's
-    judge, :func:`kvcore.sim.judge.sim_judge`, when the simulator is installed)."""
+def make_judge(name: str, model: Any = None, **kw: Any) -> Judge | None:
+    """``analytic`` (None: planning's own proxy) or ``sim`` (:func:`sim_judge`)."""
     if name == "analytic":
         return None
     try:
-        from kvcore.sim.judge import sim_judge  # type: ignore[import-not-found]
+        import kvcore.sim.engine  # noqa: F401
     except ImportError:
         from kvcore.errors import ConfigError
 
-        raise ConfigError("--judge sim needs kvcore.sim.judge (the clocked simulator); "
-                          "use --judge analytic", field="judge", value=name) from None
-    return sim_judge  # type: ignore[no-any-return]
+        raise ConfigError("--judge sim needs kvcore.sim (the clocked simulator); use "
+                          "--judge analytic", field="judge", value=name) from None
+    return sim_judge(model, **kw)
 
 
 def _fmt_time(t: float) -> str:
@@ -135,3 +134,88 @@ def serving_json(stats: Any) -> dict[str, Any] | None:
     return {"chosen": won.to_dict(), "vllm_layout": base.to_dict() if base else None,
             "gain_over_vllm": stats.gain_over_vllm, "workload": stats.workload,
             "pareto_front": [p.to_dict() for p in front]}
+
+
+def workload_requests(workload: Workload, max_requests: int = 48) -> list[Any]:
+    """The workload as trace requests for the simulator: each class keeps its share of
+    at most ``max_requests`` requests (at least one each), all arriving at 0; a class's
+    shared prefix is one token stream common to its requests (stream ``1 + class``),
+    the rest unique (:class:`kvcore.sim.traces.TraceRequest` segments)."""
+    from kvcore.sim.traces import TraceRequest
+
+    total = workload.num_requests
+    out = []
+    k = 0
+    for j, rc in enumerate(workload.requests):
+        n = max(1, round(rc.count * min(1.0, max_requests / total)))
+        for _ in range(n):
+            segs = []
+            if rc.shared_prefix_len:
+                segs.append((1 + j, 0, rc.shared_prefix_len))
+            if rc.prompt_len > rc.shared_prefix_len:
+                segs.append((1_000_000 + k, 0, rc.prompt_len - rc.shared_prefix_len))
+            out.append(TraceRequest(f"w{k}", 0.0, rc.prompt_len, rc.output_len,
+                                    2_000_000 + k, segs))
+            k += 1
+    return out
+
+
+def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size: int = 1,
+              pipeline_parallel_size: int = 1, max_requests: int = 48) -> Judge:
+    """A judge that serves each candidate's plan in the clocked simulator
+    (:func:`kvcore.sim.engine.run_engine` over kvcore's runtime ``KVCacheManager``,
+    vLLM 0.32's scheduling rules) and returns the simulated duration (seconds, every
+    request arriving at 0) plus the scheduler's CPU time (the measured cost per
+    scheduled request and group times the requests the steps ran).  Step times: :func:`kvcore.sim.timing.roofline_for` of
+    ``model`` on ``gpu`` (without a model, e.g. a specs file: a constant 10 ms step, so
+    the time counts steps).  The workload is cut to ``max_requests`` requests
+    (:func:`workload_requests`) to keep the judge quick.  A candidate whose plan does
+    not hold one request is infinitely slow."""
+    from kvcore.errors import NotEnoughMemoryError
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim import timing
+    from kvcore.sim.engine import SimRequest, run_engine
+
+    models: dict[int, Any] = {}
+
+    def time_model(cfg: Any) -> Any:
+        if model is None:
+            return timing.ConstantTimeModel(step_s=0.01)
+        if 0 not in models:
+            try:
+                models[0] = timing.roofline_for(
+                    model, cfg, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
+                    pipeline_parallel_size=pipeline_parallel_size)
+            except Exception:  # no weights figures for this model: count steps
+                models[0] = timing.ConstantTimeModel(step_s=0.01)
+        return models[0]
+
+    def judge(cands: Sequence[Any], workload: Workload) -> list[float]:
+        reqs = workload_requests(workload, max_requests)
+        times = []
+        for c in cands:
+            try:
+                cfg = c.extra["config"]()
+            except NotEnoughMemoryError:
+                times.append(math.inf)
+                continue
+            mml = int(cfg.max_model_len)
+            mnbt = c.ctx.max_num_batched_tokens
+            mgr = KVCacheManager(cfg, max_model_len=mml,
+                                 enable_caching=c.ctx.enable_prefix_caching,
+                                 max_num_batched_tokens=mnbt)
+            fit = [r for r in reqs if r.prompt_len + r.output_len <= mml]
+            res = run_engine(mgr, [SimRequest(r) for r in fit], time_model(cfg),
+                             max_num_seqs=workload.max_num_seqs,
+                             max_num_batched_tokens=mnbt, max_model_len=mml,
+                             record_steps=True)
+            # the scheduler's CPU time per scheduled request and group (measured,
+            # kvcore.serving.CPU_US_PER_REQUEST_STEP), added to the GPU step times
+            cpu = c.figures.cpu_seconds_per_request_step * sum(res.step_running)
+            c.extra["sim"] = {"steps": res.steps, "preemptions": res.preemptions,
+                              "prefix_hit_ratio": res.prefix_hit_ratio, "cpu_s": cpu}
+            times.append(float(res.duration) + cpu)
+        return times
+
+    judge.judged_by = f"sim ({'roofline ' + gpu if model is not None else 'steps'})"  # type: ignore[attr-defined]
+    return judge

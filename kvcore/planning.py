@@ -25,6 +25,7 @@ Conventions (those of vLLM v1's ``get_kv_cache_configs``, and of the planner vec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -656,12 +657,35 @@ def plan(
         num_blocks_override=opts.override, max_model_len=opts.max_model_len,
         limit=opts.limit, enable_prefix_caching=opts.ctx.enable_prefix_caching,
         workload=_check_workload(workload), judge=_check_judge(judge))
+    if env.judge is not None:
+        env = dataclasses.replace(env, judge=_with_configs(env.judge, opts, env,
+                                                           stage_layers))
     grouping = group_layers(specs, env=env, kv_cache_layout=opts.kv_cache_layout,
                             disable_hybrid_kv_cache_manager=opts.disable_hybrid)
     if not grouping.groups:
         return _empty_plan(grouping, opts)
     sizing = _size(grouping.groups, opts, env, stage_layers)
     return _report(grouping, sizing, opts, stage_layers, env.block_outermost)
+
+
+def _with_configs(judge: Judge, opts: _Options, env: SearchEnv,
+                  stage_layers: list[list[str]]) -> Judge:
+    """``judge`` with each candidate's whole plan at hand: ``candidate.extra["config"]()``
+    builds its :class:`KVCacheConfig` (sized like the winner would be; raises
+    NotEnoughMemoryError when one request does not fit), so a judge can run it."""
+    def build(groups: tuple[KVCacheGroupSpec, ...]) -> KVCacheConfig:
+        sizing = _size(groups, opts, env, stage_layers)
+        return _report(GroupingResult(groups, "candidate"), sizing, opts, stage_layers,
+                       env.block_outermost)
+
+    def wrapped(cands: Sequence[Any], workload: Workload) -> Sequence[float]:
+        for c in cands:
+            c.extra["config"] = functools.partial(build, c.groups())
+        return judge(cands, workload)
+
+    wrapped.judged_by = getattr(judge, "judged_by",  # type: ignore[attr-defined]
+                                getattr(judge, "__name__", "judge"))
+    return wrapped
 
 
 def _check_workload(workload: Any) -> Workload | None:
