@@ -1183,7 +1183,12 @@ def _search(items: Items, env: SearchEnv, raw_items: Items | None = None
     layouts = candidate_layouts(items, env)
     for lay in layouts:
         lay.baseline = False
-    layouts += vllm_rule_layouts(raw_items if raw_items is not None else items, env)[:1]
+    vllm = vllm_rule_layouts(raw_items if raw_items is not None else items, env)[:1]
+    same = [lay for lay in layouts[:8] if vllm and lay.entries == vllm[0].entries]
+    if same:  # vLLM's layout is already a candidate (under a generator's name)
+        same[0].baseline = True
+    else:
+        layouts += vllm
     scored = [(lay, score_layout(lay, env)) for lay in layouts]
     if env.max_model_len == -1:  # the longest length decides (the former search)
         best = choose(scored, env)
@@ -1292,7 +1297,8 @@ def group_layers(
         base = next((c for c in judged if c.is_vllm_layout), None)
         if base is not None:
             vllm_report = LayoutReport(base.strategy, base.figures, True)
-            why.append(_versus(win, base))
+            if distinct > 1:
+                why.append(_versus(win, base))
         front = tuple(LayoutReport(c.strategy, c.figures, c.is_vllm_layout)
                       for c in pareto_front(judged))
     return GroupingResult(winner.groups, winner.strategy, skipped,

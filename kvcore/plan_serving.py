@@ -107,6 +107,11 @@ def print_serving(stats: Any, table: Any, explain: bool = False) -> None:
     won, base = stats.serving, stats.vllm_layout
     if won is None:
         return
+    if stats.candidates_scored <= 1 and base is not None:
+        print(f"serving: one candidate layout, vLLM's own ({won.num_groups} group"
+              f"{'s' if won.num_groups != 1 else ''}, {_fmt_time(won.time_s)} s on the "
+              f"workload by {won.judged_by})")
+        return
     rows = [["kvcore (chosen)"] + _row(won)]
     if base is not None:
         rows.append(["vLLM's layout"] + _row(base.figures))
