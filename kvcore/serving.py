@@ -62,13 +62,14 @@ CPU_US_PER_REQUEST_STEP: dict[str, tuple[float, float]] = {
 }
 #: how many candidates (besides vLLM's layout) the judge times
 JUDGE_TOP_K = 4
-#: analytic proxy constants (NOT measured: a roofline stand-in until the simulator
-#: judges): fixed seconds per model step (weights streamed once a step, about 10 GB on
-#: an H100 SXM at 3.35 TB/s, plus launch overheads), HBM bytes/s (H100 SXM datasheet),
-#: prefill seconds per computed token
+#: analytic proxy constants (NOT measured: a roofline stand-in for an 8-B dense model on
+#: one H100 SXM until the simulator judges): fixed seconds per model step (16 GB of
+#: bf16 weights streamed once a step at 3.35 TB/s, about 5 ms), HBM bytes/s (H100 SXM
+#: datasheet), prefill seconds per computed token (2 x 8e9 FLOPs at half of the
+#: datasheet's 989 TFLOPS dense bf16: 3.2e-5 s)
 STEP_FIXED_S = 0.005
 HBM_BYTES_PER_S = 3.35e12
-PREFILL_S_PER_TOKEN = 2e-6
+PREFILL_S_PER_TOKEN = 3.2e-5
 #: requests of the default workload; the scheduler's default max_num_seqs (vLLM 0.32)
 DEFAULT_NUM_REQUESTS = 256
 DEFAULT_MAX_NUM_SEQS = 256
