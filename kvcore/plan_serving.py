@@ -166,15 +166,18 @@ def workload_requests(workload: Workload, max_requests: int = 48) -> list[Any]:
 
 
 def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size: int = 1,
-              pipeline_parallel_size: int = 1, max_requests: int = 48) -> Judge:
+              pipeline_parallel_size: int = 1, max_requests: int = 48,
+              max_requests_cap: int = 256) -> Judge:
     """A judge that serves each candidate's plan in the clocked simulator
     (:func:`kvcore.sim.engine.run_engine` over kvcore's runtime ``KVCacheManager``,
     vLLM 0.32's scheduling rules) and returns the simulated duration (seconds, every
     request arriving at 0) plus the scheduler's CPU time (the measured cost per
     scheduled request and group times the requests the steps ran).  Step times: :func:`kvcore.sim.timing.roofline_for` of
     ``model`` on ``gpu`` (without a model, e.g. a specs file: a constant 10 ms step, so
-    the time counts steps).  The workload is cut to ``max_requests`` requests
-    (:func:`workload_requests`) to keep the judge quick.  A candidate whose plan does
+    the time counts steps).  The workload is cut (:func:`workload_requests`) to keep
+    the judge quick: to ``max_requests`` requests, or to twice the largest steady
+    capacity of the candidates (at most ``max_requests_cap``) so that memory binds
+    where it binds on the whole workload.  A candidate whose plan does
     not hold one request is infinitely slow."""
     from kvcore.errors import NotEnoughMemoryError
     from kvcore.sim import timing
@@ -194,6 +197,11 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
         return models[0]
 
     def judge(cands: Sequence[Any], workload: Workload) -> list[float]:
+        # enough requests that memory binds where it binds on the whole workload
+        # (twice the largest steady capacity, at most max_requests_cap)
+        cap = max((c.figures.steady_capacity_requests or 0.0) for c in cands)
+        n = max(max_requests, min(workload.num_requests, max_requests_cap,
+                                  math.ceil(2 * cap)))
         times = []
         for c in cands:
             try:
@@ -202,7 +210,7 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
                 times.append(math.inf)
                 continue
             t, info = simulate_plan(cfg, workload, time_model(cfg),
-                                    c.figures.cpu_seconds_per_request_step, max_requests)
+                                    c.figures.cpu_seconds_per_request_step, n)
             c.extra["sim"] = info
             times.append(t)
         return times
