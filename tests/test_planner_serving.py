@@ -261,3 +261,22 @@ def test_cli_reports_vllms_layout_beside_the_winner(capsys):
                  "8192", "--explain"]) == 0
     text = capsys.readouterr().out
     assert "vLLM's layout" in text and "Pareto front" in text
+
+
+def test_fill_page_variant_takes_the_largest_block_that_fits(state_spec):
+    """A 2,621,440 B state, main attention 512 B/token and a drafter 600 B/token (block
+    16): the raise gives the drafter cdiv(2621440, 9600) x 16 = 4,384 tokens (2,630,400 B,
+    the page) and main 5,120 (2,621,440 B, padded 8,960 B).  'fill page' gives main the
+    largest multiple of 16 whose page fits: 2,630,400 // 8,192 x 16 = 5,136 tokens."""
+    from kvcore.grouping import unify_page_sizes
+
+    main = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=128, dtype="bfloat16")
+    draft = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=150,
+                              dtype="bfloat16")
+    state = state_spec(block_size=16, state_bytes=2_621_440)
+    assert main.page_size_bytes == 16 * 512 and draft.page_size_bytes == 16 * 600
+    plain, _, _ = unify_page_sizes([main, draft, state])
+    filled, _, _ = unify_page_sizes([main, draft, state], fill=True)
+    assert plain[draft].block_size == filled[draft].block_size == 4384
+    assert plain[main].block_size == 5120 and filled[main].block_size == 5136
+    assert filled[main].page_size_bytes == filled[draft].page_size_bytes == 2_630_400
