@@ -178,6 +178,9 @@ class GPUBudget:
     requested_kv_cache_memory_bytes: int | list[int] | None
     fits_memory: bool
     stage_budgets: tuple[int, ...] = field(default=())
+    #: the engine profile's per-rank ledger (:mod:`kvcore.deploy.engines`), when the
+    #: overhead was derived from it
+    ledger: Any = None
 
     @property
     def usable_bytes(self) -> int:
@@ -250,17 +253,25 @@ def compute_budget(
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     include_mtp_layers: bool = False,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     cuda_graphs: bool = True,
     kv_cache_memory_bytes: int | list[int] | None = None,
     weights: WeightsEstimate | None = None,
+    engine: Any = None,
+    max_model_len: int | None = None,
+    usage: str = "serve",
 ) -> GPUBudget:
     """The per-rank KV budget of ``model`` on ``gpu`` (module docstring for the rule).
 
     ``gpu`` is a catalog name or entry; ``gpu_memory_bytes`` overrides its memory (or
-    stands alone).  Returns a :class:`GPUBudget`; raises ConfigError for an unknown GPU,
-    a utilization outside (0, 1], a negative overhead or a bad parallel size.
+    stands alone).  Without ``overhead_bytes`` the overhead comes from the engine
+    profile's ledger (``engine``: ``"vllm==X.Y[.Z]"``, default the newest profile; see
+    :mod:`kvcore.deploy.engines`); ``max_num_batched_tokens`` / ``max_num_seqs`` None
+    take that engine's defaults for the GPU and ``usage`` (``serve`` | ``offline``);
+    ``cuda_graphs=False`` is ``--enforce-eager``.  Returns a :class:`GPUBudget`;
+    raises ConfigError for an unknown GPU or engine, a utilization outside (0, 1], a
+    negative overhead or a bad parallel size.
     """
     cfg = _config(model)
     entry, memory = _gpu_memory(gpu, gpu_memory_bytes)
@@ -273,12 +284,28 @@ def compute_budget(
         pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, include_mtp_layers=include_mtp_layers)
     est = None
+    ledger = None
     if overhead_bytes is None:
-        est = estimate_overhead(cfg, tensor_parallel_size=tensor_parallel_size,
-                                pipeline_parallel_size=pipeline_parallel_size,
-                                max_num_batched_tokens=max_num_batched_tokens,
-                                max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs)
-        overhead = est.total_bytes
+        from kvcore.deploy.engines import engine_ledger
+
+        for name, v in (("max_num_batched_tokens", max_num_batched_tokens),
+                        ("max_num_seqs", max_num_seqs)):
+            if v is not None:
+                _positive_int(v, name)
+        ledger = engine_ledger(
+            cfg, w, engine=engine, gpu=entry, gpu_memory_bytes=memory,
+            gpu_memory_utilization=util, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            data_parallel_size=data_parallel_size,
+            enable_expert_parallel=enable_expert_parallel,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len, enforce_eager=not cuda_graphs, usage=usage)
+        est = OverheadEstimate(
+            activation_bytes=ledger.activation_bytes + ledger.sampler_bytes,
+            non_torch_bytes=ledger.non_torch_bytes,
+            cuda_graph_bytes=ledger.cuda_graph_bytes if ledger.cuda_graphs_in_budget
+            else 0)
+        overhead = ledger.overhead_bytes
     else:
         if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, int) or \
                 overhead_bytes < 0:
@@ -302,7 +329,7 @@ def compute_budget(
                      weights=w, overhead_bytes=overhead, overhead=est,
                      kv_cache_memory_bytes=budget,
                      requested_kv_cache_memory_bytes=kv_cache_memory_bytes,
-                     fits_memory=fits, stage_budgets=stages)
+                     fits_memory=fits, stage_budgets=stages, ledger=ledger)
 
 
 def tensor_parallel_candidates(model: str | Path | ModelConfig, limit: int = 128) -> list[int]:
@@ -323,7 +350,7 @@ def tensor_parallel_candidates(model: str | Path | ModelConfig, limit: int = 128
 
 _BUDGET_KEYS = ("gpu", "gpu_memory_bytes", "gpu_memory_utilization", "overhead_bytes",
                 "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
-                "cuda_graphs")
+                "cuda_graphs", "engine", "usage")
 
 
 def _fits(cfg: ModelConfig, tp: int, plan_kwargs: dict[str, Any],
@@ -461,12 +488,20 @@ def plan_on_gpu(
     overhead_bytes: int | None = None,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_seqs: int | None = None,
     cuda_graphs: bool = True,
     raise_if_not_fits: bool = True,
+    engine: Any = None,
+    usage: str = "serve",
     **plan_kwargs: Any,
 ) -> Any:
     """Plan ``model`` with the KV budget a GPU leaves (see :func:`compute_budget`).
+
+    ``engine`` (``"vllm==0.10.1"``; default the newest profile, see
+    :mod:`kvcore.deploy.engines`) picks the memory accounting; ``usage`` (``serve`` |
+    ``offline``) its batch defaults; ``max_num_seqs`` None is the engine's default.
+    The stats also carry ``engine``, the ``ledger`` (one line per term, with rule and
+    source) and the ceilings vLLM would hit (:mod:`kvcore.deploy.ceilings`).
 
     ``plan_kwargs`` go to :func:`kvcore.models.planner.plan_model` (an explicit
     ``kv_cache_memory_bytes`` wins over the derived budget).  The returned
@@ -510,13 +545,18 @@ def plan_on_gpu(
         gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization, overhead_bytes=overhead_bytes,
         data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
-        max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs)
+        max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs, engine=engine, usage=usage)
+    mml = plan_kwargs.get("max_model_len")
+    if not (isinstance(mml, int) and not isinstance(mml, bool)):
+        mml = cfg.max_position_embeddings if hasattr(cfg, "max_position_embeddings") \
+            else None
     b = compute_budget(
         cfg, tensor_parallel_size=tp,
         pipeline_parallel_size=plan_kwargs.get("pipeline_parallel_size", 1),
         include_mtp_layers=plan_kwargs.get("include_mtp_layers", False),
-        max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens", 8192),
-        kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"), **budget_kwargs)
+        max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens"),
+        kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"),
+        max_model_len=mml if isinstance(mml, int) else None, **budget_kwargs)
     explicit = plan_kwargs.get("kv_cache_memory_bytes") is not None
     pp = plan_kwargs.get("pipeline_parallel_size", 1)
     if isinstance(pp, int) and pp > 1 and "stages" not in plan_kwargs:
@@ -591,6 +631,14 @@ def plan_on_gpu(
         "min_tensor_parallel_size_that_fits": min_tp,
         "num_gpus": b.weights.num_gpus,
     })
+    if b.ledger is not None:
+        config.stats.update({"engine": b.ledger.engine.name,
+                             "engine_release": b.ledger.engine.release,
+                             "ledger": b.ledger.to_dict()})
+        from kvcore.deploy.ceilings import check_ceilings
+
+        config.stats["ceilings"] = [c.to_dict() for c in check_ceilings(
+            cfg, config, b.ledger, plan_kwargs)]
     notes = [hub_note] if hub_note else []
     w = b.weights
     if w.mtp_bytes and not w.include_mtp_layers:
