@@ -557,6 +557,9 @@ def plan_on_gpu(
         max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens"),
         kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"),
         max_model_len=mml if isinstance(mml, int) else None, **budget_kwargs)
+    if b.ledger is not None and plan_kwargs.get("max_num_batched_tokens") is None:
+        # the planner sizes sliding-window blocks by the step: the engine's default
+        plan_kwargs = dict(plan_kwargs, max_num_batched_tokens=b.ledger.max_num_batched_tokens)
     explicit = plan_kwargs.get("kv_cache_memory_bytes") is not None
     pp = plan_kwargs.get("pipeline_parallel_size", 1)
     if isinstance(pp, int) and pp > 1 and "stages" not in plan_kwargs:
@@ -601,7 +604,10 @@ def plan_on_gpu(
                 cause = "budget"
         else:
             problem = (f"weights {format_bytes(max(b.weights.per_stage_bytes))} + overhead "
-                       f"{format_bytes(b.overhead_bytes)} = {format_bytes(used)} per GPU "
+                       f"{format_bytes(b.overhead_bytes)}"
+                       + (f" ({b.ledger.engine.name}; --explain itemises it)"
+                          if b.ledger is not None else "")
+                       + f" = {format_bytes(used)} per GPU "
                        f"exceed {format_bytes(b.usable_bytes)} (GPU memory x "
                        f"{b.gpu_memory_utilization:g}) by "
                        f"{format_bytes(b.shortfall_bytes())}")
@@ -630,6 +636,7 @@ def plan_on_gpu(
         "fits": fits,
         "min_tensor_parallel_size_that_fits": min_tp,
         "num_gpus": b.weights.num_gpus,
+        "data_parallel_size": data_parallel_size,
     })
     if b.ledger is not None:
         config.stats.update({"engine": b.ledger.engine.name,

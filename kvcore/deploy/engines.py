@@ -88,6 +88,13 @@ class EngineProfile:
     version: tuple[int, int, int] = field(default=(0, 0, 0))
 
     @property
+    def releases(self) -> str:
+        """The release range as text (``0.6.5-0.7.x``)."""
+        def text(v: tuple[int, int, int]) -> str:
+            return f"{v[0]}.{v[1]}.x" if v[2] == 99 else ".".join(map(str, v))
+        return f"{text(self.first)}-{text(self.last)}"
+
+    @property
     def release(self) -> str:
         """The release asked for (``0.10.1``), or the generation's first."""
         v = self.version if self.version != (0, 0, 0) else self.first
@@ -135,10 +142,7 @@ def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
     if isinstance(spec, EngineProfile):
         return spec
     spec = DEFAULT_ENGINE if spec is None else spec
-    known = ", ".join(f"{p.name} ({'.'.join(map(str, p.first[:2]))}-"
-                      f"{'.'.join(str(x) for x in p.last[:2] if x != 99)}"
-                      f"{'.x' if p.last[2] == 99 else '.' + str(p.last[2])})"
-                      for p in PROFILES)
+    known = ", ".join(f"{p.name} ({p.releases})" for p in PROFILES)
     if not isinstance(spec, str):
         raise ConfigError(f"engine must be a string like 'vllm==0.10.1', got {spec!r}; "
                           f"known profiles: {known}", field="engine", value=repr(spec))
