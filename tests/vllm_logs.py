@@ -68,7 +68,10 @@ def predict(case: dict[str, Any]) -> Prediction:
     kv_gib = (kv if kv is not None else s.get("kv_cache_memory_bytes", 0)) / GIB
     reasons = [c["message"] for c in s.get("ceilings", []) if c.get("fatal")]
     fits = bool(s.fits) and not reasons
-    tokens = s.get("kv_cache_capacity_tokens") if s.fits else None
+    from kvcore.deploy.ceilings import logged_figures
+
+    tokens = logged_figures(cfg, case["engine"]).get("gpu_kv_cache_size_tokens") \
+        if s.fits else None
     return Prediction(kv_gib=kv_gib, kv_tokens=tokens, fits=fits, reasons=reasons)
 
 

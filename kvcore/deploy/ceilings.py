@@ -67,23 +67,46 @@ def _spec_kind(group: Any) -> str:
     return name
 
 
-def logged_figures(config: Any) -> dict[str, Any]:
-    """The two figures vLLM's start-up log prints for this plan, as vLLM computes them,
-    and kvcore's own: ``gpu_kv_cache_size_tokens`` (``int(max_concurrency x
-    max_model_len)``), ``max_concurrency`` (``num_blocks / blocks_per_request``), and
-    ``true_capacity_tokens`` (blocks x block_size of the token-bearing groups, the
-    tokens the pool can hold at once)."""
+def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
+    """The figures vLLM's start-up log prints for this plan, as that release computes them.
+
+    * V0: "# GPU blocks: N" and "Maximum concurrency for L tokens per request:
+      N x block_size / L" (vllm/executor/executor_base.py@v0.7.3);
+    * V1 before 0.21: "GPU KV cache size: (num_blocks // num_groups) x block_size tokens"
+      (vllm/v1/core/kv_cache_utils.py@v0.10.1 ``_report_kv_cache_config``): on a hybrid
+      the pool's blocks are split evenly over the groups in this figure, whatever each
+      group needs (vllm#40691);
+    * V1 0.21+: ``int(max_concurrency x max_model_len)`` (kv_cache_utils.py@0.32; quoted
+      in vllm#51041), ``max_concurrency = num_blocks / blocks per request``: a derived
+      figure, not the tokens the pool holds (vllm#54662).
+
+    Returns ``gpu_kv_cache_size_tokens``, ``max_concurrency`` (as logged),
+    ``num_gpu_blocks`` (V0) and kvcore's ``max_concurrency_batched`` (its tighter figure).
+    """
+    from kvcore.deploy.engines import get_engine
+
+    p = get_engine(engine)
+    version = p.version if p.version != (0, 0, 0) else p.first
     s = config.stats
     mc = s.get("max_concurrency")
     mml = getattr(config, "max_model_len", None) or s.get("estimated_max_model_len")
-    out: dict[str, Any] = {"max_concurrency": mc,
-                           "gpu_kv_cache_size_tokens": int(mc * mml) if mc and mml else None}
+    nb = int(getattr(config, "num_blocks", 0) or 0)
     groups = _groups(config)
-    nb = getattr(config, "num_blocks", 0) or 0
-    token_groups = [g for g in groups if _spec_kind(g) not in ("mamba",)]
-    if token_groups and nb:
-        bs = getattr(token_groups[0].spec, "block_size", 0) or 0
-        out["true_capacity_tokens"] = nb * bs
+    sizes = [int(getattr(g.spec, "block_size", 0) or 0) for g in groups
+             if _spec_kind(g) != "mamba"] or [0]
+    bs = min(sizes)
+    out: dict[str, Any] = {"max_concurrency": mc, "gpu_kv_cache_size_tokens": None,
+                           "max_concurrency_batched": s.get("max_concurrency_batched")}
+    if not nb:
+        return out
+    if not p.v1:
+        out["num_gpu_blocks"] = nb
+        out["gpu_kv_cache_size_tokens"] = nb * bs
+        out["max_concurrency"] = nb * bs / mml if mml else None
+    elif version < (0, 21, 0):
+        out["gpu_kv_cache_size_tokens"] = nb // max(len(groups), 1) * bs
+    elif mc and mml:
+        out["gpu_kv_cache_size_tokens"] = int(mc * mml)
     return out
 
 
@@ -160,14 +183,16 @@ def check_ceilings(cfg: Any, config: Any, ledger: Any,
                            "maximum number of tokens that can be stored'"))
     for w in ledger.warnings:
         out.append(Ceiling("cuda_graphs", False, w, source="capture_model"))
-    lf = logged_figures(config)
+    lf = logged_figures(config, p)
     if lf.get("gpu_kv_cache_size_tokens") is not None:
-        true = lf.get("true_capacity_tokens")
+        mc = lf.get("max_concurrency") or 0.0
         msg = (f"vLLM's log will print 'GPU KV cache size: {lf['gpu_kv_cache_size_tokens']:,} "
-               f"tokens' and 'Maximum concurrency ... {lf['max_concurrency']:.2f}x'")
-        if true and "mamba" in kinds or len(groups) > 1:
-            msg += f"; the pool holds {true:,} tokens of blocks at once (hybrid: per-group)" \
-                if true else ""
+               f"tokens' and 'Maximum concurrency for {config.max_model_len:,} tokens per "
+               f"request: {mc:.2f}x'")
+        if len(groups) > 1:
+            msg += (f"; on this {len(groups)}-group layout the token figure is derived, not "
+                    f"what the pool holds: plan with {config.stats.get('max_concurrency', 0):.2f}"
+                    f" requests of max_model_len at once")
         out.append(Ceiling("logged_figures", False, msg,
                            limit=lf["gpu_kv_cache_size_tokens"],
                            source="_report_kv_cache_config (kv_cache_utils.py@0.32); "
