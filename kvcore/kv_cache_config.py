@@ -308,6 +308,8 @@ class PlanStats:
     ledger: dict[str, Any] | None = None
     ceilings: list[dict[str, Any]] | None = None
     data_parallel_size: int | None = None
+    weights_mtp_bytes: int | None = None  # whole-checkpoint MTP / next-n layers
+    weights_include_mtp: bool | None = None  # loaded per rank (--include-mtp)
 
     @classmethod
     def field_names(cls) -> frozenset[str]:

@@ -648,10 +648,9 @@ def plan_on_gpu(
             cfg, config, b.ledger, plan_kwargs)]
     notes = [hub_note] if hub_note else []
     w = b.weights
-    if w.mtp_bytes and not w.include_mtp_layers:
-        notes.append(f"weights: the checkpoint's MTP / next-n layers "
-                     f"({format_bytes(w.mtp_bytes)}) are not loaded (engines load them "
-                     f"only for speculative decoding; --include-mtp counts them)")
+    # MTP layers: said once, in the GPU summary line (kvcore.deploy.sweep.print_gpu_summary)
+    config.stats.update({"weights_mtp_bytes": w.mtp_bytes,
+                         "weights_include_mtp": w.include_mtp_layers})
     if w.source == "safetensors-index":
         notes.append(f"weights: total from {w.index_path} (metadata.total_size), per rank "
                      f"from the config's breakdown scaled to it")

@@ -741,6 +741,22 @@ def run_cli(args: Any) -> int:
     return 0
 
 
+def _whole_weights(stats: Any) -> str:
+    """The whole-model weights on the same footing as the per-rank figure: with MTP layers
+    in both or in neither, said once."""
+    from kvcore.planning import format_bytes
+
+    total = stats["weights_bytes_total"]
+    mtp = stats.get("weights_mtp_bytes") or 0
+    if not mtp:
+        return format_bytes(total)
+    if stats.get("weights_include_mtp"):
+        return f"{format_bytes(total)} with its MTP layers, loaded per rank (--include-mtp)"
+    return (f"{format_bytes(total - mtp)} without its MTP / next-n layers "
+            f"({format_bytes(mtp)}, not loaded: engines load them only for speculative "
+            f"decoding; --include-mtp counts them in both)")
+
+
 def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> None:
     """The budget lines under a single plan made with --gpu / --gpu-memory: the verdict,
     the engine profile, the ceilings vLLM would hit, deployment-wide totals under --dp,
@@ -760,8 +776,7 @@ def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> No
     print(f"GPU: {name}, {format_bytes(g['memory_bytes'])} x {util:g} per GPU"
           + (f", {gpus} GPUs (TP x PP x DP)" if gpus and gpus > 1 else "") + "; weights "
           f"per rank {format_bytes(stats['weights_bytes'])} (whole model "
-          f"{format_bytes(stats['weights_bytes_total'])}, from the "
-          f"{stats['weights_source']}); overhead per rank "
+          f"{_whole_weights(stats)}, from the {stats['weights_source']}); overhead per rank "
           f"{format_bytes(stats['overhead_bytes'])} (activations, sampler, CUDA graphs, "
           f"non-torch)" + (f"; engine {engine} (release {stats.get('engine_release')})"
                            if engine else "")
