@@ -234,7 +234,13 @@ def batch_defaults(profile: EngineProfile, *, gpu: Any, memory_bytes: int,
         big = "h100" in name or "h200" in name
         rule = "vllm#12369: H100/H200 by device name"
     if big:
-        return (8192 if serve else 16384), 256, f"{rule}: 8192 (serve) / 16384 (offline), 256 seqs"
+        # 1024 default seqs on these GPUs by 0.25 at the latest: "max_num_seqs (1024)
+        # exceeds available Mamba cache blocks" with default flags on H100 at 0.25.1
+        # (kaito-project/kaito#2319) and 0.28.0 (vllm#49064); kvcore applies it from 0.21
+        seqs = 1024 if profile.first >= (0, 21, 0) else 256
+        return (8192 if serve else 16384), seqs, (
+            f"{rule}: 8192 (serve) / 16384 (offline), {seqs} seqs"
+            + (" (1024: vllm#49064 logs at 0.25/0.28)" if seqs == 1024 else ""))
     return (2048 if serve else 8192), 256, f"{rule} otherwise: 2048 (serve) / 8192 (offline), 256 seqs"
 
 
