@@ -270,3 +270,23 @@ def test_heldout_median_error_within_5_percent():
     held = [c for c in CASES if c["set"] == "heldout"]
     errs = [e for c in held if (e := error(c, predict(c))) is not None]
     assert statistics.median(errs) <= 0.05
+
+
+def test_a_not_fit_names_the_longest_max_model_len_that_starts_and_it_starts():
+    """vLLM's 'Based on the available memory, the estimated maximum model length is N'
+    (_check_enough_kv_cache_memory): kvcore names N before the start, and N plans."""
+    from kvcore.errors import NotEnoughMemoryError
+
+    kw = dict(gpu="H100-SXM", engine="vllm==0.11.0", gpu_memory_utilization=0.95,
+              max_num_batched_tokens=1024)
+    with pytest.raises(NotEnoughMemoryError) as exc:
+        plan_on_gpu("gpt-oss-120b", **kw)
+    import re
+
+    m = re.search(r"--max-model-len (\d+)", exc.value.message)
+    assert m, exc.value.message
+    longest = int(m.group(1))
+    assert plan_on_gpu("gpt-oss-120b", max_model_len=longest, **kw).stats.fits
+    c = plan_on_gpu("gpt-oss-120b", raise_if_not_fits=False, **kw)
+    found = _ceilings(c, "max_model_len")
+    assert found and found[0]["limit"] == longest and found[0]["fatal"]

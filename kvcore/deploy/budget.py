@@ -567,6 +567,7 @@ def plan_on_gpu(
         if stages is not None:  # the planner's stages hold the layers the weights do
             plan_kwargs = dict(plan_kwargs, stages=stages)
     config = None
+    longest_that_starts = None
     problem = ""
     cause = "kv"  # what does not fit: "weights" alone, a given "budget", or the "kv" cache
     if b.fits_memory:
@@ -577,6 +578,7 @@ def plan_on_gpu(
             config = plan_model(cfg, **kwargs)
         except NotEnoughMemoryError as exc:
             need = exc.extra.get("min_kv_cache_memory_bytes")
+            longest_that_starts = exc.extra.get("estimated_max_model_len")
             if explicit:
                 given = plan_kwargs["kv_cache_memory_bytes"]
                 amount = "/".join(format_bytes(x) for x in given) if isinstance(
@@ -585,7 +587,10 @@ def plan_on_gpu(
             else:
                 problem = f"the {format_bytes(min(b.stage_budgets))} KV budget left per GPU"
             problem += (" cannot hold one request of max_model_len"
-                        + (f" (needs {format_bytes(float(need))})" if need else ""))
+                        + (f" (needs {format_bytes(float(need))})" if need else "")
+                        + (f"; the longest max_model_len that starts is "
+                           f"{int(longest_that_starts):,} (--max-model-len "
+                           f"{int(longest_that_starts)})" if longest_that_starts else ""))
             if not raise_if_not_fits:
                 config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))
     else:
@@ -644,8 +649,14 @@ def plan_on_gpu(
                              "ledger": b.ledger.to_dict()})
         from kvcore.deploy.ceilings import check_ceilings
 
-        config.stats["ceilings"] = [c.to_dict() for c in check_ceilings(
-            cfg, config, b.ledger, plan_kwargs)]
+        ceilings = [c.to_dict() for c in check_ceilings(cfg, config, b.ledger, plan_kwargs)]
+        for c in ceilings:
+            if c["kind"] == "max_model_len" and longest_that_starts:
+                c["limit"] = int(longest_that_starts)
+                c["message"] = (f"the KV budget cannot hold one request of max_model_len; "
+                                f"the longest that starts is {int(longest_that_starts):,} "
+                                f"tokens (--max-model-len {int(longest_that_starts)})")
+        config.stats["ceilings"] = ceilings
     notes = [hub_note] if hub_note else []
     w = b.weights
     # MTP layers: said once, in the GPU summary line (kvcore.deploy.sweep.print_gpu_summary)
