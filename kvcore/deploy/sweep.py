@@ -412,7 +412,8 @@ def rows_to_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 #: ``plan --json`` keys the GPU budget adds (issue #16)
 GPU_JSON_KEYS = ("weights_bytes", "weights_bytes_total", "weights_source", "overhead_bytes",
                  "gpu", "gpu_memory_utilization", "fits", "min_tensor_parallel_size_that_fits",
-                 "num_gpus")
+                 "num_gpus", "data_parallel_size", "weights_mtp_bytes", "weights_include_mtp",
+                 "engine", "engine_release", "ledger", "ceilings")
 
 
 def plan_json_extras(stats: Any) -> dict[str, Any]:
