@@ -11,6 +11,7 @@ import statistics
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_plugin_needs import skip_unless_served
 from vllm_logs import error, load_cases, predict
 
 from kvcore.deploy.budget import compute_budget, plan_on_gpu
@@ -177,6 +178,7 @@ def test_mamba_blocks_below_max_num_seqs_fail_the_start_from_019(model, gpu, tp,
 def test_inflated_block_sizes_warn_that_short_prompts_never_hit(model, tp):
     """vllm#40696 / #54504: hybrid unification raises block_size past typical prompts; a
     prompt of L tokens can reuse floor((L-1)/B) x B tokens only."""
+    skip_unless_served(model)
     c = plan_on_gpu(model, gpu="H200", tensor_parallel_size=tp, max_model_len=65536,
                     raise_if_not_fits=False)
     sizes = [g.spec.block_size for g in c.kv_cache_groups if "Mamba" not in
@@ -188,6 +190,7 @@ def test_inflated_block_sizes_warn_that_short_prompts_never_hit(model, tp):
 
 
 def test_mamba_align_with_prefix_caching_warns_about_short_shared_prefixes():
+    skip_unless_served("qwen3.5-35b-a3b")
     c = plan_on_gpu("qwen3.5-35b-a3b", gpu="H200", tensor_parallel_size=2,
                     max_model_len=65536, mamba_cache_mode="align", raise_if_not_fits=False)
     assert _ceilings(c, "mamba_align")

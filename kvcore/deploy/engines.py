@@ -35,7 +35,9 @@ vllm==0.9   0.9.0-0.20.x The same defaults keyed on device memory >= 70 GiB and 
                          intermediate to 128, hidden to 256; seen from 0.10.1).
 vllm==0.21  0.21-0.31    CUDA-graph memory profiled and taken from the budget by
                          default (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, "default
-                         since v0.21.0": vllm/v1/worker/gpu_worker.py@0.32).
+                         since v0.21.0": vllm/v1/worker/gpu_worker.py@0.32); 1024
+                         default ``max_num_seqs`` on >= 70 GiB GPUs (seen at 0.25 and
+                         0.28 in vllm#49064 / kaito-project/kaito#2319 logs).
 vllm==0.32  0.32         ``get_batch_defaults``@0.32: >= 160 GiB devices 16384 tokens
                          for both contexts (vllm#51726), >= 70 GiB non-A100
                          8192 / 16384; ``max_num_seqs`` 1024 on both tiers, else 256.
