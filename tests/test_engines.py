@@ -157,6 +157,7 @@ def _ceilings(config, kind):
 def test_mamba_blocks_below_max_num_seqs_fail_the_start_from_019(model, gpu, tp, max_len):
     """vllm#49064 / #38270: 'max_num_seqs (1024) exceeds available Mamba cache blocks (N)
     ... lower max_num_seqs to at most N': one Mamba block per decode sequence."""
+    skip_unless_served(model)
     base = plan_on_gpu(model, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_len,
                        raise_if_not_fits=False)
     blocks = base.num_blocks
