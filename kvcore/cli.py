@@ -90,7 +90,9 @@ def _add_plan(sub: Any) -> None:
     p.add_argument("--pp", type=count_arg("pipeline_parallel_size", "--pp"), default=1,
                    metavar="N", help="pipeline-parallel size")
     p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
-                   default=8192, metavar="N")
+                   default=None, metavar="N",
+                   help="tokens per step (default 8192; with --gpu: the --engine's default "
+                        "for that GPU and --usage)")
     p.add_argument("--max-num-encoder-input-tokens",
                    type=length_arg("max_num_encoder_input_tokens", minimum=0), metavar="N")
     p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"])
@@ -171,7 +173,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
                           ("max_num_encoder_input_tokens", "max_num_encoder_input_tokens")):
             if getattr(args, flag) is not None:
                 opts[key] = getattr(args, flag)
-        if args.max_num_batched_tokens != 8192:
+        if args.max_num_batched_tokens is not None:
             opts["max_num_batched_tokens"] = args.max_num_batched_tokens
         if args.mamba_cache_mode != "none":
             opts["mamba_cache_mode"] = args.mamba_cache_mode
@@ -192,6 +194,8 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
     from kvcore.deploy.sweep import gpu_plan_kwargs, on_gpu
 
     planner: Any = plan_model
+    if args.max_num_batched_tokens is not None or not on_gpu(args):
+        extra["max_num_batched_tokens"] = args.max_num_batched_tokens or 8192
     if on_gpu(args):  # --gpu / --gpu-memory: the budget comes from the GPU (kvcore.deploy.budget)
         import functools
 
@@ -202,7 +206,6 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         args.model, kv_cache_memory_bytes=budget, max_model_len=max_len,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tp, pipeline_parallel_size=args.pp,
-        max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_encoder_input_tokens=args.max_num_encoder_input_tokens,
         mamba_cache_mode=args.mamba_cache_mode,
         num_speculative_tokens=args.num_speculative_tokens,
@@ -231,7 +234,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     _print_plan(config, out, model)
-    print_gpu_summary(s)
+    print_gpu_summary(s, explain=getattr(args, "explain", False))
     if args.show_tensors:
         _print_tensors(out)
     return 0

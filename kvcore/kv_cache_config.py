@@ -302,6 +302,14 @@ class PlanStats:
     fits: bool | None = None
     min_tensor_parallel_size_that_fits: int | None = None
     num_gpus: int | None = None  # tensor x pipeline x data parallel sizes
+    # ---- the engine profile (kvcore.deploy.engines / ceilings; issue #23) --------------
+    engine: str | None = None
+    engine_release: str | None = None
+    ledger: dict[str, Any] | None = None
+    ceilings: list[dict[str, Any]] | None = None
+    data_parallel_size: int | None = None
+    weights_mtp_bytes: int | None = None  # whole-checkpoint MTP / next-n layers
+    weights_include_mtp: bool | None = None  # loaded per rank (--include-mtp)
 
     @classmethod
     def field_names(cls) -> frozenset[str]:

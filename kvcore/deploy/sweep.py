@@ -252,7 +252,7 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
 
 #: keywords that only mean something on a GPU
 _GPU_ONLY = {"overhead_bytes": None, "data_parallel_size": 1, "enable_expert_parallel": False,
-             "max_num_seqs": 256, "cuda_graphs": True}
+             "max_num_seqs": None, "cuda_graphs": True, "engine": None, "usage": "serve"}
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -261,7 +261,7 @@ def _is_default(value: Any, default: Any) -> bool:
 
 _BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel",
                 "max_num_seqs", "cuda_graphs", "gpu", "gpu_memory_bytes",
-                "gpu_memory_utilization")
+                "gpu_memory_utilization", "engine", "usage")
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -412,7 +412,8 @@ def rows_to_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 #: ``plan --json`` keys the GPU budget adds (issue #16)
 GPU_JSON_KEYS = ("weights_bytes", "weights_bytes_total", "weights_source", "overhead_bytes",
                  "gpu", "gpu_memory_utilization", "fits", "min_tensor_parallel_size_that_fits",
-                 "num_gpus")
+                 "num_gpus", "data_parallel_size", "weights_mtp_bytes", "weights_include_mtp",
+                 "engine", "engine_release", "ledger", "ceilings")
 
 
 def plan_json_extras(stats: Any) -> dict[str, Any]:
@@ -595,6 +596,20 @@ def add_gpu_arguments(p: Any) -> None:
                    help="data-parallel replicas (multiplies GPUs, not per-rank memory)")
     g.add_argument("--enable-expert-parallel", action="store_true",
                    help="split MoE experts whole over TP x DP ranks")
+    g.add_argument("--engine", metavar="vllm==X.Y[.Z]", default=None,
+                   help="the engine release whose memory accounting to use (default: the "
+                        "newest profile, vllm==0.32; see docs/ENGINE_PROFILES.md)")
+    g.add_argument("--usage", choices=["serve", "offline"], default="serve",
+                   help="vLLM's usage context for its batch defaults: serve (vllm serve) "
+                        "or offline (the LLM class)")
+    g.add_argument("--max-num-seqs", metavar="N", type=_arg(
+        lambda t: parse_count(t, "max_num_seqs", "--max-num-seqs"), "max_num_seqs"),
+        default=None, help="sequences per step (default: the engine's for the GPU)")
+    g.add_argument("--enforce-eager", action="store_true",
+                   help="no CUDA graphs (vLLM's --enforce-eager)")
+    g.add_argument("--explain", action="store_true",
+                   help="print the whole per-rank memory ledger, one line per term, with "
+                        "the rule and source of each")
     g.add_argument("--csv", metavar="FILE", help="write the sweep table as CSV")
     g.add_argument("--plot", metavar="FILE.png",
                    help="plot max concurrency against max_model_len (kvcore[plot])")
@@ -647,7 +662,10 @@ def gpu_plan_kwargs(args: Any) -> dict[str, Any]:
     return {"gpu": args.gpu, "gpu_memory_bytes": args.gpu_memory,
             "gpu_memory_utilization": _utilization(args),
             "overhead_bytes": args.overhead, "data_parallel_size": args.dp or 1,
-            "enable_expert_parallel": args.enable_expert_parallel}
+            "enable_expert_parallel": args.enable_expert_parallel,
+            "engine": getattr(args, "engine", None), "usage": getattr(args, "usage", "serve"),
+            "max_num_seqs": getattr(args, "max_num_seqs", None),
+            "cuda_graphs": not getattr(args, "enforce_eager", False)}
 
 
 def cli_plan_kwargs(args: Any) -> dict[str, Any]:
@@ -655,7 +673,7 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
     from kvcore.units import parse_size
 
     kw: dict[str, Any] = {
-        "block_size": args.block_size, "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
         "max_num_encoder_input_tokens": args.max_num_encoder_input_tokens,
         "mamba_cache_mode": args.mamba_cache_mode,
         "num_speculative_tokens": args.num_speculative_tokens,
@@ -665,6 +683,9 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
     for opt in ("kernel_block_size", "kv_cache_layout", "num_gpu_blocks_override"):
         if getattr(args, opt, None) is not None:
             kw[opt] = getattr(args, opt)
+    if args.max_num_batched_tokens is not None or not on_gpu(args):
+        # with a GPU and no flag the engine profile's default applies
+        kw["max_num_batched_tokens"] = args.max_num_batched_tokens or 8192
     if getattr(args, "disable_hybrid_kv_cache_manager", False):
         kw["disable_hybrid_kv_cache_manager"] = True
     if args.kv_cache_memory is not None:
@@ -672,7 +693,11 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
         kw["kv_cache_memory_bytes"] = parts[0] if len(parts) == 1 else parts
     if on_gpu(args):
         kw.update(overhead_bytes=args.overhead, data_parallel_size=args.dp or 1,
-                  enable_expert_parallel=args.enable_expert_parallel)
+                  enable_expert_parallel=args.enable_expert_parallel,
+                  engine=getattr(args, "engine", None),
+                  usage=getattr(args, "usage", "serve"),
+                  max_num_seqs=getattr(args, "max_num_seqs", None),
+                  cuda_graphs=not getattr(args, "enforce_eager", False))
     return kw
 
 
@@ -717,8 +742,26 @@ def run_cli(args: Any) -> int:
     return 0
 
 
-def print_gpu_summary(stats: Any, file: Any = None) -> None:
-    """The budget lines under a single plan made with --gpu / --gpu-memory."""
+def _whole_weights(stats: Any) -> str:
+    """The whole-model weights on the same footing as the per-rank figure: with MTP layers
+    in both or in neither, said once."""
+    from kvcore.planning import format_bytes
+
+    total = stats["weights_bytes_total"]
+    mtp = stats.get("weights_mtp_bytes") or 0
+    if not mtp:
+        return format_bytes(total)
+    if stats.get("weights_include_mtp"):
+        return f"{format_bytes(total)} with its MTP layers, loaded per rank (--include-mtp)"
+    return (f"{format_bytes(total - mtp)} without its MTP / next-n layers "
+            f"({format_bytes(mtp)}, not loaded: engines load them only for speculative "
+            f"decoding; --include-mtp counts them in both)")
+
+
+def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> None:
+    """The budget lines under a single plan made with --gpu / --gpu-memory: the verdict,
+    the engine profile, the ceilings vLLM would hit, deployment-wide totals under --dp,
+    and with ``explain`` the whole per-rank ledger (one line per term, rule, source)."""
     from kvcore.planning import format_bytes
 
     if stats.get("gpu") is None:
@@ -728,10 +771,36 @@ def print_gpu_summary(stats: Any, file: Any = None) -> None:
     name = g.get("name") or "--gpu-memory"
     util = stats.get("gpu_memory_utilization")
     gpus = stats.get("num_gpus")
+    fatal = [c for c in stats.get("ceilings") or [] if c.get("fatal")]
+    fits = bool(stats.get("fits")) and not fatal
+    engine = stats.get("engine")
     print(f"GPU: {name}, {format_bytes(g['memory_bytes'])} x {util:g} per GPU"
           + (f", {gpus} GPUs (TP x PP x DP)" if gpus and gpus > 1 else "") + "; weights "
           f"per rank {format_bytes(stats['weights_bytes'])} (whole model "
-          f"{format_bytes(stats['weights_bytes_total'])}, from the "
-          f"{stats['weights_source']}); overhead {format_bytes(stats['overhead_bytes'])} "
-          f"(activations, CUDA graphs, runtime); fits: "
-          f"{'yes' if stats.get('fits') else 'no'}", file=out)
+          f"{_whole_weights(stats)}, from the {stats['weights_source']}); overhead per rank "
+          f"{format_bytes(stats['overhead_bytes'])} (activations, sampler, CUDA graphs, "
+          f"non-torch)" + (f"; engine {engine} (release {stats.get('engine_release')})"
+                           if engine else "")
+          + f"; fits: {'yes' if fits else 'no'}", file=out)
+    ledger = stats.get("ledger")
+    if explain and ledger:
+        print(f"memory ledger per rank ({ledger['engine']}; max_num_batched_tokens "
+              f"{ledger['max_num_batched_tokens']:,}, max_num_seqs "
+              f"{ledger['max_num_seqs']:,}):", file=out)
+        for i, line in enumerate(ledger["lines"]):
+            sign = "" if i == 0 or line["name"] == "KV budget" else "- "
+            eq = "= " if line["name"] == "KV budget" else ""
+            print(f"  {eq}{sign}{line['name']:<22} {format_bytes(line['bytes']):>11}  "
+                  f"{line['rule']}  [{line['source']}]", file=out)
+    for c in stats.get("ceilings") or []:
+        if c["kind"] == "logged_figures" and not explain:
+            continue
+        tag = "does not start" if c.get("fatal") else \
+            "vLLM's log" if c["kind"] == "logged_figures" else "warning"
+        print(f"{tag}: {c['message']} [{c['source']}]", file=out)
+    dp = stats.get("data_parallel_size") or 1
+    if dp > 1 and stats.get("max_concurrency") is not None:
+        print(f"deployment-wide (x {dp} data-parallel replicas): max concurrency "
+              f"{stats['max_concurrency'] * dp:.2f} requests, "
+              f"{(stats.get('kv_cache_capacity_tokens') or 0) * dp:,} tokens of KV cache "
+              f"(the figures above are per rank = per replica)", file=out)
