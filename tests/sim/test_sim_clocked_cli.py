@@ -32,6 +32,8 @@ def _json(capsys, argv):
 
 @pytest.mark.parametrize("load", [["--max-concurrency", "64"], ["--request-rate", "10"]])
 def test_done_when_commands(capsys, load):
+    """The issue's commands; the first is the README's example (its 500 requests and
+    512000 input tokens are asserted here)."""
     out = _json(capsys, [*DONE_WHEN, *load, "--json"])
     for k in VLLM_KEYS + KVCORE_KEYS:
         assert k in out, k
