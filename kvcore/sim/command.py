@@ -786,8 +786,9 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
         return 0
     rate = report["request_rate"]
     extra = [("Time model:", report["time_model"]),
-             ("KV cache:", f"{report['num_blocks']:,} blocks of {report['block_size']} "
-                           f"tokens, {report['num_kv_cache_groups']} groups"),
+             ("KV cache:", f"{report['num_blocks']:,} blocks, "
+                           f"{report['num_kv_cache_groups']} groups, block_size "
+                           f"{report['block_size']}"),
              ("Wall time (s):", f"{report['wall_seconds']:.2f}")]
     if args.plot:
         extra.append(("Plot:", args.plot))
