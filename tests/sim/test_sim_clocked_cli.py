@@ -155,3 +155,58 @@ def test_fuzz_clock_flags(capsys, pairs):
         assert obj["completed"] + obj["failed"] <= obj["num_prompts"]
     else:
         assert set(obj) == {"error"}
+
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_mooncake_timestamps_are_the_arrivals(capsys):
+    # the first 200 rows of the conversation trace span 72 s (row 200: timestamp 72000)
+    out = _json(capsys, ["simulate", "llama-3.1-8b", "--trace",
+                         str(DATA / "mooncake_conversation_trace.jsonl.gz"), "--limit",
+                         "200", "--kv-cache-memory", "80GiB", "--max-model-len", "131072",
+                         "--scheduler", "vllm", "--json"])
+    assert out["completed"] == 200 and out["num_prompts"] == 200
+    assert out["duration"] > 72.0
+    assert out["request_rate"] is None  # the trace's own clock
+    # conversations share prefixes; never above the slice's ideal (infinite cache at
+    # 512-token granularity, 5.93 % for these 200 rows)
+    assert 0.0 < out["prefix_hit_ratio"] <= 0.0593
+
+
+def test_azure_with_a_rate_replaces_the_timestamps(capsys):
+    out = _json(capsys, ["simulate", "llama-3.1-8b", "--trace",
+                         str(DATA / "azure_code_head200.csv"), "--limit", "50",
+                         "--kv-cache-memory", "40GiB", "--max-model-len", "32768",
+                         "--request-rate", "5", "--seed", "1", "--json"])
+    assert out["completed"] == 50 and out["request_rate"] == 5.0
+    assert out["duration"] > 50 / 5  # the last request is sent at n / rate = 10 s
+    assert out["prefix_hit_ratio"] == 0.0  # Azure prompts are unique
+
+
+def test_make_time_model_uses_the_roofline_factory_when_present(monkeypatch):
+    """The contract with kvcore.sim.timing: --gpu selects roofline_for(model_config,
+    kv_cache_config, gpu=..., tensor_parallel_size=...) once it exists; --time-model
+    names one; otherwise the constant placeholder, which the note calls one."""
+    import argparse
+
+    from kvcore.sim import command, timing
+
+    args = argparse.Namespace(gpu="H100", time_model=None, tensor_parallel_size=2,
+                              pipeline_parallel_size=1)
+    calls = []
+
+    def roofline_for(model_config, kv_cache_config, **kw):
+        calls.append((model_config, kv_cache_config, kw))
+        return timing.ConstantTimeModel(step_s=0.5)
+
+    monkeypatch.delattr(timing, "roofline_for", raising=False)
+    m = command.make_time_model(args, "MC", "KV")
+    assert isinstance(m, timing.ConstantTimeModel) and m.step_s == command.PLACEHOLDER_STEP_S
+    assert "placeholder" in command.time_model_note(args, m)
+    monkeypatch.setattr(timing, "roofline_for", roofline_for, raising=False)
+    m = command.make_time_model(args, "MC", "KV")
+    assert m.step_s == 0.5
+    assert calls == [("MC", "KV", {"gpu": "H100", "tensor_parallel_size": 2})]
+    args.time_model = "constant"
+    assert command.make_time_model(args, "MC", "KV") == timing.ConstantTimeModel()
