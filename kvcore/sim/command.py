@@ -438,7 +438,7 @@ def run(args: argparse.Namespace) -> int:
 # ---- the clocked run (kvcore.sim.engine) -------------------------------------------------
 #: flags that ask for the clocked engine (any of them, or --scheduler vllm)
 CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "goodput", "gpu",
-               "time_model", "long_prefill_token_threshold")
+               "time_model", "long_prefill_token_threshold", "gpu_memory_utilization")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 
@@ -488,6 +488,23 @@ def _goodput_arg(text: str) -> str:
     return text
 
 
+def _percentiles_arg(text: str) -> list[float]:
+    import argparse
+
+    out: list[float] = []
+    for item in str(text).split(","):
+        try:
+            v = float(item)
+        except ValueError:
+            v = float("nan")
+        if not 0.0 <= v <= 100.0:
+            raise argparse.ArgumentTypeError(
+                f"metric_percentiles: each percentile must be a number in [0, 100], got "
+                f"{item!r} (e.g. 50,90,99)")
+        out.append(v)
+    return out
+
+
 def add_clock_arguments(p: Any) -> None:
     """The flags of the clocked run (``vllm bench serve``'s names and defaults)."""
     g = p.add_argument_group(
@@ -520,6 +537,9 @@ def add_clock_arguments(p: Any) -> None:
                    help="most outstanding requests (closed loop, vllm bench serve's)")
     g.add_argument("--goodput", nargs="+", type=_goodput_arg, default=None,
                    metavar="KEY:MS", help="SLOs for request_goodput: ttft:MS tpot:MS e2el:MS")
+    g.add_argument("--metric-percentiles", type=_percentiles_arg, default=[99.0],
+                   metavar="P[,P]", help="percentiles of TTFT, TPOT, ITL, E2EL to report "
+                                         "(comma list, default 99, vLLM's)")
     g.add_argument("--long-prefill-token-threshold",
                    type=length_arg("long_prefill_token_threshold", minimum=0), default=None)
     g.add_argument("--gpu", default=None, metavar="NAME",
@@ -706,7 +726,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                      long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
                      max_model_len=mml, max_concurrency=args.max_concurrency,
                      progress=progress)
-    m = serving_metrics(res, goodput=goodput or None)
+    m = serving_metrics(res, goodput=goodput or None, percentiles=args.metric_percentiles)
     rate = args.request_rate
     if rate is None:
         rate = math.inf if args.dataset else None

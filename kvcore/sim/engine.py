@@ -216,6 +216,7 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     now = 0.0
     step = 0
     n_done = 0
+    idle_steps = 0
     rec = record_steps
     s_end, s_use, s_run, s_wait, s_tok = (res.step_end, res.step_usage, res.step_running,
                                           res.step_waiting, res.step_tokens)
@@ -361,6 +362,14 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             waiting.remove(lone)
             _reject(lone, res, slots, now, keep_requests)
             n_done += 1
+        if sched or preempted or lone is not None:
+            idle_steps = 0
+        else:
+            idle_steps += 1
+            if idle_steps > 1 and not (pending and pending[0].arrival > now):
+                raise RuntimeError(  # pragma: no cover - a scheduler bug, not input
+                    f"engine: step {step} scheduled nothing with {len(running)} running "
+                    f"and {len(waiting)} waiting; nothing would ever change")
         # 3. run the step
         dt = step_time(describe_batch(kvcfg, batch_reqs))
         if not (dt >= 0.0) or dt == float("inf"):

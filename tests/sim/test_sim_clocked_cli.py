@@ -114,9 +114,19 @@ def _one_line_error(capsys, argv, field=None):
     (["--random-range-ratio", "1"], "random_range_ratio"),
     (["--num-prompts", "0"], "num_prompts"), (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
     (["--time-model", "nosuch"], "nosuch"), (["--trace", "x.jsonl"], "not both"),
-    (["--gpu-memory-utilization", "0.9"], "--gpu")])
+    (["--gpu-memory-utilization", "0.9"], "--gpu"),
+    (["--metric-percentiles", "101"], "metric_percentiles"),
+    (["--metric-percentiles", "50,x"], "metric_percentiles")])
 def test_bad_clock_flags(capsys, extra, needle):
     assert needle in _one_line_error(capsys, [*BASE, *extra])
+
+
+def test_metric_percentiles_as_vllm_names_them(capsys):
+    out = _json(capsys, [*BASE, "--metric-percentiles", "50,90,99.9", "--json"])
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        assert {f"p50_{m}_ms", f"p90_{m}_ms", f"p99.9_{m}_ms"} <= set(out)
+        assert f"p99_{m}_ms" not in out
+        assert out[f"p50_{m}_ms"] == pytest.approx(out[f"median_{m}_ms"])
 
 
 def test_burstiness_on_a_trace_needs_a_rate(capsys, tmp_path):
@@ -134,7 +144,8 @@ TEXT = st.one_of(st.sampled_from(["0", "-1", "inf", "nan", "1e400", "", "1.5", "
 FLAGS = ["--request-rate", "--burstiness", "--max-concurrency", "--goodput",  # (not
          # --num-prompts: a generated 999999 would make a long run)
          "--random-range-ratio", "--random-input-len",
-         "--random-prefix-len", "--long-prefill-token-threshold", "--seed"]
+         "--random-prefix-len", "--long-prefill-token-threshold", "--seed",
+         "--metric-percentiles"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
