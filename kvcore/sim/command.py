@@ -726,7 +726,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                      long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
                      max_model_len=mml, max_concurrency=args.max_concurrency,
                      progress=progress)
-    m = serving_metrics(res, goodput=goodput or None, percentiles=args.metric_percentiles)
+    m = serving_metrics(res, goodput=goodput or None, percentiles=args.metric_percentiles,
+                        request_overhead_s=float(
+                            getattr(time_model, "request_overhead_s", 0.0) or 0.0))
     rate = args.request_rate
     if rate is None:
         rate = math.inf if args.dataset else None
