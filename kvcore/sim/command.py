@@ -612,7 +612,11 @@ def time_model_note(args: argparse.Namespace, model: Any) -> str:
                if getattr(args, "gpu", None) else "no --gpu given")
         return (f"constant {model.step_s * 1000:g} ms a step + {model.token_s * 1e6:g} us "
                 f"a token (placeholder: {why}; latencies count steps, not GPU time)")
-    return getattr(model, "description", None) or type(model).__name__
+    for attr in ("description", "name"):
+        text = getattr(model, attr, None)
+        if isinstance(text, str) and text:
+            return text
+    return type(model).__name__
 
 
 def _model_config(model: Any) -> Any:

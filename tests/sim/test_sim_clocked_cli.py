@@ -41,6 +41,7 @@ def test_done_when_commands(capsys, load):
     assert out["total_input_tokens"] == 500 * 1024  # range ratio 0: every prompt 1024
     assert out["total_output_tokens"] == 500 * 128
     assert out["gpu"] == "H100-SXM" and out["max_num_batched_tokens"] == 8192
+    assert "placeholder" not in out["time_model"]  # --gpu: the roofline model
     assert out["output_throughput"] == pytest.approx(64000 / out["duration"])
     if "--request-rate" in load:
         # open loop at 10 req/s: the last request is sent at 500 / 10 = 50 s
