@@ -438,7 +438,8 @@ def run(args: argparse.Namespace) -> int:
 # ---- the clocked run (kvcore.sim.engine) -------------------------------------------------
 #: flags that ask for the clocked engine (any of them, or --scheduler vllm)
 CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "goodput", "gpu",
-               "time_model", "long_prefill_token_threshold", "gpu_memory_utilization")
+               "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
+               "result_dir", "result_filename")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 
@@ -540,6 +541,16 @@ def add_clock_arguments(p: Any) -> None:
     g.add_argument("--metric-percentiles", type=_percentiles_arg, default=[99.0],
                    metavar="P[,P]", help="percentiles of TTFT, TPOT, ITL, E2EL to report "
                                          "(comma list, default 99, vLLM's)")
+    g.add_argument("--save-result", action="store_true",
+                   help="also write the report to a JSON file named as vllm bench serve "
+                        "names it ({label}-{rate}qps[-concurrency{N}]-{model}-{date}.json)")
+    g.add_argument("--save-detailed", action="store_true",
+                   help="with --save-result: per-request input_lens, output_lens, ttfts, "
+                        "itls, start_times too")
+    g.add_argument("--result-dir", default=None, help="folder for --save-result")
+    g.add_argument("--result-filename", default=None, help="file name for --save-result")
+    g.add_argument("--label", default="kvcore-simulate",
+                   help="the label of --save-result's file name (vLLM's --label)")
     g.add_argument("--long-prefill-token-threshold",
                    type=length_arg("long_prefill_token_threshold", minimum=0), default=None)
     g.add_argument("--gpu", default=None, metavar="NAME",
@@ -558,7 +569,63 @@ def clocked(args: argparse.Namespace) -> bool:
     """Whether ``args`` ask for the clocked engine (``--scheduler``, or any clock flag)."""
     if args.scheduler != "auto":
         return bool(args.scheduler == "vllm")
-    return any(getattr(args, f, None) is not None for f in CLOCK_FLAGS)
+    return bool(getattr(args, "save_result", False)) or any(
+        getattr(args, f, None) is not None for f in CLOCK_FLAGS)
+
+
+def result_path(args: argparse.Namespace, when: Any = None) -> str:
+    """``--save-result``'s file: vLLM's ``compute_result_filename`` (``{label}-{rate}qps
+    [-concurrency{N}]-{model}-{%Y%m%d-%H%M%S}.json``, ``--result-filename`` instead,
+    inside ``--result-dir``).  Raises ConfigError (field ``result_dir``) for a folder
+    that exists as a file or cannot be written."""
+    import datetime
+
+    from kvcore.errors import ConfigError
+
+    now = when or datetime.datetime.now()
+    rate = args.request_rate if args.request_rate is not None else math.inf
+    conc = f"-concurrency{args.max_concurrency}" if args.max_concurrency is not None else ""
+    model = str(args.model).rstrip("/").split("/")[-1]
+    name = args.result_filename or (
+        f"{args.label}-{rate}qps{conc}-{model}-{now.strftime('%Y%m%d-%H%M%S')}.json")
+    folder = Path(args.result_dir) if args.result_dir else Path(name).parent
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--result-dir {folder}: is a file, not a folder",
+                          field="result_dir", value=str(folder))
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"--result-dir {folder}: {str(probe)!r} is not writable",
+                          field="result_dir", value=str(folder))
+    return str(Path(args.result_dir) / name) if args.result_dir else name
+
+
+def _save_result(args: argparse.Namespace, path: str, report: dict[str, Any],
+                 res: Any) -> None:
+    import datetime
+
+    from kvcore.errors import ConfigError
+
+    out = {"date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
+           "backend": args.label, "label": args.label, "model_id": str(args.model),
+           **report}
+    reqs = res.requests
+    out["latencies"] = [r.latency if r.finish >= 0 else 0.0 for r in reqs]
+    if args.save_detailed:
+        out["input_lens"] = [r.prompt_len for r in reqs]
+        out["output_lens"] = [len(r.token_times) for r in reqs]
+        out["ttfts"] = [r.ttft if r.token_times else 0.0 for r in reqs]
+        out["itls"] = [r.itl for r in reqs]
+        out["start_times"] = [r.sent for r in reqs]
+    try:
+        if args.result_dir:
+            os.makedirs(args.result_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(out, f)
+    except OSError as exc:
+        raise ConfigError(f"--save-result {path}: cannot write ({exc.strerror or exc})",
+                          field="result_dir", value=path) from exc
 
 
 def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
@@ -803,7 +870,11 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     """The clocked branch of :func:`run` (prints the report; returns the exit status)."""
     from kvcore.sim.metrics import format_summary
 
+    path = result_path(args) if args.save_result else None  # checked before the run
     report, res = simulate_clocked(args, budget=budget, progress=progress)
+    if path is not None:
+        _save_result(args, path, report, res)
+        report["result_file"] = path
     if args.plot:
         _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
         report["plot"] = args.plot
@@ -818,6 +889,8 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
              ("Wall time (s):", f"{report['wall_seconds']:.2f}")]
     if args.plot:
         extra.append(("Plot:", args.plot))
+    if path is not None:
+        extra.append(("Result file:", path))
     print(format_summary(report, max_concurrency=args.max_concurrency,
                          request_rate=math.inf if rate in (None, "inf") else float(rate),
                          extra=extra))

@@ -222,3 +222,28 @@ def test_make_time_model_uses_the_roofline_factory_when_present(monkeypatch):
     assert calls == [("MC", "KV", {"gpu": "H100", "tensor_parallel_size": 2})]
     args.time_model = "constant"
     assert command.make_time_model(args, "MC", "KV") == timing.ConstantTimeModel()
+
+
+def test_save_result_as_vllm_names_and_fills_it(capsys, tmp_path):
+    out = _json(capsys, [*BASE, "--max-concurrency", "2", "--save-result", "--save-detailed",
+                         "--result-dir", str(tmp_path / "res"), "--json"])
+    (f,) = (tmp_path / "res").iterdir()
+    # vLLM: {label}-{request_rate}qps-concurrency{N}-{model}-{date}.json
+    assert f.name.startswith("kvcore-simulate-infqps-concurrency2-llama-3.1-8b-")
+    assert out["result_file"] == str(f)
+    saved = json.loads(f.read_text())
+    assert saved["completed"] == 3 and saved["backend"] == "kvcore-simulate"
+    assert saved["input_lens"] == [20, 20, 20] and saved["output_lens"] == [3, 3, 3]
+    assert len(saved["itls"]) == 3 and all(len(x) == 2 for x in saved["itls"])
+    assert saved["mean_ttft_ms"] == pytest.approx(out["mean_ttft_ms"])
+    named = tmp_path / "mine.json"
+    _json(capsys, [*BASE, "--save-result", "--result-filename", str(named), "--json"])
+    assert "input_lens" not in json.loads(named.read_text())  # not --save-detailed
+
+
+def test_save_result_into_a_file_path_fails_before_the_run(capsys, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    line = _one_line_error(capsys, [*BASE, "--save-result", "--result-dir", str(f)],
+                           field="result_dir")
+    assert "is a file" in line
