@@ -6,10 +6,10 @@ private suffixes, arrivals over the first steps) runs twice: through vLLM's Sche
 with vLLM's own KVCacheManager (the harness), and through kvcore's engine on the same
 plan (vLLM's ``KVCacheConfig`` converted by ``kvcore_vllm.specs.from_vllm_config``),
 with a constant step time of 1 s so that the engine's clock counts the harness's steps
-(the harness adds a request at the step of its ``arrival_step``).  For windowed
-hybrids the reference Scheduler runs over kvcore_vllm's manager in kvcore's retention
-mode (see :func:`_vllm_steps`): the scheduler is vLLM's, the prefix-cache retention
-kvcore's.  Every step's
+(the harness adds a request at the step of its ``arrival_step``).  For
+sliding-window hybrids the reference Scheduler runs over kvcore_vllm's manager in
+kvcore's retention mode (see :func:`_vllm_steps`): the scheduler is vLLM's, the
+prefix-cache retention kvcore's.  Every step's
 scheduled requests with their token counts (in schedule order), preempted requests and
 finished requests must be equal, and the step at which each happens.
 
@@ -60,12 +60,14 @@ def _vllm_steps(w: Workload, kind: str
     """(step, scheduled in order, preempted, finished by that step) per step that did
     something; a request finished in step k is in the output of step k + 1.
 
-    Dense: vLLM's Scheduler with vLLM's KVCacheManager.  Windowed hybrids: vLLM's
-    Scheduler with kvcore_vllm's manager in kvcore's retention and block order
-    (``retention="kvcore"``: every full block of a windowed group stays cached, as in
-    kvcore's runtime, where vLLM caches only the blocks its retention policy can reach
-    again; hits, and so chunk sizes, differ by design, not by the scheduler)."""
-    if kind == "dense":
+    Dense and chunked-local hybrids: vLLM's Scheduler with vLLM's own KVCacheManager.
+    Sliding-window hybrids: vLLM's Scheduler with kvcore_vllm's manager in kvcore's
+    retention and block order (``retention="kvcore"``: every full block of a windowed
+    group stays cached, as in kvcore's runtime, where vLLM caches only the blocks its
+    retention policy can reach again; hits, and so chunk sizes, differ by design, not
+    by the scheduler: against vLLM's own manager these workloads diverge at the first
+    hit that reaches past a window)."""
+    if kind != "sliding_window_hybrid":
         out = run(w, "vllm")["steps"]
     else:
         out = run(w, "kvcore", retention="kvcore", block_order="kvcore")["steps"]
