@@ -19,6 +19,17 @@ token expansion: :mod:`kvcore.sim.traces`.
 ``allocate_slots_calls_per_s``, ``wall_seconds``, the plan (``num_blocks``,
 ``block_size``, ``max_model_len``, ``max_num_seqs``) and, for Mooncake traces,
 ``ideal_prefix_hit_ratio`` (infinite cache at the trace's 512-token granularity).
+
+**With a clock** (any flag of the "clocked simulation" group, or ``--scheduler vllm``):
+the workload is the trace (arrivals from its timestamps, or ``--request-rate`` /
+``--burstiness``) or ``--dataset random`` (:mod:`kvcore.sim.workload`); the loop is
+:mod:`kvcore.sim.engine` (vLLM's Scheduler, with ``--max-concurrency``); the step-time
+model comes from :func:`make_time_model`; ``--json`` prints the figures of
+:mod:`kvcore.sim.metrics` (``vllm bench serve --save-result``'s names) plus the run's
+settings (:func:`simulate_clocked`), the text output vLLM's "Serving Benchmark Result"
+block.  With ``--gpu`` the KV budget is :func:`kvcore.deploy.budget.plan_on_gpu`'s and
+``--max-num-seqs`` / ``--max-num-batched-tokens`` default to ``vllm serve``'s for that
+GPU (:func:`vllm_serve_defaults`).
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ from typing import Any
 from kvcore.sim.traces import TRACE_FORMATS
 from kvcore.units import length_arg, parse_size
 
-__all__ = ["add_subparser", "run", "simulate", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
+__all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
+           "time_model_note", "vllm_serve_defaults", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
 
 #: budget per rank when neither --kv-cache-memory nor --num-blocks is given (16 GiB)
 DEFAULT_KV_CACHE_MEMORY_BYTES = 16 << 30
