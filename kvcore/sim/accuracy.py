@@ -130,6 +130,7 @@ def summary(results: list[dict[str, Any]], split: str) -> dict[str, float]:
 #: the grid of each fitted term
 _GRID: dict[str, tuple[float, ...]] = {
     "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
+    "memory_gddr": (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
     "compute": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
     "step_s": (0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 4e-3, 5e-3),
     "request_overhead_s": (0.0, 2e-3, 5e-3, 1e-2, 1.5e-2, 2e-2),
@@ -147,12 +148,14 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None) -> flo
     return statistics.median(errs) + 0.25 * statistics.fmean(errs)
 
 
-def fit(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY, *,
+def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
         base: Path | None = None, rounds: int = 2) -> Efficiency:
     """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` (loss:
-    median plus a quarter of the mean absolute log error over every quoted figure)."""
+    median plus a quarter of the mean absolute log error over every quoted figure),
+    from ``start`` (default: the class defaults of :class:`Efficiency`, so the result
+    does not depend on the current :data:`DEFAULT_EFFICIENCY`)."""
     fit_rows = [r for r in rows if r["split"] == "fit"]
-    eff = start
+    eff = start if start is not None else Efficiency()
     best = _loss(fit_rows, eff, base)
     for _ in range(rounds):
         for name, grid in _GRID.items():
