@@ -1,0 +1,398 @@
+"""``kvcore tune MODEL --gpu H100``: search vLLM's serving settings by simulated goodput.
+
+Every candidate (``--tensor-parallel-size`` x ``--max-num-batched-tokens`` x
+``--max-num-seqs`` x ``--block-size`` x ``--kv-cache-dtype`` x prefix caching x
+``--mamba-cache-mode``) is planned on the GPU (:func:`kvcore.plan_model`: a TP whose
+weights do not fit, or a layout the planner refuses, is dropped and listed) and
+simulated once on the workload (``--dataset random ...`` as ``vllm bench serve`` draws
+it, or ``--trace FILE``) by :func:`simulate_once`.  Candidates are ranked by the
+objective per GPU (``--objective goodput`` by default, with ``--goodput ttft:MS
+tpot:MS`` as vLLM's flag: requests per second meeting every SLO; divided by ``tp x
+pp`` so that a layout on more GPUs must earn them), ties broken by output throughput.
+The best is printed as the ``vllm serve`` command line to run, with the runner-ups
+and their figures; ``--json`` prints one object.
+
+The simulations run one per task on ``--backend local`` (a process pool, default) or
+``--backend ray [--address ADDR]`` (:mod:`kvcore.sim.backends`).
+
+:func:`simulate_once` uses the clocked loop of :mod:`kvcore.sim.fastsim` with the
+roofline model of :mod:`kvcore.sim.timing`; when the vLLM-faithful engine
+(``kvcore.sim.engine``) provides ``simulate_config(config) -> figures`` it is used
+instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kvcore.errors import ConfigError, KVCoreError
+
+__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
+           "vllm_command", "parse_goodput", "OBJECTIVES"]
+
+OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
+              "total_token_throughput")
+
+#: ``vllm serve`` flags of the searched knobs, in the order they are printed
+_FLAGS = (("tensor_parallel_size", "--tensor-parallel-size"),
+          ("pipeline_parallel_size", "--pipeline-parallel-size"),
+          ("max_num_batched_tokens", "--max-num-batched-tokens"),
+          ("max_num_seqs", "--max-num-seqs"),
+          ("block_size", "--block-size"),
+          ("kv_cache_dtype", "--kv-cache-dtype"),
+          ("mamba_cache_mode", "--mamba-cache-mode"))
+
+
+def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` -> ``{"ttft": 500.0, "tpot": 50.0}`` (ms), vLLM's
+    ``--goodput`` spelling (keys ttft, tpot, e2el).  Raises ConfigError naming the bad
+    item."""
+    out: dict[str, float] = {}
+    for item in items or ():
+        key, sep, val = str(item).partition(":")
+        key = key.strip().lower()
+        try:
+            ms = float(val)
+        except ValueError:
+            ms = -1.0
+        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0) \
+                or math.isinf(ms):
+            raise ConfigError(f"--goodput {item!r}: expected KEY:MS with KEY one of ttft, "
+                              f"tpot, e2el and MS a positive number of milliseconds "
+                              f"(e.g. ttft:500 tpot:50)", field="goodput", value=item)
+        out[key] = ms
+    return out
+
+
+def _engine_simulate() -> Any:
+    try:
+        from kvcore.sim import engine  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(engine, "simulate_config", None)
+
+
+def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
+    """Plan and simulate one candidate; returns ``{"config": ..., "figures": {...}}``
+    or ``{"config": ..., "error": "..."}`` when the planner refuses it.
+
+    ``config`` keys: ``model``, ``gpu``, ``tensor_parallel_size``,
+    ``pipeline_parallel_size``, ``max_num_batched_tokens``, ``max_num_seqs``,
+    ``block_size`` (None: the planner's), ``kv_cache_dtype``,
+    ``enable_prefix_caching``, ``mamba_cache_mode``, ``max_model_len`` and the workload:
+    ``workload`` (a dict of :class:`kvcore.sim.fastsim.Workload` fields, ``requests``
+    as lists) and ``goodput`` (ms per SLO key).  A plain dict in, a plain dict out (it
+    crosses process and Ray boundaries).
+    """
+    import kvcore
+    from kvcore.models.config import load_model_config
+    from kvcore.sim.fastsim import Workload, run_workload
+    from kvcore.sim.timing import roofline_for
+
+    engine = _engine_simulate()
+    if engine is not None:  # pragma: no cover - the other track's engine, once merged
+        return {"config": config, "figures": engine(config)}
+    tp = int(config.get("tensor_parallel_size", 1))
+    pp = int(config.get("pipeline_parallel_size", 1))
+    try:
+        kv = kvcore.plan_model(
+            config["model"], gpu=config["gpu"], tensor_parallel_size=tp,
+            pipeline_parallel_size=pp, max_model_len=config.get("max_model_len"),
+            block_size=config.get("block_size"),
+            kv_cache_dtype=config.get("kv_cache_dtype", "auto"),
+            max_num_batched_tokens=int(config["max_num_batched_tokens"]),
+            max_num_seqs=int(config["max_num_seqs"]),
+            enable_prefix_caching=bool(config.get("enable_prefix_caching", True)),
+            mamba_cache_mode=config.get("mamba_cache_mode", "none"))
+    except KVCoreError as exc:
+        return {"config": config, "error": str(exc.message if hasattr(exc, "message")
+                                               else exc)}
+    model = roofline_for(load_model_config(config["model"]), kv, gpu=config["gpu"],
+                         tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                         kv_cache_dtype=config.get("kv_cache_dtype", "auto"))
+    wl = dict(config["workload"])
+    if wl.get("requests"):
+        wl["requests"] = tuple(tuple(r) for r in wl["requests"])
+    w = Workload(**wl)
+    spec = kv.kv_cache_groups[0].spec
+    cap = (kv.num_blocks - 1) * spec.block_size if kv.num_blocks else None
+    try:
+        fig = run_workload(model, kv, w, max_num_seqs=int(config["max_num_seqs"]),
+                           max_num_batched_tokens=int(config["max_num_batched_tokens"]),
+                           kv_capacity_tokens=cap,
+                           enable_prefix_caching=bool(config.get("enable_prefix_caching",
+                                                                 True)),
+                           goodput=config.get("goodput") or None)
+    except KVCoreError as exc:
+        return {"config": config, "error": str(exc)}
+    fig["num_gpus"] = tp * pp
+    fig["num_blocks"] = kv.num_blocks
+    fig["block_size"] = spec.block_size
+    return {"config": config, "figures": fig}
+
+
+def _has_mamba(model: Any) -> bool:
+    import kvcore
+
+    try:
+        cfg = kvcore.plan_model(model, kv_cache_memory_bytes=1 << 40, max_model_len=4096)
+    except KVCoreError:
+        return False
+    return any(g.spec.kind == "mamba" for g in cfg.kv_cache_groups)
+
+
+def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (1,),
+               max_num_batched_tokens: Sequence[int], max_num_seqs: Sequence[int],
+               block_size: Sequence[int | None], kv_cache_dtype: Sequence[str],
+               prefix_caching: Sequence[bool], mamba_cache_mode: Sequence[str],
+               workload: dict[str, Any], goodput: dict[str, float],
+               max_model_len: int | None = None) -> list[dict[str, Any]]:
+    """The cross product of the searched values, as :func:`simulate_once` configs
+    (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill)."""
+    out = []
+    for t, p, b, s, bs, d, pc, mm in itertools.product(
+            tp, pp, max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
+            prefix_caching, mamba_cache_mode):
+        out.append({"model": str(model), "gpu": gpu, "tensor_parallel_size": t,
+                    "pipeline_parallel_size": p, "max_num_batched_tokens": b,
+                    "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
+                    "enable_prefix_caching": pc, "mamba_cache_mode": mm,
+                    "max_model_len": max_model_len, "workload": workload,
+                    "goodput": goodput})
+    return out
+
+
+def _score(res: dict[str, Any], objective: str) -> tuple[float, float]:
+    f = res["figures"]
+    value = f.get(objective, 0.0) if objective != "goodput" else f.get("goodput", 0.0)
+    return (value / f["num_gpus"], f["output_throughput"] / f["num_gpus"])
+
+
+def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
+         backend: str = "local", workers: int | None = None, address: str | None = None,
+         progress: bool | None = None) -> dict[str, Any]:
+    """Simulate every config and rank them; returns ``{"ranked": [...], "failed":
+    [...]}`` (ranked best first by :func:`_score`)."""
+    from kvcore.sim.backends import run_tasks
+
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--objective: unknown objective {objective!r}; valid: "
+                          f"{', '.join(OBJECTIVES)}", field="objective", value=objective)
+    results = run_tasks(simulate_once, list(configs), backend=backend, workers=workers,
+                        address=address, progress=progress, label="tuning")
+    ok = [r for r in results if "figures" in r]
+    failed = [r for r in results if "figures" not in r]
+    ok.sort(key=lambda r: _score(r, objective), reverse=True)
+    return {"ranked": ok, "failed": failed}
+
+
+def vllm_command(model: str, config: dict[str, Any]) -> str:
+    """The ``vllm serve`` command line of a config (vLLM's flag spelling; defaults left
+    out: pipeline parallel 1, prefix caching on, mamba mode none, block size unset)."""
+    parts = ["vllm", "serve", model]
+    for key, flag in _FLAGS:
+        v = config.get(key)
+        if v is None or (key == "pipeline_parallel_size" and v == 1) or \
+                (key == "mamba_cache_mode" and v == "none"):
+            continue
+        parts += [flag, str(v)]
+    if not config.get("enable_prefix_caching", True):
+        parts.append("--no-enable-prefix-caching")
+    if config.get("max_model_len"):
+        parts += ["--max-model-len", str(config["max_model_len"])]
+    return " ".join(parts)
+
+
+# ---- CLI -------------------------------------------------------------------------------
+
+def _ints(flag: str) -> Any:
+    def parse(text: str) -> list[int]:
+        out = []
+        for part in str(text).split(","):
+            try:
+                v = int(part)
+            except ValueError:
+                v = 0
+            if v < 1:
+                raise argparse.ArgumentTypeError(
+                    f"{flag}: expected positive integers separated by commas, got "
+                    f"{text!r}")
+            out.append(v)
+        return out
+    return parse
+
+
+def add_subparser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``kvcore tune`` on the CLI's subparsers."""
+    p = sub.add_parser("tune", help="search vLLM serving settings by simulated goodput",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="config.json path, folder, or embedded name")
+    p.add_argument("--gpu", required=True, help="catalog GPU (kvcore gpus)")
+    p.add_argument("--tp", type=_ints("--tp"), default=None,
+                   help="tensor-parallel sizes to try (default 1,2,4,8 where the weights "
+                        "fit)")
+    p.add_argument("--pp", type=_ints("--pp"), default=[1])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", help="Mooncake JSONL, Azure CSV or kvcore JSONL")
+    src.add_argument("--dataset", choices=["random"], help="vllm bench serve's dataset")
+    p.add_argument("--random-input-len", type=int, default=1024)
+    p.add_argument("--random-output-len", type=int, default=128)
+    p.add_argument("--random-prefix-len", type=int, default=0)
+    p.add_argument("--num-prompts", type=int, default=500)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--request-rate", type=float, default=math.inf)
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="first N trace requests")
+    p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="SLOs as vLLM's --goodput: ttft:MS tpot:MS e2el:MS")
+    p.add_argument("--objective", choices=OBJECTIVES, default=None,
+                   help="rank by this figure per GPU (default: goodput with --goodput, "
+                        "else output_throughput)")
+    p.add_argument("--max-num-batched-tokens", type=_ints("--max-num-batched-tokens"),
+                   default=[2048, 8192, 16384])
+    p.add_argument("--max-num-seqs", type=_ints("--max-num-seqs"), default=[64, 256, 1024])
+    p.add_argument("--block-size", type=_ints("--block-size"), default=None,
+                   help="block sizes to try (default: the planner's)")
+    p.add_argument("--kv-cache-dtype", default="auto,fp8",
+                   help="comma-separated kv_cache_dtype values (default auto,fp8)")
+    p.add_argument("--prefix-caching", default=None, choices=["on", "off", "both"],
+                   help="default: both with --random-prefix-len or a trace, else on")
+    p.add_argument("--mamba-cache-mode", default=None,
+                   help="comma-separated modes (default: none,align for models with "
+                        "Mamba layers)")
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--top", type=int, default=5, help="runner-ups to print")
+    p.add_argument("--backend", choices=["local", "ray", "serial"], default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+    return p
+
+
+def _workload(args: argparse.Namespace) -> dict[str, Any]:
+    from kvcore.sim.fastsim import Workload
+
+    if args.trace:
+        from kvcore.sim.traces import read_trace
+
+        traces = read_trace(args.trace, "auto")
+        if args.limit is not None:
+            traces = traces[:args.limit]
+        w = Workload.from_trace(traces, max_concurrency=args.max_concurrency)
+    else:
+        w = Workload(args.random_input_len, args.random_output_len, args.num_prompts,
+                     max_concurrency=args.max_concurrency, request_rate=args.request_rate,
+                     burstiness=args.burstiness, prefix_len=args.random_prefix_len,
+                     seed=args.seed)
+    d = {k: getattr(w, k) for k in ("input_len", "output_len", "num_prompts",
+                                     "max_concurrency", "request_rate", "burstiness",
+                                     "prefix_len", "seed")}
+    d["requests"] = [list(r) for r in w.requests]
+    return d
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) < 1e6 else f"{v:.3g}"
+    return str(v)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``kvcore tune`` (returns the exit status)."""
+    from kvcore.deploy.gpus import get_gpu
+
+    gpu = get_gpu(args.gpu).name
+    goodput = parse_goodput(args.goodput)
+    objective = args.objective or ("goodput" if goodput else "output_throughput")
+    if objective == "goodput" and not goodput:
+        raise ConfigError("--objective goodput needs --goodput KEY:MS ...", field="goodput",
+                          value=None)
+    for flag, v in (("--num-prompts", args.num_prompts),
+                    ("--random-input-len", args.random_input_len),
+                    ("--random-output-len", args.random_output_len),
+                    ("--top", args.top)):
+        if v < 1:
+            raise ConfigError(f"{flag} must be a positive int, got {v}", field=flag[2:],
+                              value=v)
+    workload = _workload(args)
+    dtypes = [d.strip() for d in args.kv_cache_dtype.split(",") if d.strip()]
+    shared_prefix = bool(args.trace) or args.random_prefix_len > 0
+    pc_mode = args.prefix_caching or ("both" if shared_prefix else "on")
+    prefix = {"on": [True], "off": [False], "both": [True, False]}[pc_mode]
+    if args.mamba_cache_mode:
+        mamba = [m.strip() for m in args.mamba_cache_mode.split(",") if m.strip()]
+    else:
+        mamba = ["none", "align"] if _has_mamba(args.model) else ["none"]
+    configs = candidates(
+        args.model, gpu, tp=args.tp or [1, 2, 4, 8], pp=args.pp,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        block_size=args.block_size or [None], kv_cache_dtype=dtypes,
+        prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
+        goodput=goodput, max_model_len=args.max_model_len)
+    res = tune(configs, objective=objective, backend=args.backend, workers=args.workers,
+               address=args.address, progress=None if not args.json else False)
+    ranked = res["ranked"]
+    if not ranked:
+        reasons = sorted({r["error"] for r in res["failed"]})
+        raise ConfigError(f"no candidate could be planned on {gpu}: "
+                          f"{reasons[0] if reasons else 'no candidates'}", field="gpu",
+                          value=gpu)
+    keys = ("goodput", "output_throughput", "request_throughput", "median_ttft_ms",
+            "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "preemptions")
+    def entry(r: dict[str, Any]) -> dict[str, Any]:
+        c = {k: r["config"][k] for k, _ in _FLAGS}
+        c["enable_prefix_caching"] = r["config"]["enable_prefix_caching"]
+        c["block_size"] = r["figures"]["block_size"]
+        f = {k: r["figures"][k] for k in keys if k in r["figures"]}
+        f["num_gpus"] = r["figures"]["num_gpus"]
+        f[f"{objective}_per_gpu"] = _score(r, objective)[0]
+        return {"config": c, "figures": f,
+                "vllm_serve": vllm_command(args.model, {**r["config"], **c})}
+    best = entry(ranked[0])
+    runners = [entry(r) for r in ranked[1:1 + args.top]]
+    if args.json:
+        print(json.dumps({"model": args.model, "gpu": gpu, "objective": objective,
+                          "goodput_slo_ms": goodput, "best": best,
+                          "runner_ups": runners, "candidates": len(configs),
+                          "failed": [{"config": {k: f["config"][k] for k, _ in _FLAGS},
+                                      "error": f["error"]} for f in res["failed"]]}))
+        return 0
+    print(f"best of {len(ranked)} candidates on {gpu} (ranked by {objective} per GPU):")
+    print(f"  {best['vllm_serve']}")
+    print("  " + ", ".join(f"{k} {_fmt(v)}" for k, v in best["figures"].items()))
+    headers = ["#", "tp", "mnbt", "max_num_seqs", "block", "kv dtype", "prefix", "mamba",
+               objective + "/gpu", "out tok/s", "med TTFT ms", "med TPOT ms"]
+    rows = []
+    for i, e in enumerate([best, *runners]):
+        c, f = e["config"], e["figures"]
+        rows.append([str(i + 1), str(c["tensor_parallel_size"]),
+                     str(c["max_num_batched_tokens"]), str(c["max_num_seqs"]),
+                     str(c["block_size"]), c["kv_cache_dtype"],
+                     "on" if c["enable_prefix_caching"] else "off", c["mamba_cache_mode"],
+                     _fmt(f[f"{objective}_per_gpu"]), _fmt(f["output_throughput"]),
+                     _fmt(f["median_ttft_ms"]), _fmt(f["median_tpot_ms"])])
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="best and runner-ups", title_justify="left")
+        for h in headers:
+            table.add_column(h, justify="right")
+        for r in rows:
+            table.add_row(*r)
+        Console(width=max(120, Console().width)).print(table)
+    except ImportError:  # pragma: no cover
+        for r in [headers, *rows]:
+            print("  ".join(r))
+    if res["failed"]:
+        print(f"{len(res['failed'])} candidates could not be planned (e.g. "
+              f"{res['failed'][0]['error'][:120]})", file=sys.stderr)
+    return 0
