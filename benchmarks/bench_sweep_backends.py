@@ -25,7 +25,7 @@ from kvcore.sim.tune import candidates, simulate_once
 def _configs(n: int, prompts: int) -> list[dict]:
     wl = {"input_len": 1024, "output_len": 128, "num_prompts": prompts,
           "max_concurrency": 64, "request_rate": float("inf"), "burstiness": 1.0,
-          "prefix_len": 0, "seed": 0, "requests": []}
+          "prefix_len": 0, "seed": 0}
     mnbt = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
     mns = [32, 64, 128, 256]
     out = candidates("llama-3.1-8b", "H100-SXM", tp=[1], max_num_batched_tokens=mnbt,

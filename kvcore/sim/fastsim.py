@@ -186,7 +186,7 @@ def summarize(reqs: Sequence[_Req], duration: float, overhead: float = 0.0,
             if a <= goodput.get("ttft", math.inf) and t <= goodput.get("tpot", math.inf) \
                     and b <= goodput.get("e2el", math.inf):
                 good += 1
-        fig["goodput"] = good / d
+        fig["request_goodput"] = good / d
     return fig
 
 

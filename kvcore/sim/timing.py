@@ -496,6 +496,11 @@ class RooflineTimeModel:
         return self.breakdown(batch).total_s
 
     @property
+    def description(self) -> str:
+        """One line naming the model (``kvcore simulate`` prints it)."""
+        return self.name or "roofline"
+
+    @property
     def request_overhead_s(self) -> float:
         """Seconds each request spends outside the steps (``Efficiency``)."""
         return self.efficiency.request_overhead_s

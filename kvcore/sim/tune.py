@@ -15,10 +15,10 @@ and their figures; ``--json`` prints one object.
 The simulations run one per task on ``--backend local`` (a process pool, default) or
 ``--backend ray [--address ADDR]`` (:mod:`kvcore.sim.backends`).
 
-:func:`simulate_once` uses the clocked loop of :mod:`kvcore.sim.fastsim` with the
-roofline model of :mod:`kvcore.sim.timing`; when the vLLM-faithful engine
-(``kvcore.sim.engine``) provides ``simulate_config(config) -> figures`` it is used
-instead.
+:func:`simulate_once` runs the vLLM-faithful engine (:mod:`kvcore.sim.engine`:
+vLLM 0.32's Scheduler over kvcore's KVCacheManager, real prefix caching) timed by the
+roofline model of :mod:`kvcore.sim.timing`; ``--fast`` uses the token-level loop of
+:mod:`kvcore.sim.fastsim` instead (no block manager: faster, approximate).
 """
 
 from __future__ import annotations
@@ -70,12 +70,56 @@ def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
     return out
 
 
-def _engine_simulate() -> Any:
-    try:
-        from kvcore.sim import engine  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(engine, "simulate_config", None)
+def _trace_requests(wl: dict[str, Any]) -> list[Any]:
+    """The TraceRequests of a workload dict (random dataset or trace file), with
+    arrivals, as ``kvcore simulate`` builds them."""
+    from kvcore.sim.traces import read_trace
+    from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
+
+    rate = wl.get("request_rate", math.inf)
+    if wl.get("trace"):
+        reqs = read_trace(wl["trace"], wl.get("trace_format", "auto"))
+        if wl.get("limit") is not None:
+            reqs = reqs[:wl["limit"]]
+        if not math.isinf(rate):
+            reqs = with_arrivals(reqs, arrival_times(len(reqs), rate,
+                                                     wl.get("burstiness", 1.0),
+                                                     wl.get("seed", 0)))
+        elif reqs and reqs[0].arrival_ms:
+            t0 = reqs[0].arrival_ms
+            reqs = [type(r)(**{**r.__dict__, "arrival_ms": r.arrival_ms - t0})
+                    for r in reqs]
+        return reqs
+    reqs = random_dataset(wl["num_prompts"], wl["input_len"], wl["output_len"],
+                          wl.get("prefix_len", 0), 0.0, wl.get("seed", 0))
+    if not math.isinf(rate):
+        reqs = with_arrivals(reqs, arrival_times(len(reqs), rate, wl.get("burstiness", 1.0),
+                                                 wl.get("seed", 0)))
+    return reqs
+
+
+def _run_engine(model: Any, kv: Any, config: dict[str, Any]) -> dict[str, Any]:
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.sim.metrics import serving_metrics
+
+    wl = config["workload"]
+    mnbt = int(config["max_num_batched_tokens"])
+    mml = int(kv.max_model_len or config.get("max_model_len") or 0)
+    pc = bool(config.get("enable_prefix_caching", True))
+    mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=pc,
+                         max_num_batched_tokens=mnbt)
+    res = run_engine(mgr, [SimRequest(r) for r in _trace_requests(wl)], model,
+                     max_num_seqs=int(config["max_num_seqs"]), max_num_batched_tokens=mnbt,
+                     max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
+                     record_steps=False)
+    over = float(getattr(model, "request_overhead_s", 0.0) or 0.0)
+    for r in res.requests:
+        if over and r.token_times:
+            r.sent -= over  # the API server's share of every latency
+    fig = serving_metrics(res, goodput=config.get("goodput") or None)
+    fig.pop("kv_usage", None)
+    return fig
 
 
 def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
@@ -86,8 +130,10 @@ def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
     ``pipeline_parallel_size``, ``max_num_batched_tokens``, ``max_num_seqs``,
     ``block_size`` (None: the planner's), ``kv_cache_dtype``,
     ``enable_prefix_caching``, ``mamba_cache_mode``, ``max_model_len`` and the workload:
-    ``workload`` (a dict of :class:`kvcore.sim.fastsim.Workload` fields, ``requests``
-    as lists) and ``goodput`` (ms per SLO key).  A plain dict in, a plain dict out (it
+    ``workload`` (``input_len``, ``output_len``, ``num_prompts``, ``prefix_len``,
+    ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
+    ``trace_format`` / ``limit`` for a trace file), ``goodput`` (ms per SLO key) and
+    ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
     crosses process and Ray boundaries).
     """
     import kvcore
@@ -95,9 +141,6 @@ def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
     from kvcore.sim.fastsim import Workload, run_workload
     from kvcore.sim.timing import roofline_for
 
-    engine = _engine_simulate()
-    if engine is not None:  # pragma: no cover - the other track's engine, once merged
-        return {"config": config, "figures": engine(config)}
     tp = int(config.get("tensor_parallel_size", 1))
     pp = int(config.get("pipeline_parallel_size", 1))
     try:
@@ -116,11 +159,24 @@ def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
     model = roofline_for(load_model_config(config["model"]), kv, gpu=config["gpu"],
                          tensor_parallel_size=tp, pipeline_parallel_size=pp,
                          kv_cache_dtype=config.get("kv_cache_dtype", "auto"))
-    wl = dict(config["workload"])
-    if wl.get("requests"):
-        wl["requests"] = tuple(tuple(r) for r in wl["requests"])
-    w = Workload(**wl)
     spec = kv.kv_cache_groups[0].spec
+    try:
+        if config.get("sim", "engine") == "engine":
+            fig = _run_engine(model, kv, config)
+            fig["num_gpus"] = tp * pp
+            fig["num_blocks"] = kv.num_blocks
+            fig["block_size"] = spec.block_size
+            return {"config": config, "figures": fig}
+    except KVCoreError as exc:
+        return {"config": config, "error": str(exc)}
+    wl = {k: v for k, v in config["workload"].items()
+          if k not in ("trace", "trace_format", "limit")}
+    if config["workload"].get("trace"):
+        traces = _trace_requests(config["workload"])
+        w = Workload.from_trace(traces, max_concurrency=wl.get("max_concurrency"))
+    else:
+        wl["requests"] = ()
+        w = Workload(**wl)
     cap = (kv.num_blocks - 1) * spec.block_size if kv.num_blocks else None
     try:
         fig = run_workload(model, kv, w, max_num_seqs=int(config["max_num_seqs"]),
@@ -152,7 +208,8 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
                block_size: Sequence[int | None], kv_cache_dtype: Sequence[str],
                prefix_caching: Sequence[bool], mamba_cache_mode: Sequence[str],
                workload: dict[str, Any], goodput: dict[str, float],
-               max_model_len: int | None = None) -> list[dict[str, Any]]:
+               max_model_len: int | None = None, sim: str = "engine"
+               ) -> list[dict[str, Any]]:
     """The cross product of the searched values, as :func:`simulate_once` configs
     (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill)."""
     out = []
@@ -164,13 +221,14 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
                     "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
                     "enable_prefix_caching": pc, "mamba_cache_mode": mm,
                     "max_model_len": max_model_len, "workload": workload,
-                    "goodput": goodput})
+                    "goodput": goodput, "sim": sim})
     return out
 
 
 def _score(res: dict[str, Any], objective: str) -> tuple[float, float]:
     f = res["figures"]
-    value = f.get(objective, 0.0) if objective != "goodput" else f.get("goodput", 0.0)
+    key = "request_goodput" if objective == "goodput" else objective
+    value = f.get(key) or 0.0
     return (value / f["num_gpus"], f["output_throughput"] / f["num_gpus"])
 
 
@@ -272,6 +330,9 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["local", "ray", "serial"], default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
     p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--fast", action="store_true",
+                   help="simulate with the token-level loop (kvcore.sim.fastsim) instead "
+                        "of the vLLM-faithful engine: faster, no block manager")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -280,22 +341,18 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
 def _workload(args: argparse.Namespace) -> dict[str, Any]:
     from kvcore.sim.fastsim import Workload
 
+    w = Workload(args.random_input_len, args.random_output_len, args.num_prompts,
+                 max_concurrency=args.max_concurrency, request_rate=args.request_rate,
+                 burstiness=args.burstiness, prefix_len=args.random_prefix_len,
+                 seed=args.seed)  # validates the numbers
+    d: dict[str, Any] = {k: getattr(w, k) for k in (
+        "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
+        "burstiness", "prefix_len", "seed")}
     if args.trace:
         from kvcore.sim.traces import read_trace
 
-        traces = read_trace(args.trace, "auto")
-        if args.limit is not None:
-            traces = traces[:args.limit]
-        w = Workload.from_trace(traces, max_concurrency=args.max_concurrency)
-    else:
-        w = Workload(args.random_input_len, args.random_output_len, args.num_prompts,
-                     max_concurrency=args.max_concurrency, request_rate=args.request_rate,
-                     burstiness=args.burstiness, prefix_len=args.random_prefix_len,
-                     seed=args.seed)
-    d = {k: getattr(w, k) for k in ("input_len", "output_len", "num_prompts",
-                                     "max_concurrency", "request_rate", "burstiness",
-                                     "prefix_len", "seed")}
-    d["requests"] = [list(r) for r in w.requests]
+        read_trace(args.trace, "auto")  # fail here, once, on a bad file
+        d.update(trace=str(args.trace), trace_format="auto", limit=args.limit)
     return d
 
 
@@ -336,7 +393,8 @@ def run(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         block_size=args.block_size or [None], kv_cache_dtype=dtypes,
         prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
-        goodput=goodput, max_model_len=args.max_model_len)
+        goodput=goodput, max_model_len=args.max_model_len,
+        sim="fast" if args.fast else "engine")
     res = tune(configs, objective=objective, backend=args.backend, workers=args.workers,
                address=args.address, progress=None if not args.json else False)
     ranked = res["ranked"]
@@ -345,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no candidate could be planned on {gpu}: "
                           f"{reasons[0] if reasons else 'no candidates'}", field="gpu",
                           value=gpu)
-    keys = ("goodput", "output_throughput", "request_throughput", "median_ttft_ms",
+    keys = ("request_goodput", "output_throughput", "request_throughput", "median_ttft_ms",
             "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "preemptions")
     def entry(r: dict[str, Any]) -> dict[str, Any]:
         c = {k: r["config"][k] for k, _ in _FLAGS}

@@ -13,7 +13,7 @@ from kvcore.sim.tune import candidates, simulate_once
 def _configs():
     wl = {"input_len": 256, "output_len": 16, "num_prompts": 24, "max_concurrency": 8,
           "request_rate": float("inf"), "burstiness": 1.0, "prefix_len": 0, "seed": 0,
-          "requests": []}
+          }
     return candidates("llama-3.1-8b", "H100-SXM", tp=[1, 2],
                       max_num_batched_tokens=[512, 2048], max_num_seqs=[4, 8],
                       block_size=[None], kv_cache_dtype=["auto"], prefix_caching=[True],

@@ -51,8 +51,8 @@ def test_best_and_runner_ups(tuned):
     assert scores == sorted(scores, reverse=True)
     for e in entries:
         f = e["figures"]
-        assert f["goodput_per_gpu"] == pytest.approx(f["goodput"] / f["num_gpus"])
-        assert f["goodput"] <= f["request_throughput"] + 1e-9
+        assert f["goodput_per_gpu"] == pytest.approx(f["request_goodput"] / f["num_gpus"])
+        assert f["request_goodput"] <= f["request_throughput"] + 1e-9
 
 
 def test_command_line_uses_vllm_flags(tuned):
