@@ -109,3 +109,14 @@ def test_cli_bad_input_one_line(capsys):
                "--goodput", "ttft:abc"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--goodput" in err[0]
+
+
+def test_docs_example_runs(capsys):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "SIM_TIMING.md").read_text()
+    line = next(ln for ln in doc.splitlines() if ln.startswith("kvcore tune "))
+    argv = shlex.split(line)[1:] + ["--backend", "serial", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"]["vllm_serve"].startswith("vllm serve llama-3.1-8b ")
