@@ -160,12 +160,15 @@ def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
                          tensor_parallel_size=tp, pipeline_parallel_size=pp,
                          kv_cache_dtype=config.get("kv_cache_dtype", "auto"))
     spec = kv.kv_cache_groups[0].spec
+    attn = [g.spec.block_size for g in kv.kv_cache_groups
+            if g.spec.scales_with_block_size]
+    attn_bs = attn[0] if attn else None
     try:
         if config.get("sim", "engine") == "engine":
             fig = _run_engine(model, kv, config)
             fig["num_gpus"] = tp * pp
             fig["num_blocks"] = kv.num_blocks
-            fig["block_size"] = spec.block_size
+            fig["block_size"] = attn_bs
             return {"config": config, "figures": fig}
     except KVCoreError as exc:
         return {"config": config, "error": str(exc)}
@@ -189,7 +192,7 @@ def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
         return {"config": config, "error": str(exc)}
     fig["num_gpus"] = tp * pp
     fig["num_blocks"] = kv.num_blocks
-    fig["block_size"] = spec.block_size
+    fig["block_size"] = attn_bs
     return {"config": config, "figures": fig}
 
 
@@ -252,7 +255,8 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
 
 def vllm_command(model: str, config: dict[str, Any]) -> str:
     """The ``vllm serve`` command line of a config (vLLM's flag spelling; defaults left
-    out: pipeline parallel 1, prefix caching on, mamba mode none, block size unset)."""
+    out: pipeline parallel 1, prefix caching on, mamba mode none, and the block size
+    unless it was searched: vLLM then picks it as kvcore's planner did)."""
     parts = ["vllm", "serve", model]
     for key, flag in _FLAGS:
         v = config.get(key)
@@ -408,8 +412,8 @@ def run(args: argparse.Namespace) -> int:
     def entry(r: dict[str, Any]) -> dict[str, Any]:
         c = {k: r["config"][k] for k, _ in _FLAGS}
         c["enable_prefix_caching"] = r["config"]["enable_prefix_caching"]
-        c["block_size"] = r["figures"]["block_size"]
         f = {k: r["figures"][k] for k in keys if k in r["figures"]}
+        f["planned_block_size"] = r["figures"]["block_size"]
         f["num_gpus"] = r["figures"]["num_gpus"]
         f[f"{objective}_per_gpu"] = _score(r, objective)[0]
         return {"config": c, "figures": f,
@@ -433,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
         c, f = e["config"], e["figures"]
         rows.append([str(i + 1), str(c["tensor_parallel_size"]),
                      str(c["max_num_batched_tokens"]), str(c["max_num_seqs"]),
-                     str(c["block_size"]), c["kv_cache_dtype"],
+                     str(c["block_size"] or f["planned_block_size"]), c["kv_cache_dtype"],
                      "on" if c["enable_prefix_caching"] else "off", c["mamba_cache_mode"],
                      _fmt(f[f"{objective}_per_gpu"]), _fmt(f["output_throughput"]),
                      _fmt(f["median_ttft_ms"]), _fmt(f["median_tpot_ms"])])
