@@ -479,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
         sim_command = None
     if sim_command is not None and hasattr(sim_command, "add_subparser"):
         sim_command.add_subparser(sub)
+    from kvcore.sim.tune import add_subparser as add_tune
+
+    add_tune(sub)
     _add_plugins(sub)
     _add_models(sub)
     from kvcore.deploy.gpus import add_subparser as add_gpus
