@@ -127,6 +127,11 @@ CASES: list[Case] = [
     Case("sliding", lambda: _groups(24, _g(("l0",), _swa(8, 4)))),
     Case("sliding+full", lambda: _gemma_like(40)),
     Case("sliding+full-eagle", lambda: _gemma_like(40), {"use_eagle": True}),
+    # a small pool under long prompts: the window group's blocks are evicted before
+    # the full group's, where an attention-group-only router claims false hits
+    Case("sliding+full-pressure", lambda: _groups(30, _g(("f0",), _full(4)),
+                                                   _g(("s0",), _swa(8, 4))),
+         {"num_requests": 40, "max_prompt": 100}),
     Case("sliding+full-mixed-block-sizes", lambda: _mixed_block_sizes(40)),
     Case("chunked", lambda: _groups(24, _g(("l0",), _chunked(8)))),
     Case("chunked+full", lambda: _groups(48, _g(("c0", "c1"), _chunked(16)),
