@@ -242,7 +242,8 @@ class ResidencyIndex:
 
         ``seq``: the batch's sequence number, or None for unnumbered batches (kvcore's
         ``take_events()`` called in order).  Events: kvcore's, vLLM 0.32's or their
-        JSON dicts (:mod:`kvcore.routing.events`).
+        JSON dicts (:mod:`kvcore.routing.events`); ``events`` may also be a batch
+        object with an ``events`` list (vLLM's ``KVEventBatch``).
 
         Raises :class:`~kvcore.errors.KVEventError` (naming the replica, the field
         and the value) for a ``seq`` below the expected one (nothing applied), and
@@ -251,6 +252,9 @@ class ResidencyIndex:
         st = self._replicas.get(replica)
         if st is None:
             st = self.add_replica(replica)
+        inner = getattr(events, "events", None)
+        if inner is not None and not isinstance(events, (list, tuple)):
+            events = inner
         if seq is not None:
             if type(seq) is not int or seq < 0:
                 raise KVEventError(f"replica {replica!r}: seq must be an int >= 0, got "

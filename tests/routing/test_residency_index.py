@@ -246,3 +246,50 @@ def test_replay_of_the_event_log_rebuilds_the_same_index(case):
     assert rec.snapshot("r") == live.snapshot("r")
     assert not rec.is_stale("r")
     assert live.state("r").num_events == sum(len(e) for _, _, e in log)
+
+
+# ---- the plugin hook -----------------------------------------------------------------
+def test_a_manager_can_define_its_own_residency_rule(monkeypatch):
+    """``residency_find_longest_cache_hit`` on a manager class replaces its search in
+    the index (only there: the manager's own lookup is unchanged)."""
+    from kvcore.runtime.managers import FullAttentionManager
+
+    def at_most_one_block(self, block_hashes, max_length, extra_tokens=0):
+        return FullAttentionManager.find_longest_cache_hit(
+            self, block_hashes, min(max_length, self.block_size), extra_tokens)
+
+    cfg = _cfg(_full(4))
+    m = KVCacheManager(cfg, enable_events=True, max_model_len=128)
+    toks = list(range(1, 22))
+    _serve(m, "r", toks)
+    evs = m.take_events()
+    q = m.make_request("q", toks)
+    assert ResidencyIndex(cfg).longest_prefix(q.block_hashes, 21) == {}
+    monkeypatch.setattr(FullAttentionManager, "residency_find_longest_cache_hit",
+                        at_most_one_block, raising=False)
+    ix = ResidencyIndex(cfg)
+    ix.apply("a", evs)
+    assert ix.longest_prefix(q.block_hashes, 21) == {"a": 4}
+    assert m.get_computed_blocks(q)[1] == 20
+
+
+def test_event_batches_and_unknown_replicas():
+    """A vLLM-style batch object (``.events``) is accepted; an unknown replica and a
+    disabled cache answer 0."""
+    cfg = _cfg(_full(4))
+    m = KVCacheManager(cfg, enable_events=True, max_model_len=128)
+    toks = list(range(1, 22))
+    _serve(m, "r", toks)
+
+    class Batch:
+        def __init__(self, events):
+            self.events = events
+            self.ts = 0.0
+
+    ix = ResidencyIndex(cfg)
+    ix.apply("a", Batch(m.take_events()), 0)
+    q = m.make_request("q", toks)
+    assert ix.longest_prefix(q.block_hashes, 21, replicas=["a", "zz"]) == {"a": 20,
+                                                                          "zz": 0}
+    off = ResidencyIndex(cfg, enable_caching=False, replicas=["a"])
+    assert off.longest_prefix(q.block_hashes, 21) == {"a": 0}

@@ -154,3 +154,37 @@ def test_random_configurations(seed):
     except ConfigError as e:  # a configuration the bridge does not mirror
         pytest.skip(str(e))
     assert all(s[2] == s[3] for s in seen), [s for s in seen if s[2] != s[3]][:5]
+
+
+def test_bad_vllm_events_raise_and_never_hit():
+    """vLLM's own event structs: a group the config lacks (or no group_idx on a
+    several-group config), a wrong block_size, an unknown removal raise KVEventError and
+    leave the replica stale; CPU-tier events are skipped."""
+    from kvcore_vllm import harness
+    from kvcore_vllm.routing import residency_index_from_vllm
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored
+
+    from kvcore.errors import KVEventError
+
+    w = _w(0, [("full", {}), ("sliding", {"sliding_window": 48})])
+    s = harness.make_scheduler(w)
+    ix = residency_index_from_vllm(s.kv_cache_config, max_model_len=w.max_model_len,
+                                   hash_block_size=s.hash_block_size, int_hashes=True)
+    bs = s.hash_block_size
+
+    def stored(g, size=bs, medium="GPU", h=7):
+        return BlockStored(block_hashes=[h], parent_block_hash=None,
+                           token_ids=list(range(size)), block_size=size, lora_id=None,
+                           medium=medium, lora_name=None, group_idx=g)
+
+    ix.apply("a", [stored(0, medium="CPU")], 0)
+    assert ix.state("a").num_ignored == 1 and ix.state("a").num_blocks == 0
+    ix.apply("a", [stored(0), stored(1)], 1)
+    assert ix.state("a").num_blocks == 2 and not ix.is_stale("a")
+    for bad in [stored(None), stored(2), stored(0, size=bs * 2),
+                BlockRemoved(block_hashes=[99], medium="GPU", group_idx=0)]:
+        ix.reset_replica("a", next_seq=0)
+        with pytest.raises(KVEventError):
+            ix.apply("a", [bad], 0)
+        assert ix.is_stale("a")
+        assert ix.longest_prefix([b"\0" * 32] * 8, 8 * bs + 1)["a"] == 0
