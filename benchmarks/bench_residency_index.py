@@ -86,6 +86,16 @@ def main() -> None:
     t_remove = time.perf_counter() - t0
     assert sum(ix.state(r).num_blocks for r in range(R)) == 0
 
+    # the JSON form (hex hashes decoded per event), on a slice
+    from kvcore.routing import event_to_dict
+
+    sl = stored[0][:100_000]
+    dicts = [event_to_dict(e) for e in sl]
+    jx = ResidencyIndex(cfg)
+    t0 = time.perf_counter()
+    jx.apply(0, dicts, 0)
+    t_json = (time.perf_counter() - t0) / len(dicts)
+
     # bytes the hashes themselves take (held by the events too, so not in `mem`)
     key_bytes = 33 + 32
     per_block = mem / nblocks + key_bytes
@@ -97,6 +107,7 @@ def main() -> None:
     print(f"BlockStored events/s:  {n_events / t_store:,.0f} "
           f"({nblocks / t_store:,.0f} blocks/s)")
     print(f"BlockRemoved events/s: {n_events / t_remove:,.0f}")
+    print(f"JSON-dict BlockStored events/s: {1 / t_json:,.0f}")
     print(f"bytes per block:       {mem / nblocks:.0f} in the index (dict slots; the "
           f"hash objects, {key_bytes} B each, are the events' and shared by both "
           f"groups); with one hash object per block {per_block:.0f}")
