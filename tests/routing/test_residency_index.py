@@ -321,3 +321,39 @@ def test_batch_boundaries_and_event_forms_do_not_change_the_index(seed, cuts):
     assert many.snapshot("r")["cached"] == one.snapshot("r")["cached"]
     assert not many.is_stale("r")
     assert vectors.check(v) == []
+
+
+def test_deepseek_v4_seven_block_sizes():
+    """DeepSeek-V4-Flash as kvcore plans it: 57 groups with block sizes 4 to 5,120
+    (compressed MLA, sliding-window MLA, the indexer); a hit is a multiple of their
+    lcm, 5,120 tokens, and the index agrees with the manager on every admission of
+    long seeded prompts (prefill in 4,096-token chunks, evictions)."""
+    pytest.importorskip("kvcore_mla")
+    import kvcore
+
+    cfg = kvcore.plan_model("deepseek-v4-flash", max_model_len=16384,
+                            num_gpu_blocks_override=200_000, max_num_batched_tokens=4096)
+    assert len({g.spec.block_size for g in cfg.kv_cache_groups}) == 7
+    m = KVCacheManager(cfg, enable_events=True, check_invariants=False,
+                       max_num_batched_tokens=4096)
+    ix = ResidencyIndex(cfg, max_num_batched_tokens=4096)
+    assert ix.hash_block_size == 4
+    rng = random.Random(0)
+    bases = [[rng.randrange(1, 9999) for _ in range(12000)] for _ in range(3)]
+    seen = []
+    for i in range(10):
+        p = rng.choice(bases)[:rng.randrange(5000, 12000)]
+        r = m.make_request(f"r{i}", p)
+        ix.apply("a", m.take_events(), i)
+        blocks, n = m.get_computed_blocks(r)
+        seen.append((n, ix.longest_prefix(r.block_hashes, len(p))["a"]))
+        c = 0
+        while c < len(p) - n:
+            k = min(4096, len(p) - n - c)
+            got = m.allocate_slots(r, k, n, blocks) if c == 0 else m.allocate_slots(r, k)
+            assert got is not None
+            c += k
+            r.num_computed_tokens = n + c
+        m.free(r)
+    assert all(a == b for a, b in seen), seen
+    assert {a for a, _ in seen} >= {0, 5120}
