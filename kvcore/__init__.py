@@ -11,6 +11,8 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING, Any
 
+import kvcore.sweep  # noqa: E402,F401,I001  (the alias module first: `kvcore.sweep` stays the function)
+from kvcore.deploy.sweep import sweep  # noqa: E402,I001  kvcore.sweep(...) -> rows
 from kvcore.errors import (
     ConfigError,
     KVCoreError,
@@ -24,15 +26,14 @@ from kvcore.errors import (
     UnknownKVCacheDtypeError,
     UnknownModelTypeError,
 )
-from kvcore.sweep import sweep  # kvcore.sweep(...) -> rows (the function shadows the module)
 
 #: public name -> the module that defines it.  ``import kvcore`` loads only the errors
 #: and the (stdlib-only) sweep module; each name below is imported on first use
 #: (PEP 562), so ``import kvcore`` stays fast (benchmarks/bench_import.py) and the
 #: planner loads only what it needs.
 _LAZY: dict[str, str] = {
-    "compute_budget": "kvcore.budget",
-    "plan_on_gpu": "kvcore.budget",
+    "compute_budget": "kvcore.deploy.budget",
+    "plan_on_gpu": "kvcore.deploy.budget",
     "dtype_size": "kvcore.dtypes",
     "normalize_dtype": "kvcore.dtypes",
     "GroupingResult": "kvcore.grouping",
@@ -45,8 +46,8 @@ _LAZY: dict[str, str] = {
     "CacheConfig": "kvcore.models.config",
     "ModelConfig": "kvcore.models.config",
     "load_model_config": "kvcore.models.config",
-    "plan_model": "kvcore.models.planner",
-    "estimate_weights": "kvcore.models.weights",
+    "plan_model": "kvcore.deploy",
+    "estimate_weights": "kvcore.deploy.weights",
     "plan": "kvcore.planning",
     "plan_from_specs_file": "kvcore.planning",
     "plan_to_dict": "kvcore.planning",
@@ -96,14 +97,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the names, for type checkers and IDEs
-    from kvcore.budget import compute_budget, plan_on_gpu
+    from kvcore.deploy import plan_model
+    from kvcore.deploy.budget import compute_budget, plan_on_gpu
+    from kvcore.deploy.weights import estimate_weights
     from kvcore.dtypes import dtype_size, normalize_dtype
     from kvcore.grouping import GroupingResult, group_layers
     from kvcore.hookspecs import hookimpl, hookspec
     from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
     from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
-    from kvcore.models.planner import plan_model
-    from kvcore.models.weights import estimate_weights
     from kvcore.planning import plan, plan_from_specs_file, plan_to_dict
     from kvcore.quant import KVQuantMode, QuantScheme
     from kvcore.registry import SpecType, get_registry

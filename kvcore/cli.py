@@ -40,7 +40,7 @@ def _console() -> Any:
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     console = _console()
     if console is not None:  # never cuts a figure or name; stacked when too narrow
-        from kvcore.sweep import print_wide_table
+        from kvcore.deploy.sweep import print_wide_table
 
         print_wide_table(title, columns, rows, left=(0, 1))
         return
@@ -63,7 +63,7 @@ def _fmt(n: float | None) -> str:
 # ---- plan ------------------------------------------------------------------------------
 
 def _add_plan(sub: Any) -> None:
-    from kvcore.sweep import add_gpu_arguments, count_arg, list_of
+    from kvcore.deploy.sweep import add_gpu_arguments, count_arg, list_of
 
     p = sub.add_parser("plan", help="lay out and size the KV cache of a model",
                        description="Lay out and size the KV cache of a model, per rank.")
@@ -110,7 +110,7 @@ def _add_plan(sub: Any) -> None:
                    metavar="N")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--show-tensors", action="store_true", help="list the KV-cache tensors")
-    add_gpu_arguments(p)  # --gpu, --gpu-memory, ... and the sweep outputs (kvcore.sweep)
+    add_gpu_arguments(p)  # --gpu, --gpu-memory, ... and the sweep outputs (kvcore.deploy.sweep)
     p.set_defaults(func=_cmd_plan)
 
 
@@ -189,13 +189,13 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             extra[opt] = getattr(args, opt)
     if args.disable_hybrid_kv_cache_manager:
         extra["disable_hybrid_kv_cache_manager"] = True
-    from kvcore.sweep import gpu_plan_kwargs, on_gpu
+    from kvcore.deploy.sweep import gpu_plan_kwargs, on_gpu
 
     planner: Any = plan_model
-    if on_gpu(args):  # --gpu / --gpu-memory: the budget comes from the GPU (kvcore.budget)
+    if on_gpu(args):  # --gpu / --gpu-memory: the budget comes from the GPU (kvcore.deploy.budget)
         import functools
 
-        from kvcore.budget import plan_on_gpu
+        from kvcore.deploy.budget import plan_on_gpu
 
         planner = functools.partial(plan_on_gpu, **gpu_plan_kwargs(args))
     config = planner(
@@ -213,8 +213,8 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from kvcore.deploy.sweep import is_sweep, plan_json_extras, print_gpu_summary, run_cli
     from kvcore.planning import plan_to_dict
-    from kvcore.sweep import is_sweep, plan_json_extras, print_gpu_summary, run_cli
 
     if is_sweep(args):  # comma lists, --csv or --plot: one table of plans
         return run_cli(args)
@@ -478,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
         sim_command.add_subparser(sub)
     _add_plugins(sub)
     _add_models(sub)
-    from kvcore.gpus import add_subparser as add_gpus
+    from kvcore.deploy.gpus import add_subparser as add_gpus
 
     add_gpus(sub)
     return parser

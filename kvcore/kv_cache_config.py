@@ -292,7 +292,7 @@ class PlanStats:
     model_dtype: str | None = None
     layers_per_kind: dict[str, int] | None = None
     num_layers: int | None = None
-    # ---- the GPU budget (set by kvcore.budget.plan_on_gpu; issue #16) ---------------
+    # ---- the GPU budget (set by kvcore.deploy.budget.plan_on_gpu; issue #16) ---------------
     weights_bytes: int | None = None
     weights_bytes_total: int | None = None
     weights_source: str | None = None

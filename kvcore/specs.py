@@ -43,6 +43,7 @@ __all__ = [
     "CrossAttentionSpec",
     "EncoderOnlyAttentionSpec",
     "SinkFullAttentionSpec",
+    "KVTraffic",
     "cdiv",
 ]
 
@@ -152,6 +153,57 @@ def _check_field_types(obj: Any) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KVTraffic:
+    """How one layer of a spec reads and writes its cache in one engine step: the
+    constants a step-time model needs, computed once per spec (:meth:`KVCacheSpec.kv_traffic`).
+
+    Per request of ``c`` cached tokens computing ``n`` new tokens, one layer reads
+    ``bytes_per_token x attended`` bytes, where ``attended`` is
+
+    * ``c + n + extra_tokens`` (full attention: the whole context, plus static sinks);
+    * ``min(c + n, window - 1 + n)`` with ``window`` set (a sliding window);
+    * ``c + n - (c // chunk) x chunk`` with ``chunk`` set (the current local chunk);
+    * the request's encoder length with ``reads_encoder`` (cross-attention);
+
+    and writes ``bytes_per_token x n`` (``0`` for cross-attention after its first
+    step), plus ``state_bytes`` read and written once per request (a recurrent state,
+    a ring).  Attention FLOPs use ``qk_dim`` / ``v_dim`` per KV head and count one key
+    per ``tokens_per_entry`` tokens (a compressed cache).
+
+    Attributes
+    ----------
+    bytes_per_token:
+        Stored bytes per token of one layer, scales included (``real_page_size_bytes /
+        block_size``; unification padding is never read).
+    window, chunk:
+        Sliding window / local chunk in tokens (None: unbounded).
+    extra_tokens:
+        Tokens read besides the request's own (attention sinks).
+    reads_encoder:
+        The layer attends to the encoder output (cross-attention).
+    state_bytes:
+        Bytes of per-request state read and written once per step (Mamba, rings).
+    qk_dim, v_dim:
+        Channels per KV head of the keys (query-key product) and values (0: none).
+    tokens_per_entry:
+        Tokens per stored key (``compress_ratio``; 1 = one key per token).
+    holds_blocks:
+        False for layers without a block table (encoder-only attention).
+    """
+
+    bytes_per_token: float = 0.0
+    window: int | None = None
+    chunk: int | None = None
+    extra_tokens: int = 0
+    reads_encoder: bool = False
+    state_bytes: int = 0
+    qk_dim: int = 0
+    v_dim: int = 0
+    tokens_per_entry: int = 1
+    holds_blocks: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class KVCacheSpec:
     """Base of every KV-cache spec.
 
@@ -241,6 +293,17 @@ class KVCacheSpec:
     def max_memory_usage_bytes(self, ctx: PlanContext, max_len: int | None = None) -> int:
         """Bytes one request of ``max_len`` tokens needs in this layer."""
         return self.max_num_blocks_per_req(ctx, max_len) * self.page_size_bytes
+
+    def kv_traffic(self) -> KVTraffic:
+        """How this layer reads and writes its cache per step (see :class:`KVTraffic`);
+        the step-time model of :mod:`kvcore.sim.timing` calls it once per group.
+        Default: a spec whose page grows with ``block_size`` reads its whole context at
+        ``real_page_size_bytes / block_size`` bytes per token; any other (a state, a
+        ring) reads and writes its ``real_page_size_bytes`` once per request per step.
+        Plugin kinds override it when they read otherwise."""
+        if self.scales_with_block_size:
+            return KVTraffic(bytes_per_token=self.real_page_size_bytes / self.block_size)
+        return KVTraffic(state_bytes=self.real_page_size_bytes)
 
     # ---- derived specs --------------------------------------------------------------
     def copy_with_new_block_size(self: S, block_size: int) -> S:
@@ -432,6 +495,12 @@ class AttentionSpec(KVCacheSpec):
     def real_page_size_bytes(self) -> int:
         return self.block_size * self.num_kv_heads * self.bytes_per_token_per_head
 
+    def kv_traffic(self) -> KVTraffic:
+        """The whole context at its stored bytes per token (quantized pages count
+        their scales), keys of ``head_size`` and values of ``head_size_v`` channels."""
+        return KVTraffic(bytes_per_token=self.real_page_size_bytes / self.block_size,
+                         qk_dim=self.head_size, v_dim=self.effective_head_size_v)
+
     def max_num_blocks_per_req(self, ctx: PlanContext, max_len: int | None = None) -> int:
         n = ctx.max_model_len if max_len is None else max_len
         return cdiv(cdiv(n, ctx.decode_context_parallel_size), self.block_size)
@@ -451,6 +520,15 @@ class FullAttentionSpec(AttentionSpec):
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     non_causal: bool = False
+
+    def kv_traffic(self) -> KVTraffic:
+        """As attention; a sliding or chunked layer planned as full attention (hybrid
+        manager off) keeps every block but still reads only its window / chunk."""
+        t = super().kv_traffic()
+        if self.sliding_window is not None or self.attention_chunk_size is not None:
+            t = dataclasses.replace(t, window=self.sliding_window,
+                                    chunk=self.attention_chunk_size)
+        return t
 
     @classmethod
     def merge(cls, specs: list[Any]) -> Any:
@@ -502,6 +580,10 @@ class SlidingWindowSpec(AttentionSpec):
         _check_positive_int(self, "sliding_window")
         super().__post_init__()
 
+    def kv_traffic(self) -> KVTraffic:
+        """Reads ``min(context, sliding_window - 1 + new)`` tokens."""
+        return dataclasses.replace(super().kv_traffic(), window=self.sliding_window)
+
     def max_num_blocks_per_req(self, ctx: PlanContext, max_len: int | None = None) -> int:
         n = ctx.max_model_len if max_len is None else max_len
         tokens = min(self.sliding_window - 1 + ctx.max_num_batched_tokens, n)
@@ -530,6 +612,11 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
         _check_positive_int(self, "attention_chunk_size")
         super().__post_init__()
 
+    def kv_traffic(self) -> KVTraffic:
+        """Reads the current chunk: the tokens from the start of the chunk holding the
+        first new token to the last new token."""
+        return dataclasses.replace(super().kv_traffic(), chunk=self.attention_chunk_size)
+
     def max_num_blocks_per_req(self, ctx: PlanContext, max_len: int | None = None) -> int:
         n = ctx.max_model_len if max_len is None else max_len
         tokens = min(self.attention_chunk_size + ctx.max_num_batched_tokens, n)
@@ -553,6 +640,10 @@ class CrossAttentionSpec(AttentionSpec):
     kind: ClassVar[str] = "cross_attention"
     participates_in_prefix_caching: ClassVar[bool] = False
 
+    def kv_traffic(self) -> KVTraffic:
+        """Reads the encoder's K/V (the request's encoder length), written once."""
+        return dataclasses.replace(super().kv_traffic(), reads_encoder=True)
+
     def max_num_blocks_per_req(self, ctx: PlanContext, max_len: int | None = None) -> int:
         return cdiv(ctx.max_num_encoder_input_tokens, self.block_size)
 
@@ -567,6 +658,11 @@ class EncoderOnlyAttentionSpec(AttentionSpec):
 
     kind: ClassVar[str] = "encoder_only_attention"
     participates_in_prefix_caching: ClassVar[bool] = False
+
+    def kv_traffic(self) -> KVTraffic:
+        """No cache: nothing read or written, no block table."""
+        return KVTraffic(qk_dim=self.head_size, v_dim=self.effective_head_size_v,
+                         holds_blocks=False)
 
     @property
     def real_page_size_bytes(self) -> int:
@@ -592,6 +688,10 @@ class SinkFullAttentionSpec(FullAttentionSpec):
     def __post_init__(self) -> None:
         _check_int(self, "sink_len", minimum=0)
         super().__post_init__()
+
+    def kv_traffic(self) -> KVTraffic:
+        """Full attention plus the ``sink_len`` sink tokens every request reads."""
+        return dataclasses.replace(super().kv_traffic(), extra_tokens=self.sink_len)
 
     @property
     def num_sink_blocks(self) -> int:

@@ -32,7 +32,8 @@ import operator
 import re
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import SHORT_LIMIT as SHORT_LIMIT
+from kvcore.errors import ConfigError, shorten, shorten_message
 
 __all__ = [
     "BOUNDS",
@@ -139,43 +140,7 @@ def bound(field: str) -> int:
     return 1 << 40
 
 
-# ---- echoing values in messages ----------------------------------------------------------
-
-#: the longest value echoed in full in a message
-SHORT_LIMIT = 64
-
-
-def shorten(value: Any, limit: int = SHORT_LIMIT) -> str:
-    """``repr(value)`` (a str as is), cut in the middle when longer than ``limit``:
-    ``'123456...(5,000 characters)...7890'``.  Never raises (a repr that raises or a
-    huge int gives its type and size)."""
-    if isinstance(value, int) and not isinstance(value, bool) and \
-            abs(value).bit_length() > 4 * limit:
-        return f"<int of about {int(abs(value).bit_length() * 0.30103):,} digits>"
-    try:
-        text = repr(value) if not isinstance(value, str) or not value.isprintable() \
-            else value  # control characters (a newline) are escaped: one line
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
-        return f"<{type(value).__name__}>"
-    if len(text) <= limit:
-        return text
-    head = max(8, limit * 2 // 3)
-    tail = max(4, limit // 4)
-    return f"{text[:head]}...({len(text):,} characters)...{text[-tail:]}"
-
-
-_LONG_RUN = re.compile(r"\S{" + str(2 * SHORT_LIMIT + 1) + ",}")
-
-
-def shorten_message(message: str, limit: int = 2 * SHORT_LIMIT) -> str:
-    """A message with every run of more than ``limit`` non-space characters (a huge
-    number, a long path or token) cut in the middle by :func:`shorten`."""
-    if not message.isprintable():  # a newline or other control character: escaped
-        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-    if len(message) <= limit:
-        return message
-    return _LONG_RUN.sub(lambda m: shorten(m.group(0)), message)
-
+# (shorten, shorten_message and SHORT_LIMIT live in kvcore.errors, re-exported here)
 
 # ---- integers ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""kvcore.budget: KV budget = GPU memory x utilization - weights - overhead, the verdict,
+"""kvcore.deploy.budget: KV budget = GPU memory x utilization - weights - overhead, the verdict,
 the smallest TP that fits; checked against vLLM start-up logs from public issue threads."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvcore_plugin_needs import skip_unless_served
 
-from kvcore.budget import (
+from kvcore.deploy.budget import (
     compute_budget,
     estimate_overhead,
     min_tensor_parallel_size_that_fits,
     plan_on_gpu,
     tensor_parallel_candidates,
 )
+from kvcore.deploy.gpus import get_gpu
 from kvcore.errors import ConfigError, NotEnoughMemoryError
-from kvcore.gpus import get_gpu
 from kvcore.models.config import parse_model_config
 
 GIB = 1 << 30
@@ -243,7 +243,7 @@ def test_gpt_oss_120b_weights_difference_is_the_mxfp4_kernel_padding():
     (``mxfp4_round_up_hidden_size_and_intermediate_size``,
     vllm/model_executor/layers/fused_moe/oracle/mxfp4.py); the checkpoint's expert bytes
     scaled by that padding give vLLM's figure within 0.5%."""
-    from kvcore.models.weights import estimate_weights
+    from kvcore.deploy.weights import estimate_weights
 
     w = estimate_weights("gpt-oss-120b")
     padded = w.per_rank_bytes + w.by_class["moe_experts"] * (3072 * 2944 / 2880**2 - 1)
@@ -292,7 +292,7 @@ def test_pipeline_stages_plan_the_layers_whose_weights_they_hold(model, pp):
     """With --pp and a GPU, each stage's KV budget (GPU memory x util - that stage's
     weights - overhead) is planned for the decoder layers vLLM puts on that stage."""
     skip_unless_served(model)
-    from kvcore.models.weights import pp_layer_partition
+    from kvcore.deploy.weights import pp_layer_partition
 
     config = plan_on_gpu(model, gpu="H200", pipeline_parallel_size=pp, max_model_len=8192,
                          tensor_parallel_size=8 if model == "deepseek-v3" else 1)
@@ -334,8 +334,12 @@ def test_booleans_are_real_bools(kw):
 
 
 def test_plan_model_takes_the_gpu_options():
-    from kvcore.models.planner import plan_model
+    from kvcore import plan_model
+    from kvcore.models.planner import plan_model as planner_plan_model
 
+    # the planner itself plans a given budget; GPU fits are kvcore.deploy's (one direction)
+    with pytest.raises(ConfigError, match="kvcore.plan_model"):
+        planner_plan_model("llama-3.1-8b", gpu="H100", max_model_len=8192)
     a = plan_model("llama-3.1-8b", gpu="H100", max_model_len=8192,
                    gpu_memory_utilization=0.8)
     b = plan_on_gpu("llama-3.1-8b", gpu="H100", max_model_len=8192,

@@ -1,4 +1,4 @@
-"""kvcore.gpus: the catalog and name lookup."""
+"""kvcore.deploy.gpus: the catalog and name lookup."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvcore.deploy.gpus import GPU_CATALOG, get_gpu, list_gpus
 from kvcore.errors import ConfigError
-from kvcore.gpus import GPU_CATALOG, get_gpu, list_gpus
 
 REQUIRED = ["H100-SXM", "H100-PCIe", "H100-NVL", "H200", "B200", "GB200", "A100-40GB",
             "A100-80GB", "L40S", "L4", "A10", "RTX-4090", "MI300X", "MI325X", "MI355X"]
@@ -62,7 +62,7 @@ def test_unknown_gpu_lists_the_catalog(bad):
 
 
 def test_names_are_unique_and_unambiguous():
-    from kvcore.gpus import _key
+    from kvcore.deploy.gpus import _key
 
     seen: dict[str, str] = {}
     for gpu in list_gpus():

@@ -68,7 +68,7 @@ def test_revision_selects_the_ref_or_commit(hub_cache):
 
 
 def test_safetensors_index_in_the_cache_sizes_the_weights(hub_cache):
-    from kvcore.budget import plan_on_gpu
+    from kvcore.deploy.budget import plan_on_gpu
 
     _write_cache(hub_cache, "meta-llama/Llama-3.1-8B", {
         "config.json": LLAMA,

@@ -1,4 +1,4 @@
-"""kvcore.sweep and the plan CLI's GPU flags: every combination, one table, CSV, JSON, PNG."""
+"""kvcore.deploy.sweep and the plan CLI's GPU flags: every combination, one table, CSV, JSON, PNG."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import json
 import pytest
 from kvcore_plugin_needs import skip_unless_served
 
-from kvcore.budget import compute_budget
 from kvcore.cli import main
+from kvcore.deploy.budget import compute_budget
+from kvcore.deploy.sweep import sweep
 from kvcore.errors import ConfigError
-from kvcore.sweep import sweep
 
 TPS, DTYPES, LENS = [1, 2, 4, 8], ["auto", "fp8", "nvfp4"], ["8K", "32K", "128K"]
 
@@ -177,7 +177,7 @@ def test_plan_text_for_people(capsys):
 def test_progress_bar_appears_only_after_a_second(monkeypatch):
     import sys
 
-    sweep_module = sys.modules["kvcore.sweep"]  # kvcore.sweep is the function
+    sweep_module = sys.modules["kvcore.deploy.sweep"]  # kvcore.deploy.sweep is the function
 
     started = []
 
@@ -334,14 +334,14 @@ def test_a_row_that_does_not_fit_keeps_exit_0_and_says_why(capsys):
 
 def test_rows_fill_gpu_memory_overhead_and_the_default_length(tmp_path):
     rows = sweep("llama-3.1-8b", gpu=["H100-SXM", "L4"])
-    # nvidia-smi memory.total of the H100 80GB HBM3: 81,559 MiB (kvcore.gpus cites it)
+    # nvidia-smi memory.total of the H100 80GB HBM3: 81,559 MiB (kvcore.deploy.gpus cites it)
     assert rows[0]["gpu_memory_bytes"] == 81559 * 2**20
     assert all(r["overhead_bytes"] and r["overhead_bytes"] > 0 for r in rows)
     # L4 (24 GB) cannot hold 131,072 tokens beside 16 GB of weights: the unswept length
     # column still shows the model's length (max_position_embeddings 131,072)
     assert [r["max_model_len"] for r in rows] == [131072, 131072]
     path = tmp_path / "s.csv"
-    from kvcore.sweep import write_csv
+    from kvcore.deploy.sweep import write_csv
 
     write_csv(sweep("llama-3.1-8b", gpu_memory_bytes=[40 * 2**30, 80 * 2**30]), path)
     got = list(csv.DictReader(path.open()))
@@ -363,7 +363,7 @@ def test_not_fitting_rows_are_not_enough_memory_errors():
 
 
 def test_plan_json_has_the_gpu_names_without_a_gpu_too(capsys):
-    from kvcore.sweep import GPU_JSON_KEYS
+    from kvcore.deploy.sweep import GPU_JSON_KEYS
 
     assert main(["plan", "llama-3.1-8b", "--json", "--kv-cache-memory", "20GiB",
                  "--tp", "2", "--max-model-len", "8192"]) == 0
@@ -400,7 +400,7 @@ def test_tables_never_cut_a_figure_or_a_name(width, rows, ncols):
     import os
     from unittest import mock
 
-    from kvcore.sweep import print_wide_table
+    from kvcore.deploy.sweep import print_wide_table
 
     headers = ["name"] + [f"figure {i}" for i in range(ncols)]
     cells = [[name] + [f"{n * (i + 1):,}" for i in range(ncols)] for name, n in rows]
@@ -440,7 +440,7 @@ def test_encoder_only_auto_length_says_why_once(tmp_path, capsys):
 
 
 def test_line_styles_are_distinct_combinations():
-    from kvcore.sweep import line_style
+    from kvcore.deploy.sweep import line_style
 
     styles = [line_style(i) for i in range(320)]
     assert len(set(styles)) == 320          # 10 colours x 8 markers x 4 linestyles
@@ -451,7 +451,7 @@ def test_a_single_plan_plots_a_curve_over_context_lengths(tmp_path, monkeypatch)
     pytest.importorskip("matplotlib")
     import sys
 
-    sw = sys.modules["kvcore.sweep"]  # the module (kvcore.sweep is also the function)
+    sw = sys.modules["kvcore.deploy.sweep"]  # the module (kvcore.deploy.sweep is also the function)
 
     seen = {}
     monkeypatch.setattr(sw, "plot", lambda rows, path, title="": seen.update(rows=rows))

@@ -1,4 +1,4 @@
-"""kvcore.models.weights: weight bytes from the config, checked against published
+"""kvcore.deploy.weights: weight bytes from the config, checked against published
 checkpoint figures (each cited) and against the sharding / quantization rules on
 generated configs."""
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvcore.deploy.weights import estimate_weights, pp_layer_partition
 from kvcore.errors import ConfigError, KVCoreError
 from kvcore.models.config import parse_model_config
-from kvcore.models.weights import estimate_weights, pp_layer_partition
 
 # ---- published figures ------------------------------------------------------------------
 # (embedded name, kind, published figure, what the figure is, source).  kind "bytes":

@@ -9,7 +9,7 @@ Resolution order (:func:`resolve_model`):
    the Hub unless ``HF_HUB_OFFLINE`` is set; ``HF_TOKEN`` is passed for gated repos.
    ``config.json`` is required; ``model.safetensors.index.json`` is fetched too when
    the repo has one (its ``total_size`` then sizes the weights, see
-   :mod:`kvcore.models.weights`).  The config is named after the id;
+   :mod:`kvcore.deploy.weights`).  The config is named after the id;
 3. offline (or unreachable) with nothing cached, an id whose name part equals an
    embedded config's name (case-insensitive; never a test fixture or a trimmed copy)
    falls back to that embedded config, and the returned note says so;

@@ -177,7 +177,8 @@ def plan_model(
     ``model``, ``model_type`` and ``layers_per_kind``.
 
     With ``gpu`` (a catalog name) or ``gpu_memory_bytes`` the KV budget comes from the
-    GPU: this is :func:`kvcore.budget.plan_on_gpu` (which also takes
+    GPU: use :func:`kvcore.plan_model` (:func:`kvcore.deploy.plan_model`), which calls
+    :func:`kvcore.deploy.budget.plan_on_gpu` (which also takes
     ``gpu_memory_utilization``, ``overhead_bytes``, ``data_parallel_size``, ...).
     ``max_model_len`` above the config's derived length (``max_position_embeddings``,
     scaled by a linear / dynamic RoPE factor, or ``model_max_length`` when larger) is a
@@ -193,21 +194,14 @@ def plan_model(
     _GPU_KEYS = ("gpu_memory_utilization", "overhead_bytes", "data_parallel_size",
                  "enable_expert_parallel", "max_num_seqs", "cuda_graphs",
                  "raise_if_not_fits")
-    if gpu is not None or gpu_memory_bytes is not None:  # the budget comes from the GPU
-        from kvcore.budget import plan_on_gpu
-
-        return plan_on_gpu(  # type: ignore[no-any-return]
-            model, gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
-            kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len,
-            block_size=block_size, kv_cache_dtype=kv_cache_dtype,
-            tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_encoder_input_tokens=max_num_encoder_input_tokens,
-            mamba_cache_mode=mamba_cache_mode, num_speculative_tokens=num_speculative_tokens,
-            include_mtp_layers=include_mtp_layers,
-            enable_prefix_caching=enable_prefix_caching,
-            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, **plan_options)
+    if gpu is not None or gpu_memory_bytes is not None:
+        # GPU-fit planning lives in kvcore.deploy, which builds on this module (one
+        # direction: planning never imports deploy); kvcore.plan_model dispatches there
+        raise ConfigError("gpu=/gpu_memory_bytes=: the budget from a GPU is planned by "
+                          "kvcore.plan_model (kvcore.deploy.plan_model) or "
+                          "kvcore.deploy.plan_on_gpu; kvcore.models.planner.plan_model "
+                          "plans a given kv_cache_memory_bytes",
+                          field="gpu" if gpu is not None else "gpu_memory_bytes")
     gpu_only = [k for k in _GPU_KEYS if k in plan_options]
     if gpu_only:
         raise ConfigError(f"{gpu_only[0]} needs a GPU: give gpu= (a catalog name, see "

@@ -47,8 +47,9 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
         "simulate", help="replay a request trace against a model's KV cache",
         description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="config.json path, folder, or embedded name")
-    p.add_argument("--trace", required=True,
-                   help="Mooncake JSONL, Azure LLM inference CSV or kvcore JSONL")
+    p.add_argument("--trace", default=None,
+                   help="Mooncake JSONL, Azure LLM inference CSV or kvcore JSONL (or "
+                        "--dataset random)")
     p.add_argument("--trace-format", default="auto", choices=list(TRACE_FORMATS))
     p.add_argument("--kv-cache-memory", default=None,
                    help="KV-cache budget per rank (default 16GiB unless --num-blocks is "
@@ -63,17 +64,24 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--tp", type=length_arg("tensor_parallel_size"), default=1,
                    dest="tensor_parallel_size")
-    p.add_argument("--max-num-seqs", type=length_arg("max_num_seqs"), default=64,
-                   help="most requests running at once (default 64)")
+    p.add_argument("--max-num-seqs", type=length_arg("max_num_seqs"), default=None,
+                   help="most requests running at once (default: 64 for the replay; "
+                        "vLLM's serve default for the clocked run: 1024 on GPUs of "
+                        ">= 70 GiB but A100, else 256)")
     p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
-                   default=8192)
+                   default=None,
+                   help="token budget per step (default: 8192 for the replay; vLLM's "
+                        "serve default for the clocked run: 16384 on GPUs of >= 160 GiB, "
+                        "8192 on >= 70 GiB but A100, else 2048)")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--limit", type=length_arg("limit", minimum=0), default=None,
                    help="replay the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="plot block usage and prefix-hit ratio over the replay "
-                        "(needs matplotlib: pip install 'kvcore[plot]')")
+                   help="plot block usage and prefix-hit ratio over the replay; with the "
+                        "clock: KV usage, running batch and queue over time and the "
+                        "TTFT / TPOT CDFs (needs matplotlib: pip install 'kvcore[plot]')")
+    add_clock_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -269,6 +277,24 @@ def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) 
     return NotEnoughMemoryError(msg, **extra)
 
 
+def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
+    """(progress callback or None, rich bar to stop or None) for a clocked run."""
+    if args.json or not total:
+        return None, None
+    if sys.stderr.isatty():
+        try:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress
+        except ImportError:
+            pass
+        else:
+            bar = Progress("[progress.description]{task.description}", BarColumn(),
+                           MofNCompleteColumn(), transient=True)
+            bar.start()
+            task = bar.add_task("simulating", total=total)
+            return (lambda done: bar.update(task, completed=done)), bar
+    return None, None
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``kvcore simulate`` (returns the exit status)."""
     from kvcore.errors import NotEnoughMemoryError
@@ -283,6 +309,33 @@ def run(args: argparse.Namespace) -> int:
         budget = None  # the block count is the user's; no budget to contradict it
     else:
         budget = DEFAULT_KV_CACHE_MEMORY_BYTES
+    from kvcore.errors import ConfigError
+
+    is_clocked = clocked(args)
+    if args.trace is None and (args.dataset is None or not is_clocked):
+        raise ConfigError("give a workload: --trace FILE (Mooncake JSONL, Azure CSV, "
+                          "kvcore JSONL) or --dataset random", field="trace")
+    if not is_clocked:  # the clockless replay's defaults
+        if args.max_num_seqs is None:
+            args.max_num_seqs = 64
+        if args.max_num_batched_tokens is None:
+            args.max_num_batched_tokens = 8192
+        if args.pipeline_parallel_size != 1:
+            raise ConfigError("--pp needs the clocked run (--scheduler vllm)",
+                              field="pipeline_parallel_size",
+                              value=args.pipeline_parallel_size)
+    if is_clocked:
+        n_req = args.num_prompts if args.dataset else None
+        progress_cb, bar = _progress(args, n_req)
+        try:
+            return run_clocked(args, budget, progress_cb)
+        except NotEnoughMemoryError as exc:
+            if args.gpu is not None:
+                raise
+            raise _explain_not_enough(exc, args, budget) from exc
+        finally:
+            if bar is not None:
+                bar.stop()
     traces = read_trace(args.trace, args.trace_format)
     total = None
     bar = None
@@ -379,4 +432,366 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         for k, v in rows:
             print(f"{k:<{width}}  {v}")
+    return 0
+
+
+# ---- the clocked run (kvcore.sim.engine) -------------------------------------------------
+#: flags that ask for the clocked engine (any of them, or --scheduler vllm)
+CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "goodput", "gpu",
+               "time_model", "long_prefill_token_threshold")
+#: ConstantTimeModel step time without a GPU step-time model, s
+PLACEHOLDER_STEP_S = 0.01
+
+
+def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
+    """An argparse ``type=``: a number > 0 (``inf`` allowed if ``allow_inf``)."""
+    import argparse
+
+    def convert(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not v > 0 or (math.isinf(v) and not allow_inf):
+            inf = " or inf" if allow_inf else ""
+            raise argparse.ArgumentTypeError(
+                f"{field} must be a number > 0{inf}, got {text!r}")
+        return v
+
+    convert.__name__ = field
+    return convert
+
+
+def _ratio_arg(text: str) -> float:
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(
+            f"random_range_ratio must be a number in [0, 1), got {text!r}")
+    return v
+
+
+def _goodput_arg(text: str) -> str:
+    import argparse
+
+    from kvcore.errors import ConfigError
+    from kvcore.sim.metrics import parse_goodput
+
+    try:
+        parse_goodput([text])
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def add_clock_arguments(p: Any) -> None:
+    """The flags of the clocked run (``vllm bench serve``'s names and defaults)."""
+    g = p.add_argument_group(
+        "clocked simulation (vLLM's Scheduler with a step-time model; figures as vllm "
+        "bench serve --save-result names them)")
+    g.add_argument("--scheduler", choices=("auto", "vllm", "replay"), default="auto",
+                   help="vllm: the clocked loop of vLLM's Scheduler (kvcore.sim.engine); "
+                        "replay: the clockless replay; auto (default): vllm when any flag "
+                        "of this group is given, else replay")
+    g.add_argument("--dataset", choices=("random",), default=None,
+                   help="vllm bench serve's random dataset instead of --trace")
+    g.add_argument("--num-prompts", type=length_arg("num_prompts"), default=1000,
+                   help="requests of the random dataset (default 1000, vLLM's)")
+    g.add_argument("--random-input-len", type=length_arg("random_input_len", minimum=0),
+                   default=1024)
+    g.add_argument("--random-output-len", type=length_arg("random_output_len", minimum=0),
+                   default=128)
+    g.add_argument("--random-prefix-len", type=length_arg("random_prefix_len", minimum=0),
+                   default=0, help="tokens of a prefix shared by every prompt")
+    g.add_argument("--random-range-ratio", type=_ratio_arg, default=0.0,
+                   help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)")
+    g.add_argument("--request-rate", type=_float_arg("request_rate"), default=None,
+                   help="requests per second, Poisson (gamma with --burstiness) arrivals; "
+                        "inf: all at t = 0 (default: the trace's timestamps, inf for "
+                        "--dataset)")
+    g.add_argument("--burstiness", type=_float_arg("burstiness"), default=None,
+                   help="gamma shape of the inter-arrival times (default 1: Poisson)")
+    g.add_argument("--seed", type=length_arg("seed", minimum=0), default=0)
+    g.add_argument("--max-concurrency", type=length_arg("max_concurrency"), default=None,
+                   help="most outstanding requests (closed loop, vllm bench serve's)")
+    g.add_argument("--goodput", nargs="+", type=_goodput_arg, default=None,
+                   metavar="KEY:MS", help="SLOs for request_goodput: ttft:MS tpot:MS e2el:MS")
+    g.add_argument("--long-prefill-token-threshold",
+                   type=length_arg("long_prefill_token_threshold", minimum=0), default=None)
+    g.add_argument("--gpu", default=None, metavar="NAME",
+                   help="plan the KV budget on this GPU (kvcore gpus) and time steps on it")
+    g.add_argument("--gpu-memory-utilization", type=_float_arg(
+        "gpu_memory_utilization", allow_inf=False), default=None)
+    g.add_argument("--pp", type=length_arg("pipeline_parallel_size"), default=1,
+                   dest="pipeline_parallel_size", help="pipeline-parallel size")
+    g.add_argument("--time-model", default=None, metavar="NAME",
+                   help="a step-time model by name (constant, or one registered under the "
+                        "kvcore.time_models entry points); default: the roofline with "
+                        "--gpu, else a constant 10 ms a step")
+
+
+def clocked(args: argparse.Namespace) -> bool:
+    """Whether ``args`` ask for the clocked engine (``--scheduler``, or any clock flag)."""
+    if args.scheduler != "auto":
+        return bool(args.scheduler == "vllm")
+    return any(getattr(args, f, None) is not None for f in CLOCK_FLAGS)
+
+
+def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
+                        ) -> tuple[int, int]:
+    """``(max_num_seqs, max_num_batched_tokens)`` vLLM 0.32 ``vllm serve`` picks
+    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``, usage context
+    OPENAI_API_SERVER): >= 160 GiB: (1024, 16384); >= 70 GiB and not an A100: (1024,
+    8192); otherwise (256, 2048)."""
+    gib = 1 << 30
+    mem = gpu_memory_bytes or 0
+    if mem >= 160 * gib:
+        return 1024, 16384
+    if mem >= 70 * gib and "a100" not in gpu_name.lower():
+        return 1024, 8192
+    return 256, 2048
+
+
+def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config: Any
+                    ) -> Any:
+    """The step-time model of a clocked run.
+
+    ``--time-model NAME``: :func:`kvcore.sim.timing.load_time_model`.  With ``--gpu``:
+    ``kvcore.sim.timing.roofline_for(model_config, kv_cache_config, gpu=...,
+    tensor_parallel_size=..., pipeline_parallel_size=...)`` when that exists.
+    Otherwise :class:`~kvcore.sim.timing.ConstantTimeModel` of
+    ``PLACEHOLDER_STEP_S`` per step, a placeholder: its latencies count steps, not
+    seconds of any GPU (:func:`time_model_note` says so in the output).
+    """
+    from kvcore.sim import timing
+
+    name = getattr(args, "time_model", None)
+    if name:
+        return timing.load_time_model(name)
+    gpu = getattr(args, "gpu", None)
+    roofline = getattr(timing, "roofline_for", None)
+    if gpu and roofline is not None:
+        kw: dict[str, Any] = {"gpu": gpu,
+                              "tensor_parallel_size": args.tensor_parallel_size}
+        if getattr(args, "pipeline_parallel_size", 1) != 1:
+            kw["pipeline_parallel_size"] = args.pipeline_parallel_size
+        return roofline(model_config, kv_cache_config, **kw)
+    return timing.ConstantTimeModel(step_s=PLACEHOLDER_STEP_S)
+
+
+def time_model_note(args: argparse.Namespace, model: Any) -> str:
+    """One line saying which step-time model timed the run."""
+    from kvcore.sim.timing import ConstantTimeModel
+
+    if isinstance(model, ConstantTimeModel) and not getattr(args, "time_model", None):
+        why = ("the roofline step-time model for --gpu is not in this kvcore yet"
+               if getattr(args, "gpu", None) else "no --gpu given")
+        return (f"constant {model.step_s * 1000:g} ms a step + {model.token_s * 1e6:g} us "
+                f"a token (placeholder: {why}; latencies count steps, not GPU time)")
+    return getattr(model, "description", None) or type(model).__name__
+
+
+def _model_config(model: Any) -> Any:
+    from kvcore.models.config import ModelConfig, load_model_config
+    from kvcore.models.hub import resolve_model
+
+    if isinstance(model, ModelConfig):
+        return model
+    resolved, _ = resolve_model(model)
+    return resolved if isinstance(resolved, ModelConfig) else load_model_config(resolved)
+
+
+def _clocked_requests(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """The TraceRequests of a clocked run (arrivals set) and the workload's name."""
+    from kvcore.errors import ConfigError
+    from kvcore.sim.traces import read_trace
+    from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
+
+    if args.dataset is not None and args.trace is not None:
+        raise ConfigError("give --trace FILE or --dataset random, not both",
+                          field="dataset", value=args.dataset)
+    if args.dataset == "random":
+        reqs = random_dataset(args.num_prompts, args.random_input_len,
+                              args.random_output_len, args.random_prefix_len,
+                              args.random_range_ratio, args.seed)
+        name = (f"random (input {args.random_input_len}, output {args.random_output_len}, "
+                f"prefix {args.random_prefix_len}, range ratio {args.random_range_ratio})")
+        rate = math.inf if args.request_rate is None else args.request_rate
+    else:
+        reqs = read_trace(args.trace, args.trace_format)
+        if args.limit is not None:
+            reqs = reqs[:args.limit]
+        name = str(args.trace)
+        rate = args.request_rate
+    if rate is not None:
+        burst = 1.0 if args.burstiness is None else args.burstiness
+        reqs = with_arrivals(reqs, arrival_times(len(reqs), rate, burst, args.seed))
+    elif args.burstiness is not None:
+        raise ConfigError("--burstiness shapes the arrivals of --request-rate; give "
+                          "--request-rate too (the trace's own timestamps have no "
+                          "burstiness)", field="burstiness", value=args.burstiness)
+    elif reqs:  # the trace's timestamps, from its first request
+        t0 = reqs[0].arrival_ms
+        if t0:
+            reqs = [type(r)(**{**r.__dict__, "arrival_ms": r.arrival_ms - t0})
+                    for r in reqs]
+    return reqs, name
+
+
+def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
+                     progress: Any = None) -> tuple[dict[str, Any], Any]:
+    """Plan (on ``--gpu`` when given), run :func:`kvcore.sim.engine.run_engine` and return
+    ``(report, EngineResult)``: the figures of :mod:`kvcore.sim.metrics` plus the run's
+    settings (``model``, ``dataset`` or ``trace``, ``num_prompts``, ``request_rate``,
+    ``burstiness``, ``max_concurrency``, ``seed``, ``time_model``, the plan:
+    ``num_blocks``, ``block_size``, ``max_model_len``, ``max_num_seqs``,
+    ``max_num_batched_tokens``, ``tensor_parallel_size``, ``pipeline_parallel_size``,
+    ``gpu``)."""
+    import kvcore
+    from kvcore.errors import ConfigError
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.sim.metrics import parse_goodput, serving_metrics
+
+    goodput = parse_goodput(args.goodput)
+    reqs, workload = _clocked_requests(args)
+    if not reqs:
+        raise ConfigError("the workload has no requests", field="trace", value=args.trace)
+    gpu_info = None
+    if args.gpu is not None:
+        from kvcore.deploy.gpus import get_gpu
+
+        gpu_info = get_gpu(args.gpu)
+    seqs, tokens = vllm_serve_defaults(gpu_info.memory_bytes if gpu_info else None,
+                                       gpu_info.name if gpu_info else "")
+    max_num_seqs = args.max_num_seqs or seqs
+    mnbt = args.max_num_batched_tokens or tokens
+    plan_kw: dict[str, Any] = dict(
+        max_model_len=args.max_model_len, block_size=args.block_size,
+        kv_cache_dtype=args.kv_cache_dtype, tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size, max_num_batched_tokens=mnbt,
+        enable_prefix_caching=not args.no_prefix_caching)
+    if args.num_blocks is not None:
+        plan_kw["num_gpu_blocks_override"] = args.num_blocks
+    if gpu_info is not None:
+        from kvcore.deploy.budget import plan_on_gpu
+
+        if args.kv_cache_memory is not None:
+            plan_kw["kv_cache_memory_bytes"] = budget
+        gkw: dict[str, Any] = {}
+        if args.gpu_memory_utilization is not None:
+            gkw["gpu_memory_utilization"] = args.gpu_memory_utilization
+        cfg = plan_on_gpu(args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, **gkw,
+                          **plan_kw)
+    else:
+        if args.gpu_memory_utilization is not None:
+            raise ConfigError("--gpu-memory-utilization needs --gpu NAME",
+                              field="gpu_memory_utilization",
+                              value=args.gpu_memory_utilization)
+        cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+    if cfg.num_blocks is None:
+        raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
+                          "--num-blocks or --gpu", field="kv_cache_memory")
+    mml = int(cfg.max_model_len or args.max_model_len or 0)
+    mgr = KVCacheManager(cfg, max_model_len=mml, enable_caching=not args.no_prefix_caching,
+                         max_num_batched_tokens=mnbt)
+    time_model = make_time_model(args, _model_config(args.model), cfg)
+    sims = [SimRequest(r) for r in reqs]
+    res = run_engine(mgr, sims, time_model, max_num_seqs=max_num_seqs,
+                     max_num_batched_tokens=mnbt,
+                     long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
+                     max_model_len=mml, max_concurrency=args.max_concurrency,
+                     progress=progress)
+    m = serving_metrics(res, goodput=goodput or None)
+    rate = args.request_rate
+    if rate is None:
+        rate = math.inf if args.dataset else None
+    report: dict[str, Any] = {
+        "model": str(args.model),
+        ("dataset" if args.dataset else "trace"): workload,
+        "num_prompts": len(reqs),
+        "request_rate": "inf" if rate is not None and math.isinf(rate) else rate,
+        "burstiness": args.burstiness if args.burstiness is not None else 1.0,
+        "max_concurrency": args.max_concurrency,
+        "seed": args.seed,
+        **m,
+        "time_model": time_model_note(args, time_model),
+        "gpu": gpu_info.name if gpu_info else None,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "pipeline_parallel_size": args.pipeline_parallel_size,
+        "num_blocks": cfg.num_blocks,
+        "block_size": cfg.kv_cache_groups[0].spec.block_size if cfg.kv_cache_groups else None,
+        "num_kv_cache_groups": len(cfg.kv_cache_groups),
+        "max_model_len": mml,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": mnbt,
+        "wall_seconds": round(res.wall_seconds, 3),
+    }
+    return report, res
+
+
+def _plot_clocked(res: Any, path: str, title: str) -> None:
+    from kvcore.errors import ConfigError
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    t = res.step_end
+    ax = axes[0][0]
+    ax.plot(t, [100 * u for u in res.step_usage], lw=0.8)
+    ax.set_title("KV-cache usage (% of usable blocks)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylim(0, 100)
+    ax = axes[0][1]
+    ax.plot(t, res.step_running, lw=0.8, label="running")
+    ax.plot(t, res.step_waiting, lw=0.8, label="waiting")
+    ax.set_title("requests")
+    ax.set_xlabel("time (s)")
+    ax.legend(loc="upper right")
+    done = [r for r in res.requests if not r.rejected and r.finish >= 0]
+    series = (("TTFT", sorted(1000 * (r.token_times[0] - r.sent) for r in done)),
+              ("TPOT", sorted(1000 * (r.token_times[-1] - r.token_times[0])
+                              / (len(r.token_times) - 1)
+                              for r in done if len(r.token_times) > 1)))
+    for ax, (name, xs) in zip(axes[1], series):
+        if xs:
+            ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))])
+        ax.set_title(f"{name} CDF")
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylim(0, 1)
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
+                          value=path) from exc
+    finally:
+        plt.close(fig)
+
+
+def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> int:
+    """The clocked branch of :func:`run` (prints the report; returns the exit status)."""
+    from kvcore.sim.metrics import format_summary
+
+    report, res = simulate_clocked(args, budget=budget, progress=progress)
+    if args.plot:
+        _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
+        report["plot"] = args.plot
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    rate = report["request_rate"]
+    extra = [("Time model:", report["time_model"]),
+             ("KV cache:", f"{report['num_blocks']:,} blocks of {report['block_size']} "
+                           f"tokens, {report['num_kv_cache_groups']} groups"),
+             ("Wall time (s):", f"{report['wall_seconds']:.2f}")]
+    if args.plot:
+        extra.append(("Plot:", args.plot))
+    print(format_summary(report, max_concurrency=args.max_concurrency,
+                         request_rate=math.inf if rate in (None, "inf") else float(rate),
+                         extra=extra))
     return 0

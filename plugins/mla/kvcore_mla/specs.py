@@ -196,6 +196,20 @@ class _MLAPage:
     def bytes_per_token(self) -> float:
         return self.real_page_size_bytes / self.block_size
 
+    def kv_traffic(self) -> Any:
+        """KV traffic per step (:class:`kvcore.specs.KVTraffic`): the stored records at
+        ``real_page_size_bytes / block_size`` bytes per token (fp8_ds_mla scales and V4
+        alignment included, one record per ``compress_ratio`` tokens), read over the
+        context (or window) as the base kind reads it; attention runs in the latent
+        space (absorbed MLA): keys of ``head_size`` channels, values of ``head_size -
+        64`` (``kv_lora_rank``, the RoPE part is key only)."""
+        import dataclasses
+
+        t = super().kv_traffic()  # type: ignore[misc]
+        v_dim = self.head_size - 64 if self.head_size > 64 else self.head_size
+        return dataclasses.replace(t, qk_dim=self.head_size, v_dim=v_dim,
+                                   tokens_per_entry=self.compress_ratio)
+
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, int, int]:
         """Shape of this layer's cache as the kernels view it:
         ``(num_blocks, storage_block_size, entry_width)``, entry_width in elements of
@@ -279,6 +293,13 @@ class HiddenStateCacheSpec(MLAAttentionSpec):
 
     kind: ClassVar[str] = "hidden_state_cache"
 
+    def kv_traffic(self) -> Any:
+        """Writes the new tokens' hidden states and reads only those (a window of one
+        token); no attention."""
+        import dataclasses
+
+        return dataclasses.replace(super().kv_traffic(), window=1, qk_dim=0, v_dim=0)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowMLASpec(_MLAPage, SlidingWindowSpec):
@@ -356,6 +377,12 @@ class MLAIndexerSpec(_MLAPage, FullAttentionSpec):
 
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, int, int]:
         return (num_blocks, self.storage_block_size, self.entry_bytes)
+
+    def kv_traffic(self) -> Any:
+        """As MLA, but the indexer only scores keys (no values)."""
+        import dataclasses
+
+        return dataclasses.replace(super().kv_traffic(), v_dim=0)
 
     @classmethod
     def merge(cls, specs: list[Any]) -> Any:

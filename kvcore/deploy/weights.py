@@ -1,0 +1,1314 @@
+"""Weight bytes of a model from its ``config.json`` alone, whole and per rank.
+
+:func:`estimate_weights` lists every tensor a checkpoint of the config holds (names and
+shapes as in the HuggingFace / vLLM model code), stores each in the dtype the config
+declares (``torch_dtype`` and ``quantization_config``), and places it on ranks the way
+vLLM shards it:
+
+* tensor parallel (``tensor_parallel_size``): column-parallel weights (q/k/v, gate/up,
+  in_proj ...) split their output rows, row-parallel ones (o_proj, down_proj,
+  out_proj) their input columns; k/v projections with fewer KV heads than ranks are
+  replicated (one head per rank, vLLM's ``QKVParallelLinear``); embeddings and the LM head
+  are vocab-parallel (vocabulary padded to a multiple of 64, vLLM's
+  ``DEFAULT_VOCAB_PADDING_SIZE``); norms, routers, MLA's q/kv down-projections and the DSA
+  indexer are replicated;
+* MoE experts split by TP, or, with ``enable_expert_parallel``, whole experts over
+  ``tensor_parallel_size * data_parallel_size`` ranks (vLLM's EP group);
+* pipeline parallel: decoder layers split as vLLM's ``get_pp_indices`` does (an uneven
+  remainder goes to the stages before the last), embeddings and vision/audio towers on the
+  first stage, the final norm and LM head on the last (a tied head is stored again there);
+* ``data_parallel_size`` replicas multiply GPUs, not per-rank memory.
+
+Stored sizes (``quantization_config.quant_method``):
+
+* ``fp8``: 1 byte per weight, plus a float32 ``weight_scale_inv`` per
+  ``weight_block_size`` block (DeepSeek-V3 style) or one per tensor, plus a float32
+  input scale per tensor with ``activation_scheme: static``;
+* ``awq`` / ``gptq``: ``bits``-wide packed weights, fp16 scales and packed zeros per
+  ``group_size`` inputs per output (GPTQ adds an int32 ``g_idx`` per input);
+* ``mxfp4`` (gpt-oss): MoE experts as 4-bit values with one uint8 (E8M0) scale per 32;
+* ``modelopt`` NVFP4 (``quant_algo: NVFP4`` or 4-bit float groups of 16): 4-bit values,
+  one FP8 scale per 16, a float32 global and input scale per tensor; modelopt FP8: 1 byte
+  plus float32 scales;
+* ``compressed-tensors``: per ``config_groups`` entry: ``num_bits``, ``type``,
+  ``strategy`` (tensor, channel, group, block, tensor_group) and ``group_size`` give the
+  packed weight, scales (and zero points when not symmetric);
+* modules matched by the config's ignore list (``ignore``, ``ignored_layers``,
+  ``modules_to_not_convert``, ``exclude_modules``; globs or ``re:`` regexes) stay in
+  ``torch_dtype``.  Embeddings, norms, routers and biases are never quantized; the LM head
+  only by compressed-tensors / modelopt when the ignore list does not name it.
+
+MTP / next-n layers (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``) are in the
+checkpoint total but reported apart (``mtp_bytes``) and only loaded per rank with
+``include_mtp_layers``, as vLLM loads them only for speculative decoding.
+
+When a ``model.safetensors.index.json`` lies beside the config, its
+``metadata.total_size`` is the exact checkpoint size and wins for the total; per-rank
+figures are the config breakdown scaled by ``total_size / config total``
+(``source == "safetensors-index"``).
+
+Accuracy: ``tests/test_weights.py`` checks every full embedded config against published
+checkpoint figures (each cited; within 0.5% for dense bf16 models, 3% for quantized and
+MoE ones), and the parameter count of every embedded config and of generated configs of
+each supported family against transformers' own model built on the meta device (equal,
+parameter for parameter).  Engines may pad some tensors when loading them (vLLM's MXFP4
+MoE kernels round the experts' dimensions up); those bytes are not in the checkpoint and
+not counted here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcore.errors import ConfigError
+from kvcore.models.config import (
+    ModelConfig,
+    field_int,
+    field_list,
+    load_model_config,
+    read_json_file,
+)
+
+__all__ = ["WeightTensor", "WeightsEstimate", "estimate_weights", "weight_tensors",
+           "read_safetensors_index_total", "pp_layer_partition", "TENSOR_CLASSES"]
+
+#: tensor classes of the breakdown
+TENSOR_CLASSES = ("embedding", "lm_head", "attention", "mlp", "moe_experts",
+                  "moe_shared_experts", "router", "norm", "mamba", "linear_attention",
+                  "mtp", "vision", "audio", "encoder")
+
+#: vLLM pads vocab-parallel embeddings to a multiple of this (DEFAULT_VOCAB_PADDING_SIZE)
+VOCAB_PADDING = 64
+
+_FLOAT_BYTES = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
+
+
+@dataclass(frozen=True)
+class WeightTensor:
+    """One checkpoint tensor (or ``count`` identical ones, e.g. the experts of a layer).
+
+    Attributes
+    ----------
+    name:
+        HF module name of the (first) tensor, e.g. ``model.layers.3.mlp.experts.0.up_proj``.
+    tensor_class:
+        One of :data:`TENSOR_CLASSES`.
+    shape:
+        ``(out_features, in_features)`` for a linear, ``(numel,)`` otherwise.
+    count:
+        Identical tensors this entry stands for (experts of one layer, ...).
+    parallel:
+        ``column`` / ``row`` (split by TP), ``kv`` (split over min(TP, num_kv_heads)),
+        ``vocab`` (rows padded to 64 and split by TP), ``expert`` (split by TP or EP),
+        ``replicated``.
+    where:
+        ``embed`` (first PP stage), ``head`` (last stage), ``layer`` (``layer`` index),
+        ``tower`` (first stage), ``mtp`` (last stage, loaded only with MTP).
+    linear:
+        A weight matrix a quantization method may store quantized.
+    bias:
+        A bias of ``shape[0]`` elements goes with the weight (never quantized).
+    """
+
+    name: str
+    tensor_class: str
+    shape: tuple[int, ...]
+    count: int = 1
+    parallel: str = "replicated"
+    where: str = "layer"
+    layer: int = -1
+    linear: bool = False
+    bias: bool = False
+    dtype_bytes: int | None = None  # forces an element size (float32 parameters)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) * self.count + (self.shape[0] * self.count
+                                                     if self.bias else 0)
+
+
+@dataclass(frozen=True)
+class WeightsEstimate:
+    """Weight bytes of a model, whole and per rank.
+
+    Attributes
+    ----------
+    total_bytes:
+        The whole checkpoint (MTP layers and towers included), bytes; from the safetensors
+        index when ``source == "safetensors-index"``.
+    config_total_bytes:
+        The same from the config breakdown.
+    total_params:
+        Parameters in the checkpoint (scales and zero points not counted).
+    per_rank_bytes:
+        Bytes one GPU loads on the fullest pipeline stage (MTP only with
+        ``include_mtp_layers``).
+    per_stage_bytes:
+        Bytes per rank of each pipeline stage.
+    by_class:
+        Whole-checkpoint bytes per tensor class.
+    mtp_bytes:
+        Whole-checkpoint bytes of the MTP / next-n layers (0 without).
+    source:
+        ``"config"`` or ``"safetensors-index"``.
+    quantization:
+        The weight quantization method (``None`` = unquantized).
+    num_gpus:
+        ``tensor_parallel_size * pipeline_parallel_size * data_parallel_size``.
+    """
+
+    total_bytes: int
+    config_total_bytes: int
+    total_params: int
+    per_rank_bytes: int
+    per_stage_bytes: tuple[int, ...]
+    by_class: dict[str, int]
+    mtp_bytes: int
+    mtp_params: int
+    source: str
+    quantization: str | None
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    enable_expert_parallel: bool
+    include_mtp_layers: bool
+    num_gpus: int
+    index_path: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights_bytes": self.per_rank_bytes,
+            "weights_bytes_total": self.total_bytes,
+            "weights_bytes_config_total": self.config_total_bytes,
+            "weights_params_total": self.total_params,
+            "weights_bytes_per_stage": list(self.per_stage_bytes),
+            "weights_bytes_by_class": dict(self.by_class),
+            "weights_mtp_bytes": self.mtp_bytes,
+            "weights_mtp_params": self.mtp_params,
+            "weights_source": self.source,
+            "weights_quantization": self.quantization,
+            "num_gpus": self.num_gpus,
+        }
+
+
+# ---- config reading ------------------------------------------------------------------------
+
+def _int(cfg: dict[str, Any], *keys: str, default: int | None = None,
+         where: str = "config") -> int:
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{where}: field {key!r} = {value!r} must be a non-negative "
+                              f"int (needed for the weight estimate)", field=key,
+                              value=repr(value))
+        return value
+    if default is None:
+        raise ConfigError(f"{where}: missing field {keys[0]!r} (needed for the weight "
+                          f"estimate)", field=keys[0])
+    return default
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.tensors: list[WeightTensor] = []
+
+    def add(self, name: str, cls: str, shape: Sequence[int], **kw: Any) -> None:
+        shape = tuple(int(s) for s in shape)
+        if all(s > 0 for s in shape) and kw.get("count", 1) > 0:
+            self.tensors.append(WeightTensor(name, cls, shape, **kw))
+
+    def linear(self, name: str, cls: str, out_f: int, in_f: int, parallel: str,
+               **kw: Any) -> None:
+        self.add(name, cls, (out_f, in_f), parallel=parallel, linear=True, **kw)
+
+    def norm(self, name: str, size: int, cls: str = "norm", bias: bool = False,
+             **kw: Any) -> None:
+        self.add(name, cls, (size,), bias=bias, **kw)
+
+
+def _layer_kinds(cfg: ModelConfig, n: int) -> list[str]:
+    """'attention' | 'linear_attention' | 'mamba' | 'mlp' | 'moe' per layer (mixer)."""
+    raw = cfg.raw
+    lt = cfg.layer_types
+    if lt and len(lt) == n:
+        return ["linear_attention" if "linear" in t else "attention" for t in lt]
+    interval = raw.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0 and "linear_num_key_heads" in raw:
+        return ["attention" if (i + 1) % interval == 0 else "linear_attention"
+                for i in range(n)]
+    lin = raw.get("linear_attn_config")
+    if isinstance(lin, dict) and isinstance(lin.get("kda_layers"), list):
+        kda = set(lin["kda_layers"])  # 1-based
+        return ["linear_attention" if i + 1 in kda else "attention" for i in range(n)]
+    return ["attention"] * n
+
+
+def _is_moe_layer(raw: dict[str, Any], i: int, num_experts: int) -> bool:
+    if num_experts <= 0:
+        return False
+    mlp_types = raw.get("mlp_layer_types")
+    if isinstance(mlp_types, list) and i < len(mlp_types):
+        return "dense" not in str(mlp_types[i]).lower()
+    # typed reads: a malformed field is a ConfigError naming it, never a TypeError
+    if i in (field_list(raw, "mlp_only_layers", None, item="int", minimum=0) or []):
+        return False
+    first_k = field_int(raw, "first_k_dense_replace", None, minimum=0) or 0
+    if i < first_k:
+        return False
+    freq: Any = raw.get("moe_layer_freq")
+    if isinstance(freq, list):
+        freq = field_list(raw, "moe_layer_freq", item="int", minimum=0)
+        return bool(freq[i]) if i < len(freq) else True
+    freq = field_int(raw, "moe_layer_freq", None, minimum=1) or 1
+    step = field_int(raw, "decoder_sparse_step", None, minimum=1) or \
+        field_int(raw, "interleave_moe_layer_step", None, minimum=1) or 1
+    if "interleave_moe_layer_step" in raw and step > 1:
+        return (i + 1) % step == 0
+    return (i - first_k) % freq == 0 if "first_k_dense_replace" in raw else (i + 1) % step == 0
+
+
+def _num_experts(raw: dict[str, Any]) -> int:
+    for key in ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"):
+        v = raw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 0
+
+
+def _attention(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int,
+               cls: str = "attention", where: str = "layer") -> None:
+    raw = cfg.raw
+    where_s = cfg.source or cfg.name
+    if raw.get("kv_lora_rank"):
+        _mla(b, raw, p, i, h, where_s, cls, where)
+        return
+    heads = _int(raw, "num_attention_heads", where=where_s)
+    kv = _int(raw, "num_key_value_heads", default=heads, where=where_s)
+    hd = cfg.head_dim or _int(raw, "head_dim", where=where_s)
+    v_hd = int(raw.get("v_head_dim") or hd)  # MiMo: v/o narrower than q/k
+    pattern = raw.get("hybrid_layer_pattern")  # MiMo-V2: 1 = sliding window, 0 = full
+    swa = None
+    if isinstance(pattern, list) and 0 <= i < len(pattern):
+        swa = pattern[i] == 1
+    elif cfg.layer_types and 0 <= i < len(cfg.layer_types):
+        t = cfg.layer_types[i]
+        if t == "full_attention" and raw.get("global_head_dim"):  # Gemma-4 full layers
+            hd = v_hd = int(raw["global_head_dim"])
+            kv = int(raw.get("num_global_key_value_heads") or kv)
+        swa = "sliding" in t
+    if swa and raw.get("swa_head_dim"):  # separate SWA shapes (MiMo-V2)
+        heads = int(raw.get("swa_num_attention_heads") or heads)
+        kv = int(raw.get("swa_num_key_value_heads") or kv)
+        hd = int(raw["swa_head_dim"])
+        v_hd = int(raw.get("swa_v_head_dim") or raw.get("v_head_dim") or hd)
+    mt = cfg.model_type
+    qkv_bias = bool(raw.get("attention_bias")) or mt in ("qwen2", "qwen2_moe", "qwen2_vl",
+                                                          "qwen2_5_vl")
+    o_bias = bool(raw.get("attention_bias")) and mt not in ("qwen2", "qwen2_moe")
+    # output-gated attention: the q projection carries the gate (Qwen3-Next / 3.5 default)
+    gated = bool(raw.get("attn_output_gate", mt.startswith(("qwen3_next", "qwen3_5"))))
+    kw: dict[str, Any] = {"where": where, "layer": i}
+    b.linear(f"{p}.self_attn.q_proj", cls, heads * hd * (2 if gated else 1), h, "column",
+             bias=qkv_bias, **kw)
+    b.linear(f"{p}.self_attn.k_proj", cls, kv * hd, h, "kv", bias=qkv_bias, **kw)
+    k_eq_v = bool(raw.get("attention_k_eq_v")) and cfg.layer_types is not None and \
+        0 <= i < len(cfg.layer_types) and cfg.layer_types[i] == "full_attention"
+    if not k_eq_v:
+        b.linear(f"{p}.self_attn.v_proj", cls, kv * v_hd, h, "kv", bias=qkv_bias, **kw)
+    b.linear(f"{p}.self_attn.o_proj", cls, h, heads * v_hd, "row", bias=o_bias, **kw)
+    if raw.get("add_swa_attention_sink_bias" if swa else "add_full_attention_sink_bias"):
+        b.add(f"{p}.self_attn.attention_sink_bias", cls, (heads,), parallel="column", **kw)
+    if mt == "olmo2":  # OLMo-2 normalizes the whole q / k projections
+        b.norm(f"{p}.self_attn.q_norm", heads * hd, **kw)
+        b.norm(f"{p}.self_attn.k_norm", kv * hd, **kw)
+    elif mt in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe",
+                "qwen3_5_text", "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4",
+                "gemma4_text", "qwen3_vl", "qwen3_vl_moe"):
+        b.norm(f"{p}.self_attn.q_norm", hd, **kw)
+        b.norm(f"{p}.self_attn.k_norm", hd, **kw)
+    if mt == "gpt_oss":
+        b.add(f"{p}.self_attn.sinks", cls, (heads,), parallel="column", **kw)
+
+
+def _mla(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int, where_s: str,
+         cls: str, where: str) -> None:
+    heads = _int(raw, "num_attention_heads", where=where_s)
+    q_lora = raw.get("q_lora_rank") or 0
+    kv_lora = _int(raw, "kv_lora_rank", where=where_s)
+    nope = _int(raw, "qk_nope_head_dim", where=where_s)
+    rope = _int(raw, "qk_rope_head_dim", where=where_s)
+    v = _int(raw, "v_head_dim", where=where_s)
+    kw: dict[str, Any] = {"where": where, "layer": i}
+    bias = bool(raw.get("attention_bias"))
+    if q_lora:
+        b.linear(f"{p}.self_attn.q_a_proj", cls, q_lora, h, "replicated", bias=bias, **kw)
+        b.norm(f"{p}.self_attn.q_a_layernorm", q_lora, **kw)
+        b.linear(f"{p}.self_attn.q_b_proj", cls, heads * (nope + rope), q_lora, "column",
+                 **kw)
+    else:
+        b.linear(f"{p}.self_attn.q_proj", cls, heads * (nope + rope), h, "column", **kw)
+    b.linear(f"{p}.self_attn.kv_a_proj_with_mqa", cls, kv_lora + rope, h, "replicated",
+             bias=bias, **kw)
+    b.norm(f"{p}.self_attn.kv_a_layernorm", kv_lora, **kw)
+    b.linear(f"{p}.self_attn.kv_b_proj", cls, heads * (nope + v), kv_lora, "column", **kw)
+    b.linear(f"{p}.self_attn.o_proj", cls, h, heads * v, "row", **kw)
+    types = raw.get("indexer_types")
+    shared = isinstance(types, list) and 0 <= i < len(types) and types[i] != "full"
+    if raw.get("index_n_heads") and raw.get("index_head_dim") and not shared:
+        # DSA lightning indexer (GLM-5.2's "shared" layers reuse another layer's)
+        ih, idim = int(raw["index_n_heads"]), int(raw["index_head_dim"])
+        b.linear(f"{p}.self_attn.indexer.wq_b", cls, ih * idim, q_lora or h, "replicated",
+                 **kw)
+        b.linear(f"{p}.self_attn.indexer.wk", cls, idim, h, "replicated", **kw)
+        b.norm(f"{p}.self_attn.indexer.k_norm", idim, bias=True, **kw)
+        b.add(f"{p}.self_attn.indexer.weights_proj", cls, (ih, h), parallel="replicated",
+              **kw)
+
+
+def _gdn(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int, where_s: str) -> None:
+    """Gated DeltaNet (Qwen3-Next / Qwen3.5 linear_attention layers)."""
+    nk = _int(raw, "linear_num_key_heads", where=where_s)
+    nv = _int(raw, "linear_num_value_heads", where=where_s)
+    dk = _int(raw, "linear_key_head_dim", where=where_s)
+    dv = _int(raw, "linear_value_head_dim", where=where_s)
+    kern = _int(raw, "linear_conv_kernel_dim", default=4, where=where_s)
+    key_dim, value_dim = nk * dk, nv * dv
+    cls = "linear_attention"
+    kw: dict[str, Any] = {"layer": i}
+    b.linear(f"{p}.linear_attn.in_proj_qkvz", cls, 2 * key_dim + 2 * value_dim, h,
+             "column", **kw)
+    b.linear(f"{p}.linear_attn.in_proj_ba", cls, 2 * nv, h, "column", **kw)
+    b.add(f"{p}.linear_attn.conv1d", cls, (2 * key_dim + value_dim, kern),
+          parallel="column", **kw)
+    b.add(f"{p}.linear_attn.dt_bias", cls, (nv,), parallel="column", **kw)
+    b.add(f"{p}.linear_attn.A_log", cls, (nv,), parallel="column", **kw)
+    b.norm(f"{p}.linear_attn.norm", dv, **kw)
+    b.linear(f"{p}.linear_attn.out_proj", cls, h, value_dim, "row", **kw)
+
+
+def _kda(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int) -> None:
+    """Kimi Delta Attention (``linear_attn_config.kda_layers``), as vLLM's
+    ``kimi_gdn_linear_attn``: q/k/v (+ a full-rank gate g, or the low-rank g_a/g_b), the
+    f_a/f_b gate, beta (b), float32 short convolutions, dt_bias and A_log."""
+    lin = raw.get("linear_attn_config") or {}
+    nh = int(lin.get("num_heads") or raw.get("num_attention_heads") or 1)
+    hd = int(lin.get("head_dim") or 128)
+    kern = int(lin.get("short_conv_kernel_size") or 4)
+    d = nh * hd
+    cls = "linear_attention"
+    kw: dict[str, Any] = {"layer": i}
+    full_gate = bool(lin.get("use_full_rank_gate", False))
+    for proj in ("q_proj", "k_proj", "v_proj") + (("g_proj",) if full_gate else ()):
+        b.linear(f"{p}.self_attn.{proj}", cls, d, h, "column", **kw)
+    for conv in ("q_conv1d", "k_conv1d", "v_conv1d"):
+        b.add(f"{p}.self_attn.{conv}", cls, (d, kern), parallel="column", dtype_bytes=4,
+              **kw)
+    b.linear(f"{p}.self_attn.f_a_proj", cls, hd, h, "replicated", **kw)
+    b.linear(f"{p}.self_attn.f_b_proj", cls, d, hd, "column", **kw)
+    b.linear(f"{p}.self_attn.b_proj", cls, nh, h, "column", **kw)
+    if not full_gate:
+        b.linear(f"{p}.self_attn.g_a_proj", cls, hd, h, "replicated", **kw)
+        b.linear(f"{p}.self_attn.g_b_proj", cls, d, hd, "column", **kw)
+    b.add(f"{p}.self_attn.A_log", cls, (nh,), parallel="column", dtype_bytes=4, **kw)
+    b.add(f"{p}.self_attn.dt_bias", cls, (d,), parallel="column", dtype_bytes=4, **kw)
+    b.norm(f"{p}.self_attn.o_norm", hd, **kw)
+    b.linear(f"{p}.self_attn.o_proj", cls, h, d, "row", **kw)
+
+
+def _mamba2(b: _Builder, p: str, i: int, h: int, *, d_inner: int, nheads: int,
+            ngroups: int, d_state: int, d_conv: int, conv_bias: bool, proj_bias: bool,
+            where: str = "layer") -> None:
+    cls = "mamba"
+    kw: dict[str, Any] = {"layer": i, "where": where}
+    conv_dim = d_inner + 2 * ngroups * d_state
+    b.linear(f"{p}.mixer.in_proj", cls, 2 * d_inner + 2 * ngroups * d_state + nheads, h,
+             "column", bias=proj_bias, **kw)
+    b.add(f"{p}.mixer.conv1d", cls, (conv_dim, d_conv), parallel="column", bias=conv_bias,
+          **kw)
+    for name in ("dt_bias", "A_log", "D"):
+        b.add(f"{p}.mixer.{name}", cls, (nheads,), parallel="column", **kw)
+    b.add(f"{p}.mixer.norm", cls, (d_inner,), parallel="column", **kw)
+    b.linear(f"{p}.mixer.out_proj", cls, h, d_inner, "row", bias=proj_bias, **kw)
+
+
+def _mlp(b: _Builder, raw: dict[str, Any], p: str, i: int, h: int, inter: int,
+         gated: bool = True, bias: bool = False, cls: str = "mlp",
+         where: str = "layer", prefix: str = "mlp") -> None:
+    kw: dict[str, Any] = {"layer": i, "where": where}
+    if gated:
+        b.linear(f"{p}.{prefix}.gate_proj", cls, inter, h, "column", bias=bias, **kw)
+    b.linear(f"{p}.{prefix}.up_proj", cls, inter, h, "column", bias=bias, **kw)
+    b.linear(f"{p}.{prefix}.down_proj", cls, h, inter, "row", bias=bias, **kw)
+
+
+def _moe(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int, where: str = "layer",
+         cls_override: str | None = None) -> None:
+    raw = cfg.raw
+    where_s = cfg.source or cfg.name
+    e = _num_experts(raw)
+    inter = _int(raw, "moe_intermediate_size", "intermediate_size", where=where_s)
+    kw: dict[str, Any] = {"layer": i, "where": where}
+    cls_e = cls_override or "moe_experts"
+    cls_s = cls_override or "moe_shared_experts"
+    cls_r = cls_override or "router"
+    mt = cfg.model_type
+    bias = mt == "gpt_oss"
+    b.add(f"{p}.mlp.gate", cls_r, (e, h), parallel="replicated", bias=bias, **kw)
+    if mt.startswith("gemma4"):  # Gemma-4's router: a scale per hidden unit and expert
+        b.add(f"{p}.router.scale", cls_r, (h,), **kw)
+        b.add(f"{p}.router.per_expert_scale", cls_r, (e,), **kw)
+    if raw.get("topk_method") == "noaux_tc" or mt in ("glm_moe_dsa", "glm4_moe"):
+        b.add(f"{p}.mlp.gate.e_score_correction_bias", cls_r, (e,), dtype_bytes=4, **kw)
+    for proj in ("gate_proj", "up_proj", "down_proj"):
+        out_f, in_f = (h, inter) if proj == "down_proj" else (inter, h)
+        b.add(f"{p}.mlp.experts.0.{proj}", cls_e, (out_f, in_f), count=e,
+              parallel="expert", linear=True, bias=bias, **kw)
+    shared = raw.get("n_shared_experts") or raw.get("num_shared_experts") or 0
+    if shared:
+        _mlp(b, raw, p, i, h, inter * int(shared), cls=cls_s, where=where,
+             prefix="mlp.shared_experts")
+    if mt.startswith("llama4"):  # Llama-4: one shared expert of intermediate_size
+        _mlp(b, raw, p, i, h, inter, cls=cls_s, where=where, prefix="mlp.shared_expert")
+    sh_inter = raw.get("shared_expert_intermediate_size") or 0
+    if sh_inter:
+        _mlp(b, raw, p, i, h, int(sh_inter), cls=cls_s, where=where,
+             prefix="mlp.shared_expert")
+        b.add(f"{p}.mlp.shared_expert_gate", cls_r, (1, h), **kw)
+
+
+def _towers(b: _Builder, data: dict[str, Any], text_hidden: int) -> None:
+    vc = data.get("vision_config")
+    if isinstance(vc, dict):
+        _vision(b, vc, data, text_hidden)
+    ac = data.get("audio_config")
+    if isinstance(ac, dict) and (ac.get("hidden_size") or ac.get("d_model")):
+        hh = int(ac.get("hidden_size") or ac.get("d_model") or 0)
+        layers = int(ac.get("num_hidden_layers") or ac.get("encoder_layers") or 0)
+        inter = int(ac.get("intermediate_size") or ac.get("encoder_ffn_dim") or 4 * hh)
+        for i in range(layers):
+            for proj in ("q", "k", "v", "o"):
+                b.linear(f"audio_tower.layers.{i}.{proj}", "audio", hh, hh, "column",
+                         where="tower", bias=True)
+            b.linear(f"audio_tower.layers.{i}.fc1", "audio", inter, hh, "column",
+                     where="tower", bias=True)
+            b.linear(f"audio_tower.layers.{i}.fc2", "audio", hh, inter, "row",
+                     where="tower", bias=True)
+        b.linear("audio_tower.projector", "audio", text_hidden, hh, "column", where="tower")
+
+
+def _vision(b: _Builder, vc: dict[str, Any], data: dict[str, Any], text_hidden: int) -> None:
+    hv = int(vc.get("hidden_size") or vc.get("vt_hidden_size") or vc.get("embed_dim") or 0)
+    if not hv:
+        return
+    layers = int(vc.get("num_hidden_layers") or vc.get("depth")
+                 or vc.get("vt_num_hidden_layers") or 0)
+    inter = int(vc.get("intermediate_size") or vc.get("vt_intermediate_size") or 4 * hv)
+    patch = int(vc.get("patch_size") or 14)
+    chans = int(vc.get("num_channels") or vc.get("in_channels") or 3)
+    temporal = int(vc.get("temporal_patch_size") or 1)
+    mtype = str(vc.get("model_type", ""))
+    gemma4 = mtype.startswith("gemma4")
+    bias = not gemma4 and vc.get("attn_bias") is not False
+    kw: dict[str, Any] = {"where": "tower"}
+    if mtype == "llama4_vision_model":
+        _llama4_vision(b, vc, hv, layers, inter, patch, chans, text_hidden)
+        return
+    b.linear("vision_tower.patch_embed", "vision", hv, chans * temporal * patch * patch,
+             "replicated", bias=not gemma4 and vc.get("patch_embed_proj_bias") is not False,
+             **kw)
+    if vc.get("num_position_embeddings"):
+        b.add("vision_tower.pos_embed", "vision", (int(vc["num_position_embeddings"]), hv),
+              **kw)
+    elif vc.get("image_size"):
+        n = (int(vc["image_size"]) // patch) ** 2
+        b.add("vision_tower.position_embedding", "vision", (n, hv), **kw)
+    elif vc.get("position_embedding_size"):
+        b.add("vision_tower.position_embedding_table", "vision",
+              (2, int(vc["position_embedding_size"]), hv), **kw)
+    elif vc.get("init_pos_emb_height"):
+        b.add("vision_tower.pos_emb", "vision",
+              (int(vc["init_pos_emb_height"]) * int(vc.get("init_pos_emb_width", 1)), hv),
+              **kw)
+    for i in range(layers):
+        q = f"vision_tower.layers.{i}"
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            b.linear(f"{q}.{proj}", "vision", hv, hv, "column", bias=bias, **kw)
+        b.linear(f"{q}.o_proj", "vision", hv, hv, "row", bias=bias, **kw)
+        if gemma4:
+            b.norm(f"{q}.q_norm", int(vc.get("head_dim") or 64), cls="vision", **kw)
+            b.norm(f"{q}.k_norm", int(vc.get("head_dim") or 64), cls="vision", **kw)
+            for n in range(4):
+                b.norm(f"{q}.norm{n}", hv, cls="vision", **kw)
+            b.linear(f"{q}.mlp.gate_proj", "vision", inter, hv, "column", **kw)
+        else:
+            layer_norm = vc.get("norm_type") != "rmsnorm"
+            b.norm(f"{q}.norm1", hv, cls="vision", bias=layer_norm, **kw)
+            b.norm(f"{q}.norm2", hv, cls="vision", bias=layer_norm, **kw)
+        b.linear(f"{q}.mlp.fc1", "vision", inter, hv, "column", bias=bias, **kw)
+        b.linear(f"{q}.mlp.fc2", "vision", hv, inter, "row", bias=bias, **kw)
+    if gemma4 and vc.get("standardize"):
+        b.add("vision_tower.std_bias", "vision", (hv,), **kw)
+        b.add("vision_tower.std_scale", "vision", (hv,), **kw)
+    merge = int(vc.get("spatial_merge_size") or 0)
+    if mtype == "siglip_vision_model":
+        b.norm("vision_tower.post_layernorm", hv, cls="vision", bias=True, **kw)
+        # Gemma-3 projector: mm_input_projection_weight + mm_soft_emb_norm
+        b.add("multi_modal_projector.mm_input_projection_weight", "vision",
+              (hv, text_hidden), **kw)
+        b.norm("multi_modal_projector.mm_soft_emb_norm", hv, cls="vision", **kw)
+    elif merge:  # Qwen-VL patch merger (+ deepstack mergers)
+        out = int(vc.get("out_hidden_size") or text_hidden)
+        m = hv * merge * merge
+        for j in range(1 + len(vc.get("deepstack_visual_indexes") or [])):
+            q = f"vision_tower.merger.{j}"
+            b.norm(f"{q}.norm", hv if j == 0 else m, cls="vision", bias=True, **kw)
+            b.linear(f"{q}.linear_fc1", "vision", m, m, "column", bias=True, **kw)
+            b.linear(f"{q}.linear_fc2", "vision", out, m, "row", bias=True, **kw)
+    else:
+        b.linear("multi_modal_projector.linear", "vision", text_hidden, hv, "column", **kw)
+
+
+def _llama4_vision(b: _Builder, vc: dict[str, Any], hv: int, layers: int, inter: int,
+                   patch: int, chans: int, text_hidden: int) -> None:
+    """Llama-4's vision encoder (HF ``Llama4VisionModel``) and projector."""
+    kw: dict[str, Any] = {"where": "tower"}
+    n_pos = (int(vc.get("image_size") or 336) // patch) ** 2 + 1
+    b.add("vision_model.class_embedding", "vision", (hv,), **kw)
+    b.add("vision_model.positional_embedding_vlm", "vision", (n_pos, hv), **kw)
+    b.linear("vision_model.patch_embedding.linear", "vision", hv, chans * patch * patch,
+             "column", **kw)
+    for name in ("layernorm_pre", "layernorm_post"):
+        b.norm(f"vision_model.{name}", hv, cls="vision", bias=True, **kw)
+    for i in range(layers):
+        q = f"vision_model.model.layers.{i}"
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            b.linear(f"{q}.self_attn.{proj}", "vision", hv, hv, "column", bias=True, **kw)
+        b.linear(f"{q}.self_attn.o_proj", "vision", hv, hv, "row", bias=True, **kw)
+        b.linear(f"{q}.mlp.fc1", "vision", inter, hv, "column", bias=True, **kw)
+        b.linear(f"{q}.mlp.fc2", "vision", hv, inter, "row", bias=True, **kw)
+        b.norm(f"{q}.input_layernorm", hv, cls="vision", bias=True, **kw)
+        b.norm(f"{q}.post_attention_layernorm", hv, cls="vision", bias=True, **kw)
+    ratio = float(vc.get("pixel_shuffle_ratio") or 0.5)
+    shuffled = int(hv / (ratio * ratio))  # pixel shuffle: channels x 1/ratio^2
+    adapter_in = int(vc.get("projector_input_dim") or shuffled)
+    adapter_out = int(vc.get("projector_output_dim") or adapter_in)
+    b.linear("vision_model.vision_adapter.mlp.fc1", "vision", adapter_in, shuffled,
+             "column", **kw)
+    b.linear("vision_model.vision_adapter.mlp.fc2", "vision", adapter_out, adapter_in,
+             "row", **kw)
+    b.linear("multi_modal_projector.linear_1", "vision", text_hidden,
+             int(vc.get("vision_output_dim") or adapter_out), "column", **kw)
+
+
+def _whisper(b: _Builder, raw: dict[str, Any], where_s: str) -> None:
+    d = _int(raw, "d_model", where=where_s)
+    v = _int(raw, "vocab_size", where=where_s)
+    mels = _int(raw, "num_mel_bins", default=80, where=where_s)
+    kw_e: dict[str, Any] = {"where": "tower"}
+    b.add("model.encoder.conv1", "encoder", (d, mels, 3), bias=True, **kw_e)
+    b.add("model.encoder.conv2", "encoder", (d, d, 3), bias=True, **kw_e)
+    b.add("model.encoder.embed_positions", "encoder",
+          (_int(raw, "max_source_positions", where=where_s), d), **kw_e)
+
+    def layer(prefix: str, cls: str, ffn: int, cross: bool, i: int, where: str) -> None:
+        kw: dict[str, Any] = {"where": where, "layer": i}
+        for att in ("self_attn",) + (("encoder_attn",) if cross else ()):
+            b.linear(f"{prefix}.{att}.q_proj", cls, d, d, "column", bias=True, **kw)
+            b.linear(f"{prefix}.{att}.k_proj", cls, d, d, "column", **kw)
+            b.linear(f"{prefix}.{att}.v_proj", cls, d, d, "column", bias=True, **kw)
+            b.linear(f"{prefix}.{att}.out_proj", cls, d, d, "row", bias=True, **kw)
+            b.norm(f"{prefix}.{att}_layer_norm", d, bias=True, **kw)
+        b.linear(f"{prefix}.fc1", cls, ffn, d, "column", bias=True, **kw)
+        b.linear(f"{prefix}.fc2", cls, d, ffn, "row", bias=True, **kw)
+        b.norm(f"{prefix}.final_layer_norm", d, bias=True, **kw)
+
+    for i in range(_int(raw, "encoder_layers", where=where_s)):
+        layer(f"model.encoder.layers.{i}", "encoder",
+              _int(raw, "encoder_ffn_dim", where=where_s), False, i, "tower")
+    b.norm("model.encoder.layer_norm", d, cls="encoder", bias=True, **kw_e)
+    b.add("model.decoder.embed_tokens", "embedding", (v, d), parallel="vocab", where="embed")
+    b.add("model.decoder.embed_positions", "embedding",
+          (_int(raw, "max_target_positions", where=where_s), d), where="embed")
+    for i in range(_int(raw, "decoder_layers", where=where_s)):
+        layer(f"model.decoder.layers.{i}", "attention",
+              _int(raw, "decoder_ffn_dim", where=where_s), True, i, "layer")
+    b.norm("model.decoder.layer_norm", d, bias=True, where="head")
+    # proj_out is tied to embed_tokens (not stored)
+
+
+def _mamba_ssm(b: _Builder, raw: dict[str, Any], where_s: str) -> None:
+    """state-spaces ``mamba_ssm`` schema (d_model, n_layer, ssm_cfg, attn_layer_idx)."""
+    d = _int(raw, "d_model", where=where_s)
+    n = _int(raw, "n_layer", where=where_s)
+    v = _int(raw, "vocab_size", where=where_s)
+    mult = int(raw.get("pad_vocab_size_multiple") or 1)
+    v = -(-v // mult) * mult
+    ssm = raw.get("ssm_cfg") or {}
+    d_state = int(ssm.get("d_state", 128))
+    expand = int(ssm.get("expand", 2))
+    headdim = int(ssm.get("headdim", 64))
+    ngroups = int(ssm.get("ngroups", 1))
+    d_inner = expand * d
+    attn_idx = set(raw.get("attn_layer_idx") or [])
+    attn = raw.get("attn_cfg") or {}
+    d_mlp = int(raw.get("d_intermediate") or 0)
+    b.add("backbone.embedding", "embedding", (v, d), parallel="vocab", where="embed")
+    for i in range(n):
+        p = f"backbone.layers.{i}"
+        if i in attn_idx:
+            nh = int(attn.get("num_heads", 1))
+            nkv = int(attn.get("num_heads_kv", nh))
+            hd = int(attn.get("head_dim", d // nh))
+            qkv = hd * (nh + 2 * nkv)
+            b.linear(f"{p}.mixer.in_proj", "attention", qkv, d, "column",
+                     bias=bool(attn.get("qkv_proj_bias", True)), layer=i)
+            if int(attn.get("d_conv", 0)) > 0:
+                b.add(f"{p}.mixer.conv1d", "attention", (qkv, int(attn["d_conv"])),
+                      parallel="column", bias=True, layer=i)
+            b.linear(f"{p}.mixer.out_proj", "attention", d, nh * hd, "row",
+                     bias=bool(attn.get("out_proj_bias", True)), layer=i)
+        else:
+            _mamba2(b, p, i, d, d_inner=d_inner, nheads=d_inner // headdim,
+                    ngroups=ngroups, d_state=d_state, d_conv=int(ssm.get("d_conv", 4)),
+                    conv_bias=bool(ssm.get("conv_bias", True)),
+                    proj_bias=bool(ssm.get("bias", False)))
+        b.norm(f"{p}.norm", d, bias=not raw.get("rms_norm", True), layer=i)
+        if d_mlp:
+            _mlp(b, raw, p, i, d, d_mlp)
+            b.norm(f"{p}.norm2", d, bias=not raw.get("rms_norm", True), layer=i)
+    b.norm("backbone.norm_f", d, bias=not raw.get("rms_norm", True), where="head")
+    if not raw.get("tie_embeddings", True):
+        b.add("lm_head", "lm_head", (v, d), parallel="vocab", where="head", linear=True)
+
+
+def _mamba1(b: _Builder, p: str, i: int, h: int, *, d_inner: int, d_state: int,
+            dt_rank: int, d_conv: int, conv_bias: bool, proj_bias: bool,
+            inner_norms: bool = False) -> None:
+    """A Mamba-1 mixer (HF ``MambaMixer`` / Jamba's, vLLM ``MambaMixer``)."""
+    cls = "mamba"
+    kw: dict[str, Any] = {"layer": i}
+    b.linear(f"{p}.in_proj", cls, 2 * d_inner, h, "column", bias=proj_bias, **kw)
+    b.add(f"{p}.conv1d", cls, (d_inner, d_conv), parallel="column", bias=conv_bias, **kw)
+    b.linear(f"{p}.x_proj", cls, dt_rank + 2 * d_state, d_inner, "row", **kw)
+    b.linear(f"{p}.dt_proj", cls, d_inner, dt_rank, "column", bias=True, **kw)
+    b.add(f"{p}.A_log", cls, (d_inner, d_state), parallel="column", **kw)
+    b.add(f"{p}.D", cls, (d_inner,), parallel="column", **kw)
+    b.linear(f"{p}.out_proj", cls, h, d_inner, "row", bias=proj_bias, **kw)
+    if inner_norms:  # Jamba: RMSNorms on dt, B and C
+        for name, size in (("dt_layernorm", dt_rank), ("b_layernorm", d_state),
+                           ("c_layernorm", d_state)):
+            b.norm(f"{p}.{name}", size, **kw)
+
+
+def _dt_rank(raw: dict[str, Any], key: str, h: int) -> int:
+    value = raw.get(key, "auto")
+    return math.ceil(h / 16) if value in (None, "auto") else int(value)
+
+
+def _hf_mamba(b: _Builder, cfg: ModelConfig, where_s: str) -> None:
+    """transformers' Mamba / FalconMamba / Mamba2 schema (hidden_size, state_size ...)."""
+    raw = cfg.raw
+    h = _int(raw, "hidden_size", where=where_s)
+    v = _int(raw, "vocab_size", where=where_s)
+    n = _int(raw, "num_hidden_layers", where=where_s)
+    d_state = _int(raw, "state_size", default=16, where=where_s)
+    d_conv = _int(raw, "conv_kernel", default=4, where=where_s)
+    conv_bias = bool(raw.get("use_conv_bias", True))
+    proj_bias = bool(raw.get("use_bias", False))
+    b.add("backbone.embeddings", "embedding", (v, h), parallel="vocab", where="embed")
+    for i in range(n):
+        p = f"backbone.layers.{i}"
+        b.norm(f"{p}.norm", h, layer=i)
+        if cfg.model_type == "mamba2":
+            heads = _int(raw, "num_heads", where=where_s)
+            head_dim = _int(raw, "head_dim", default=64, where=where_s)
+            _mamba2(b, p, i, h, d_inner=heads * head_dim, nheads=heads,
+                    ngroups=_int(raw, "n_groups", default=1, where=where_s),
+                    d_state=d_state, d_conv=d_conv, conv_bias=conv_bias,
+                    proj_bias=proj_bias)
+        else:
+            _mamba1(b, f"{p}.mixer", i, h,
+                    d_inner=_int(raw, "intermediate_size", default=2 * h, where=where_s)
+                    if "intermediate_size" in raw else int(raw.get("expand", 2)) * h,
+                    d_state=d_state, dt_rank=_dt_rank(raw, "time_step_rank", h),
+                    d_conv=d_conv, conv_bias=conv_bias, proj_bias=proj_bias)
+    b.norm("backbone.norm_f", h, where="head")
+    if not raw.get("tie_word_embeddings", cfg.model_type != "mamba2"):
+        b.add("lm_head", "lm_head", (v, h), parallel="vocab", where="head", linear=True)
+
+
+def _jamba(b: _Builder, cfg: ModelConfig, h: int, where_s: str) -> None:
+    """Jamba: attention every ``attn_layer_period`` (offset), Mamba-1 elsewhere; MoE every
+    ``expert_layer_period`` (offset), a dense MLP elsewhere."""
+    raw = cfg.raw
+    n = _int(raw, "num_hidden_layers", where=where_s)
+    a_period = _int(raw, "attn_layer_period", default=8, where=where_s)
+    a_offset = _int(raw, "attn_layer_offset", default=4, where=where_s)
+    e_period = _int(raw, "expert_layer_period", default=2, where=where_s)
+    e_offset = _int(raw, "expert_layer_offset", default=1, where=where_s)
+    e = _num_experts(raw)
+    inter = _int(raw, "intermediate_size", where=where_s)
+    for i in range(n):
+        p = f"model.layers.{i}"
+        kw: dict[str, Any] = {"layer": i}
+        b.norm(f"{p}.input_layernorm", h, **kw)
+        b.norm(f"{p}.pre_ff_layernorm", h, **kw)
+        if i % a_period == a_offset:
+            _attention(b, cfg, p, i, h)
+        else:
+            _mamba1(b, f"{p}.mamba", i, h,
+                    d_inner=int(raw.get("mamba_expand", 2)) * h,
+                    d_state=_int(raw, "mamba_d_state", default=16, where=where_s),
+                    dt_rank=_dt_rank(raw, "mamba_dt_rank", h),
+                    d_conv=_int(raw, "mamba_d_conv", default=4, where=where_s),
+                    conv_bias=bool(raw.get("mamba_conv_bias", True)),
+                    proj_bias=bool(raw.get("mamba_proj_bias", False)), inner_norms=True)
+        if e > 1 and i % e_period == e_offset:
+            b.add(f"{p}.feed_forward.router", "router", (e, h), **kw)
+            for proj, (o, m) in (("gate_proj", (inter, h)), ("up_proj", (inter, h)),
+                                 ("down_proj", (h, inter))):
+                b.add(f"{p}.feed_forward.experts.0.{proj}", "moe_experts", (o, m), count=e,
+                      parallel="expert", linear=True, **kw)
+        else:
+            _mlp(b, raw, p, i, h, inter, prefix="feed_forward")
+
+
+def _nemotron_h(b: _Builder, cfg: ModelConfig, h: int, where_s: str) -> int:
+    raw = cfg.raw
+    pattern = raw.get("hybrid_override_pattern")
+    kinds: list[str]
+    if isinstance(pattern, str):
+        kinds = list(pattern)
+    elif isinstance(raw.get("layers_block_type"), list):
+        kinds = [{"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}.get(str(t), "-")
+                 for t in raw["layers_block_type"]]
+    else:
+        raise ConfigError(f"{where_s}: nemotron_h needs hybrid_override_pattern or "
+                          f"layers_block_type", field="hybrid_override_pattern")
+    nheads = _int(raw, "mamba_num_heads", where=where_s)
+    head = _int(raw, "mamba_head_dim", where=where_s)
+    for i, k in enumerate(kinds):
+        p = f"backbone.layers.{i}"
+        b.norm(f"{p}.norm", h, layer=i)
+        if k == "M":
+            _mamba2(b, p, i, h, d_inner=nheads * head, nheads=nheads,
+                    ngroups=_int(raw, "n_groups", default=1, where=where_s),
+                    d_state=_int(raw, "ssm_state_size", where=where_s),
+                    d_conv=_int(raw, "conv_kernel", default=4, where=where_s),
+                    conv_bias=bool(raw.get("use_conv_bias", True)),
+                    proj_bias=bool(raw.get("mamba_proj_bias", False)))
+        elif k == "*":
+            heads = _int(raw, "num_attention_heads", where=where_s)
+            kv = _int(raw, "num_key_value_heads", default=heads, where=where_s)
+            hd = _int(raw, "attention_head_dim", "head_dim", default=h // heads,
+                      where=where_s)
+            ab = bool(raw.get("attention_bias"))
+            b.linear(f"{p}.mixer.q_proj", "attention", heads * hd, h, "column", bias=ab,
+                     layer=i)
+            b.linear(f"{p}.mixer.k_proj", "attention", kv * hd, h, "kv", bias=ab, layer=i)
+            b.linear(f"{p}.mixer.v_proj", "attention", kv * hd, h, "kv", bias=ab, layer=i)
+            b.linear(f"{p}.mixer.o_proj", "attention", h, heads * hd, "row", bias=ab,
+                     layer=i)
+        elif k == "E":
+            e = _num_experts(raw)
+            inter = _int(raw, "moe_intermediate_size", where=where_s)
+            # latent MoE (Nemotron-3 Ultra): experts work in moe_latent_size, reached
+            # through fc1/fc2 latent projections
+            latent = int(raw.get("moe_latent_size") or 0)
+            width = latent or h
+            b.add(f"{p}.mixer.gate", "router", (e, h), layer=i)
+            b.add(f"{p}.mixer.gate.e_score_correction_bias", "router", (e,),
+                  dtype_bytes=4, layer=i)
+            for proj, (o, n) in (("up_proj", (inter, width)), ("down_proj", (width, inter))):
+                b.add(f"{p}.mixer.experts.0.{proj}", "moe_experts", (o, n), count=e,
+                      parallel="expert", linear=True, layer=i)
+            if latent:
+                b.linear(f"{p}.mixer.fc1_latent_proj", "moe_experts", latent, h,
+                         "replicated", layer=i)
+                b.linear(f"{p}.mixer.fc2_latent_proj", "moe_experts", h, latent,
+                         "replicated", layer=i)
+            sh = int(raw.get("moe_shared_expert_intermediate_size") or 0)
+            if sh:
+                _mlp(b, raw, p, i, h, sh, gated=False, cls="moe_shared_experts",
+                     prefix="mixer.shared_experts")
+        else:
+            _mlp(b, raw, p, i, h, _int(raw, "intermediate_size", where=where_s),
+                 gated=False, bias=bool(raw.get("mlp_bias")), prefix="mixer")
+    return len(kinds)
+
+
+def weight_tensors(cfg: ModelConfig) -> list[WeightTensor]:
+    """Every tensor of a checkpoint of ``cfg`` (see the module docstring).
+
+    Raises ConfigError naming a missing or malformed field.
+    """
+    raw = cfg.raw
+    where_s = cfg.source or cfg.name or "config"
+    b = _Builder()
+    mt = cfg.model_type
+    if mt == "whisper":
+        _whisper(b, raw, where_s)
+        return b.tensors
+    if "d_model" in raw and "n_layer" in raw:
+        _mamba_ssm(b, raw, where_s)
+        return b.tensors
+    if mt in ("mamba", "falcon_mamba", "mamba2"):
+        _hf_mamba(b, cfg, where_s)
+        return b.tensors
+    h = _int(raw, "hidden_size", where=where_s)
+    v = _int(raw, "vocab_size", where=where_s)
+    b.add("model.embed_tokens", "embedding", (v, h), parallel="vocab", where="embed")
+    top = dict(raw)
+    if mt == "nemotron_h":
+        _nemotron_h(b, cfg, h, where_s)
+    elif mt == "jamba":
+        _jamba(b, cfg, h, where_s)
+    else:
+        n = _int(raw, "num_hidden_layers", where=where_s)
+        kinds = _layer_kinds(cfg, n)
+        e = _num_experts(raw)
+        gemma = mt.startswith(("gemma2", "gemma3", "gemma4"))  # four norms per layer
+        for i in range(n):
+            p = f"model.layers.{i}"
+            _decoder_layer(b, cfg, p, i, h, kinds[i], e, gemma, where_s)
+        _mtp(b, cfg, h, v, e, where_s)
+    b.norm("model.norm", h, where="head")
+    tied = raw.get("tie_word_embeddings")
+    if tied is None:
+        tied = top.get("tie_word_embeddings", mt.startswith("gemma"))
+    if not tied:
+        b.add("lm_head", "lm_head", (v, h), parallel="vocab", where="head", linear=True)
+    _towers(b, _top_level(cfg), h)
+    return b.tensors
+
+
+def _top_level(cfg: ModelConfig) -> dict[str, Any]:
+    return cfg.raw.get("_kvcore_top") or cfg.raw
+
+
+def _decoder_layer(b: _Builder, cfg: ModelConfig, p: str, i: int, h: int, kind: str,
+                   e: int, gemma: bool, where_s: str, where: str = "layer",
+                   cls_override: str | None = None) -> None:
+    raw = cfg.raw
+    kw: dict[str, Any] = {"layer": i, "where": where}
+    ncls = cls_override or "norm"
+    b.norm(f"{p}.input_layernorm", h, cls=ncls, **kw)
+    b.norm(f"{p}.post_attention_layernorm", h, cls=ncls, **kw)
+    if gemma:
+        b.norm(f"{p}.pre_feedforward_layernorm", h, cls=ncls, **kw)
+        b.norm(f"{p}.post_feedforward_layernorm", h, cls=ncls, **kw)
+    if kind == "linear_attention":
+        if raw.get("linear_attn_config"):
+            _kda(b, raw, p, i, h)
+        else:
+            _gdn(b, raw, p, i, h, where_s)
+    else:
+        _attention(b, cfg, p, i, h, cls=cls_override or "attention", where=where)
+    moe = _is_moe_layer(raw, i, e)
+    if moe:
+        _moe(b, cfg, p, i, h, where=where, cls_override=cls_override)
+    if not moe or (gemma and raw.get("enable_moe_block")):
+        # Llama-4's dense layers use intermediate_size_mlp (intermediate_size is the
+        # experts')
+        inter = _int(raw, "intermediate_size_mlp", "intermediate_size", where=where_s) \
+            if cfg.model_type.startswith("llama4") else \
+            _int(raw, "intermediate_size", where=where_s)
+        _mlp(b, raw, p, i, h, inter, cls=cls_override or "mlp", where=where,
+             bias=bool(raw.get("mlp_bias")))
+    if gemma and moe and raw.get("enable_moe_block"):  # Gemma-4: extra norms of the MoE
+        for name in ("pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                     "post_feedforward_layernorm_2"):
+            b.norm(f"{p}.{name}", h, cls=ncls, **kw)
+        b.add(f"{p}.layer_scalar", ncls, (1,), **kw)
+
+
+def _mtp(b: _Builder, cfg: ModelConfig, h: int, v: int, e: int, where_s: str) -> None:
+    raw = cfg.raw
+    n = _int(raw, "num_hidden_layers", where=where_s)
+    nextn = int(raw.get("num_nextn_predict_layers") or 0) \
+        if cfg.model_type != "qwen3_next" else 0
+    for j in range(nextn):  # DeepSeek-V3 / GLM: a full decoder layer + its own head
+        i = n + j
+        p = f"model.layers.{i}"
+        kw: dict[str, Any] = {"where": "mtp", "layer": i}
+        _decoder_layer(b, cfg, p, i, h, "attention", e, False, where_s, where="mtp",
+                       cls_override="mtp")
+        b.norm(f"{p}.enorm", h, cls="mtp", **kw)
+        b.norm(f"{p}.hnorm", h, cls="mtp", **kw)
+        b.linear(f"{p}.eh_proj", "mtp", h, 2 * h, "replicated", **kw)
+        b.norm(f"{p}.shared_head.norm", h, cls="mtp", **kw)
+        b.add(f"{p}.embed_tokens", "mtp", (v, h), parallel="vocab", **kw)
+        b.add(f"{p}.shared_head.head", "mtp", (v, h), parallel="vocab", **kw)
+    mtp_n = int(raw.get("mtp_num_hidden_layers") or 0)
+    if cfg.model_type == "qwen3_next":  # vLLM's Qwen3NextMTP: num_nextn_predict_layers, 1
+        mtp_n = int(raw.get("num_nextn_predict_layers", 1) or 0)
+    for j in range(mtp_n):  # Qwen3-Next / Qwen3.5: mtp.* (embeddings shared)
+        p = f"mtp.layers.{j}"
+        kw = {"where": "mtp", "layer": n + j}
+        _decoder_layer(b, cfg, p, n + j, h, "attention", e, False, where_s, where="mtp",
+                       cls_override="mtp")
+        if j == 0:
+            b.linear("mtp.fc", "mtp", h, 2 * h, "column", **kw)
+            b.norm("mtp.pre_fc_norm_embedding", h, cls="mtp", **kw)
+            b.norm("mtp.pre_fc_norm_hidden", h, cls="mtp", **kw)
+            b.norm("mtp.norm", h, cls="mtp", **kw)
+
+
+# ---- quantization --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Scheme:
+    method: str            # fp8 | int | mxfp4 | nvfp4 | ct
+    bits: int = 8
+    group: int = 0         # 0 = per tensor / channel by strategy
+    block: tuple[int, int] | None = None
+    strategy: str = "tensor"
+    symmetric: bool = True
+    static_input: bool = False
+    g_idx: bool = False
+    float_type: bool = True
+    targets_lm_head: bool = False
+    experts_only: bool = False
+    ignore: tuple[str, ...] = ()
+    scale_bytes: int = 4
+
+
+def _companion_quantization(cfg: ModelConfig) -> dict[str, Any] | None:
+    """``quantization`` of a modelopt ``hf_quant_config.json`` beside the config (the
+    same candidates :func:`kvcore.models.config.load_model_config` reads)."""
+    if not cfg.source:
+        return None
+    path = Path(cfg.source)
+    stem_parts = path.stem.split(".")
+    for cand in (path.with_name(path.name.replace(".json", ".hf_quant_config.json")),
+                 path.with_name(stem_parts[0] + ".hf_quant_config."
+                                + ".".join(stem_parts[1:] + ["json"])),
+                 path.with_name("hf_quant_config.json")):
+        if cand != path and cand.is_file():
+            data = read_json_file(cand, "hf_quant_config")
+            quant = data.get("quantization", data) if isinstance(data, dict) else None
+            return quant if isinstance(quant, dict) else None
+    return None
+
+
+def _scheme(cfg: ModelConfig) -> tuple[_Scheme | None, str | None]:
+    q = cfg.raw.get("quantization_config")
+    if not isinstance(q, dict):
+        q = _companion_quantization(cfg)
+    if not isinstance(q, dict):
+        return None, None
+    method = str(q.get("quant_method") or "").lower()
+    producer = q.get("producer")
+    if not method and (q.get("quant_algo") or (isinstance(producer, dict) and
+                                                producer.get("name") == "modelopt")):
+        method = "modelopt"  # modelopt exports name the algorithm, not the method
+    ignore = tuple(str(x) for key in ("ignore", "ignored_layers", "modules_to_not_convert",
+                                      "exclude_modules") for x in (q.get(key) or []))
+    if method == "fp8":
+        blk = q.get("weight_block_size")
+        return _Scheme("fp8", block=tuple(blk) if blk else None,  # type: ignore[arg-type]
+                       static_input=q.get("activation_scheme") == "static",
+                       ignore=ignore), "fp8"
+    if method == "fbgemm_fp8":  # per-channel fp8 (Meta's Llama-3.1-405B-FP8)
+        return _Scheme("fp8", strategy="channel", ignore=ignore), "fbgemm_fp8"
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        group = int(q.get("group_size") or q.get("q_group_size") or 128)
+        return _Scheme("int", bits=bits, group=group, scale_bytes=2,
+                       g_idx=method.startswith("gptq"), float_type=False,
+                       ignore=ignore), method
+    if method == "mxfp4":
+        return _Scheme("mxfp4", bits=4, group=32, experts_only=True, ignore=ignore), method
+    if method == "modelopt":
+        algo = str(q.get("quant_algo", "")).upper()
+        groups = q.get("config_groups")
+        if algo == "FP8":
+            return _Scheme("fp8", static_input=True, targets_lm_head=True,
+                           ignore=ignore), "modelopt-fp8"
+        if algo == "NVFP4" or isinstance(groups, dict):
+            return _Scheme("nvfp4", bits=4, group=16, targets_lm_head=True,
+                           ignore=ignore), "modelopt-nvfp4"
+        if algo.startswith("W4A"):  # W4A8_AWQ and the like
+            return _Scheme("int", bits=4, group=int(q.get("group_size") or 128),
+                           scale_bytes=2, float_type=False, targets_lm_head=True,
+                           ignore=ignore), f"modelopt-{algo.lower()}"
+        return None, f"modelopt-{algo.lower() or 'unknown'}"
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        first: Any = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
+        w = (first or {}).get("weights") or {}
+        bits = int(w.get("num_bits") or 8)
+        typ = str(w.get("type", "int")).lower()
+        strategy = str(w.get("strategy") or ("group" if w.get("group_size") else "tensor"))
+        group = int(w.get("group_size") or 0)
+        blk = w.get("block_structure")
+        if typ == "float" and bits == 4:
+            return _Scheme("nvfp4", bits=4, group=group or 16, targets_lm_head=True,
+                           ignore=ignore), "compressed-tensors-nvfp4"
+        return _Scheme("ct", bits=bits, group=group, strategy=strategy,
+                       block=tuple(blk) if blk else None,  # type: ignore[arg-type]
+                       symmetric=bool(w.get("symmetric", True)),
+                       float_type=typ == "float", targets_lm_head=True,
+                       scale_bytes=4 if typ == "float" else 2,
+                       ignore=ignore), f"compressed-tensors-{typ}{bits}"
+    if method in ("bitsandbytes",):
+        bits = 4 if q.get("load_in_4bit") else 8
+        return _Scheme("int", bits=bits, group=64, scale_bytes=4, float_type=False,
+                       ignore=ignore), f"bitsandbytes-{bits}bit"
+    return None, method or None
+
+
+def _ignored(name: str, patterns: Sequence[str]) -> bool:
+    for p in patterns:
+        if p.startswith("re:"):
+            try:
+                if re.match(p[3:], name):
+                    return True
+            except re.error:
+                continue
+        elif fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*") or \
+                name.endswith("." + p) or name == p:
+            return True
+    return False
+
+
+def _quantized_bytes(s: _Scheme, out_f: int, in_f: int) -> float:
+    n = out_f * in_f
+    if s.method == "fp8":
+        scales = math.ceil(out_f / s.block[0]) * math.ceil(in_f / s.block[1]) \
+            if s.block else out_f if s.strategy == "channel" else 1
+        return n + 4 * scales + (4 if s.static_input else 0)
+    if s.method == "mxfp4":
+        return n / 2 + n / 32
+    if s.method == "nvfp4":
+        return n / 2 + n / 16 + 4 + 4
+    if s.method == "int":
+        g = s.group if s.group and s.group > 0 else in_f
+        ngroups = math.ceil(in_f / g)
+        return (n * s.bits / 8 + ngroups * out_f * s.scale_bytes
+                + ngroups * out_f * s.bits / 8 + (4 * in_f if s.g_idx else 0))
+    # compressed-tensors int/float
+    if s.strategy == "block" and s.block:
+        scales = math.ceil(out_f / s.block[0]) * math.ceil(in_f / s.block[1])
+    elif s.strategy in ("group", "tensor_group") and s.group:
+        scales = out_f * math.ceil(in_f / s.group)
+    elif s.strategy == "channel":
+        scales = out_f
+    else:
+        scales = 1
+    zeros = 0 if s.symmetric else scales * max(1, s.bits // 8)
+    shape = 16 if s.bits < 8 else 0  # pack-quantized stores weight_shape (2 x int64)
+    return n * s.bits / 8 + scales * s.scale_bytes + zeros + shape
+
+
+def _tensor_bytes(t: WeightTensor, dt: int, s: _Scheme | None) -> tuple[float, int]:
+    """(bytes, params) of an entry in the whole checkpoint."""
+    params = t.numel
+    elem = t.dtype_bytes or dt
+    if s is None or not t.linear or len(t.shape) != 2 or t.tensor_class in (
+            "vision", "audio", "encoder", "embedding", "router") or \
+            (t.name == "lm_head" and not s.targets_lm_head) or \
+            (s.experts_only and ".experts." not in t.name) or _ignored(t.name, s.ignore):
+        return float(params * elem), params
+    if t.name.endswith(".mlp.gate") or ".indexer.weights_proj" in t.name:
+        return float(params * elem), params
+    out_f, in_f = t.shape
+    b = _quantized_bytes(s, out_f, in_f) * t.count
+    if t.bias:
+        b += out_f * t.count * dt
+    return b, params
+
+
+# ---- per rank ------------------------------------------------------------------------------
+
+def pp_layer_partition(num_layers: int, pipeline_parallel_size: int) -> list[int]:
+    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them
+    (``vllm/distributed/utils.py``): equal shares, the remainder one each to the stages
+    before the last, from the second-to-last backwards."""
+    k = pipeline_parallel_size
+    parts = [num_layers // k] * k
+    for i in range(2, num_layers % k + 2):
+        parts[-i] += 1
+    return parts
+
+
+def _rank_share(t: WeightTensor, tp: int, ep: int, kv_heads: int, ep_on: bool) -> float:
+    """Fraction of the entry one rank holds."""
+    if t.parallel in ("column", "row"):
+        return 1 / tp
+    if t.parallel == "kv":
+        return 1 / min(tp, max(kv_heads, 1))
+    if t.parallel == "vocab":
+        rows = t.shape[0]
+        padded = -(-rows // VOCAB_PADDING) * VOCAB_PADDING
+        return (-(-padded // tp)) / rows
+    if t.parallel == "expert":
+        if ep_on and ep > 1:
+            return (-(-t.count // ep)) / t.count
+        return 1 / tp
+    return 1.0
+
+
+def estimate_weights(
+    model: str | Path | ModelConfig,
+    *,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    enable_expert_parallel: bool = False,
+    include_mtp_layers: bool = False,
+    index_path: str | Path | None = None,
+) -> WeightsEstimate:
+    """Weight bytes of a model from its config (see the module docstring for the rules).
+
+    Parameters
+    ----------
+    model:
+        A :class:`ModelConfig`, a config.json path, a folder holding one, or an embedded
+        name.
+    tensor_parallel_size, pipeline_parallel_size, data_parallel_size:
+        The parallel layout (positive ints).  DP multiplies GPUs, not per-rank bytes
+        (except the expert split under ``enable_expert_parallel``).
+    enable_expert_parallel:
+        Split MoE experts whole over ``tensor_parallel_size * data_parallel_size`` ranks
+        instead of splitting each expert by TP.
+    include_mtp_layers:
+        Load the MTP / next-n layers per rank (on the last stage).
+    index_path:
+        A ``model.safetensors.index.json``; default: the one beside the config, if any.
+
+    Returns
+    -------
+    WeightsEstimate
+        Bytes (whole checkpoint, per rank, per stage, per tensor class).
+
+    Raises
+    ------
+    ConfigError
+        A field needed for the estimate is missing or malformed, a parallel size is not a
+        positive int, or the safetensors index is unreadable.
+    """
+    cfg = model if isinstance(model, ModelConfig) else load_model_config(model)
+    for name, value in (("tensor_parallel_size", tensor_parallel_size),
+                        ("pipeline_parallel_size", pipeline_parallel_size),
+                        ("data_parallel_size", data_parallel_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}", field=name,
+                              value=repr(value))
+    tp, pp, dp = tensor_parallel_size, pipeline_parallel_size, data_parallel_size
+    tensors = weight_tensors(cfg)
+    from kvcore.dtypes import dtype_size
+
+    dt = dtype_size(cfg.dtype) if cfg.dtype else 2
+    scheme, qname = _scheme(cfg)
+    kv_heads = cfg.num_key_value_heads or 1
+    ep = tp * dp
+    layer_ids = sorted({t.layer for t in tensors if t.where == "layer"})
+    num_layers = len(layer_ids)
+    if pp > max(num_layers, 1):
+        raise ConfigError(f"pipeline_parallel_size {pp} exceeds the model's {num_layers} "
+                          f"decoder layers", field="pipeline_parallel_size", value=pp)
+    parts = pp_layer_partition(num_layers, pp) if num_layers else [0] * pp
+    stage_of: dict[int, int] = {}
+    pos = 0
+    for s_i, count in enumerate(parts):
+        for lid in layer_ids[pos:pos + count]:
+            stage_of[lid] = s_i
+        pos += count
+    total = 0.0
+    params = 0
+    by_class: dict[str, float] = {}
+    mtp = 0.0
+    mtp_params = 0
+    stages = [0.0] * pp
+    tied_head_again = False
+    for t in tensors:
+        b, n = _tensor_bytes(t, dt, scheme)
+        total += b
+        params += n
+        by_class[t.tensor_class] = by_class.get(t.tensor_class, 0.0) + b
+        if t.where == "mtp":
+            mtp += b
+            mtp_params += n
+            if not include_mtp_layers:
+                continue
+        share = b * _rank_share(t, tp, ep, kv_heads, enable_expert_parallel)
+        if t.where in ("embed", "tower"):
+            stages[0] += share
+            if t.name.endswith("embed_tokens") and pp > 1 and not any(
+                    x.name == "lm_head" for x in tensors) and t.where == "embed":
+                tied_head_again = True
+                stages[-1] += share  # a tied head is a second copy on the last stage
+        elif t.where in ("head", "mtp"):
+            stages[-1] += share
+        else:
+            stages[stage_of.get(t.layer, 0)] += share
+    notes: list[str] = []
+    if scheme is None and qname:
+        notes.append(f"quantization_config.quant_method {qname!r} is not modelled: weights "
+                     f"counted in {cfg.dtype} (an upper bound)")
+    if tied_head_again:
+        notes.append("tied embeddings: the last pipeline stage holds its own LM head copy")
+    source = "config"
+    index_total = None
+    idx = Path(index_path) if index_path is not None else _index_beside(cfg)
+    if idx is not None:
+        index_total = read_safetensors_index_total(idx)
+        source = "safetensors-index"
+    config_total = int(round(total))
+    factor = index_total / total if index_total and total else 1.0
+    return WeightsEstimate(
+        total_bytes=int(index_total) if index_total else config_total,
+        config_total_bytes=config_total,
+        total_params=params,
+        per_rank_bytes=int(math.ceil(max(stages) * factor)),
+        per_stage_bytes=tuple(int(math.ceil(x * factor)) for x in stages),
+        by_class={k: int(round(v * factor)) for k, v in by_class.items()},
+        mtp_bytes=int(round(mtp * factor)),
+        mtp_params=mtp_params,
+        source=source,
+        quantization=qname,
+        tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp,
+        enable_expert_parallel=enable_expert_parallel,
+        include_mtp_layers=include_mtp_layers,
+        num_gpus=tp * pp * dp,
+        index_path=str(idx) if idx is not None else None,
+        notes=tuple(notes),
+    )
+
+
+def _index_beside(cfg: ModelConfig) -> Path | None:
+    if not cfg.source:
+        return None
+    p = Path(cfg.source).parent / "model.safetensors.index.json"
+    if Path(cfg.source).name == "config.json" and p.is_file():
+        return p
+    return None
+
+
+def read_safetensors_index_total(path: str | Path) -> int:
+    """``metadata.total_size`` (bytes) of a ``model.safetensors.index.json``.
+
+    Raises ConfigError (unreadable, not JSON, no positive int ``metadata.total_size``).
+    """
+    data = read_json_file(path, "safetensors index")
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    size = meta.get("total_size") if isinstance(meta, dict) else None
+    if isinstance(size, float) and size.is_integer():
+        size = int(size)
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ConfigError(f"{path}: a safetensors index needs metadata.total_size, a "
+                          f"positive int (bytes); got {size!r}", field="metadata.total_size",
+                          path=str(path))
+    return size

@@ -1,0 +1,197 @@
+"""Accuracy of the step-time model against published vLLM measurements.
+
+``tests/data/sim_accuracy/measurements.json`` holds the rows (source URL, the quoted
+figures, the run's parameters, and a ``split``: ``fit`` or ``holdout``).
+:func:`simulate_row` replays a row's workload through :mod:`kvcore.sim.fastsim` with
+:func:`kvcore.sim.timing.roofline_for` on the row's model, GPU and TP; :func:`evaluate`
+gives the relative error of each figure; :func:`fit` searches the
+:class:`~kvcore.sim.timing.Efficiency` terms on the ``fit`` rows only (coordinate
+descent over a fixed grid per term, minimising the median absolute log error over the
+rows' figures: deterministic).  ``python -m kvcore.sim.accuracy [--fit]`` prints the
+table of docs/SIM_ACCURACY.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
+
+__all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
+           "summary", "fit", "METRICS"]
+
+#: the compared figures: measured key -> simulated key (the simulated statistic follows
+#: the row's: mean rows compare means, median rows medians)
+METRICS = ("output_throughput", "ttft_ms", "tpot_ms")
+
+
+def load_measurements(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a measurements file (see the module docstring)."""
+    data = json.loads(Path(path).read_text())
+    return list(data["rows"])
+
+
+def vllm_serve_defaults(gpu: Any) -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` ``vllm serve`` 0.32 picks on ``gpu``
+    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``, API server):
+    16,384 / 1,024 from 160 GiB of device memory, 8,192 / 1,024 from 70 GiB except A100s,
+    else 2,048 / 256."""
+    from kvcore.deploy.gpus import GPU, get_gpu
+
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    mem = g.memory_bytes
+    if mem >= 160 << 30:
+        return 16384, 1024
+    if mem >= 70 << 30 and "a100" not in g.device_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def _config_path(row: dict[str, Any], base: Path | None) -> str:
+    name = row["config"]
+    if name.endswith(".json") and base is not None:
+        return str(base / "configs" / name)
+    return str(name)
+
+
+@lru_cache(maxsize=64)
+def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int) -> Any:
+    import kvcore
+
+    return kvcore.plan_model(config, gpu=gpu, tensor_parallel_size=tp,
+                             max_model_len=max_model_len, max_num_batched_tokens=mnbt,
+                             max_num_seqs=mns)
+
+
+def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
+                 base: Path | None = None) -> dict[str, float]:
+    """Simulated ``output_throughput``, ``ttft_ms`` and ``tpot_ms`` of one row (mean or
+    median as the row's ``statistic`` says)."""
+    from kvcore.models.config import load_model_config
+    from kvcore.sim.fastsim import Workload, run_workload
+
+    cfg_path = _config_path(row, base)
+    gpu = row["gpu"]
+    tp = int(row.get("tensor_parallel_size", 1))
+    mnbt, mns = vllm_serve_defaults(gpu)
+    mnbt = int(row.get("max_num_batched_tokens", mnbt))
+    mns = int(row.get("max_num_seqs", mns))
+    isl, osl = int(row["input_len"]), int(row["output_len"])
+    mml = 1 << max(11, math.ceil(math.log2(isl + osl)))
+    kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns)
+    g0 = kv.kv_cache_groups[0].spec
+    cap = (kv.num_blocks - 1) * g0.block_size if kv.num_blocks else None
+    model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,
+                         tensor_parallel_size=tp, efficiency=efficiency)
+    rate = row.get("request_rate", "inf")
+    w = Workload(isl, osl, int(row["num_prompts"]), max_concurrency=row.get("max_concurrency"),
+                 request_rate=math.inf if rate == "inf" else float(rate))
+    fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
+                       kv_capacity_tokens=cap)
+    stat = "median" if str(row.get("statistic", "")).startswith("median") else "mean"
+    return {"output_throughput": fig["output_throughput"],
+            "ttft_ms": fig[f"{stat}_ttft_ms"], "tpot_ms": fig[f"{stat}_tpot_ms"]}
+
+
+def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
+             base: Path | None = None) -> list[dict[str, Any]]:
+    """Per row: id, split, and per metric the measured and simulated value and the
+    relative error ``simulated / measured - 1`` (metrics the row does not quote are
+    left out)."""
+    out = []
+    for row in rows:
+        sim = simulate_row(row, efficiency, base=base)
+        rec: dict[str, Any] = {"id": row["id"], "split": row["split"]}
+        for m in METRICS:
+            if m in row["measured"]:
+                meas = float(row["measured"][m])
+                rec[m] = {"measured": meas, "simulated": sim[m],
+                          "error": sim[m] / meas - 1.0}
+        out.append(rec)
+    return out
+
+
+def summary(results: list[dict[str, Any]], split: str) -> dict[str, float]:
+    """Median absolute relative error per metric over the rows of ``split``."""
+    out = {}
+    for m in METRICS:
+        errs = [abs(r[m]["error"]) for r in results if r["split"] == split and m in r]
+        out[m] = statistics.median(errs) if errs else float("nan")
+    return out
+
+
+#: the grid of each fitted term
+_GRID: dict[str, tuple[float, ...]] = {
+    "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
+    "compute": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+    "step_s": (0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 4e-3, 5e-3),
+    "request_overhead_s": (0.0, 2e-3, 5e-3, 1e-2, 1.5e-2, 2e-2),
+    "moe_memory": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
+    "per_request_s": (0.0, 1e-5, 2e-5, 5e-5, 1e-4),
+}
+
+
+def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None) -> float:
+    errs = []
+    for r in evaluate(rows, eff, base=base):
+        for m in METRICS:
+            if m in r:
+                errs.append(abs(math.log1p(r[m]["error"])))
+    return statistics.median(errs) + 0.25 * statistics.fmean(errs)
+
+
+def fit(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY, *,
+        base: Path | None = None, rounds: int = 2) -> Efficiency:
+    """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` (loss:
+    median plus a quarter of the mean absolute log error over every quoted figure)."""
+    fit_rows = [r for r in rows if r["split"] == "fit"]
+    eff = start
+    best = _loss(fit_rows, eff, base)
+    for _ in range(rounds):
+        for name, grid in _GRID.items():
+            for v in grid:
+                cand = dataclasses.replace(eff, **{name: v})
+                loss = _loss(fit_rows, cand, base)
+                if loss < best - 1e-12:
+                    best, eff = loss, cand
+    return eff
+
+
+def _main(argv: list[str]) -> int:
+    base = Path(argv[argv.index("--data") + 1]) if "--data" in argv else \
+        Path(__file__).resolve().parents[2] / "tests" / "data" / "sim_accuracy"
+    rows = load_measurements(base / "measurements.json")
+    eff = DEFAULT_EFFICIENCY
+    if "--fit" in argv:
+        eff = fit(rows, base=base)
+        print(f"fitted: {eff}")
+    res = evaluate(rows, eff, base=base)
+    print("| row | split | output tok/s meas / sim (err) | TTFT ms meas / sim (err) | "
+          "TPOT ms meas / sim (err) |")
+    print("|---|---|---|---|---|")
+    for r in res:
+        cells = []
+        for m in METRICS:
+            if m in r:
+                x = r[m]
+                cells.append(f"{x['measured']:.4g} / {x['simulated']:.4g} "
+                             f"({100 * x['error']:+.0f} %)")
+            else:
+                cells.append("-")
+        print(f"| {r['id']} | {r['split']} | " + " | ".join(cells) + " |")
+    for split in ("fit", "holdout"):
+        s = summary(res, split)
+        print(f"{split}: median |error| " + ", ".join(
+            f"{m} {100 * v:.1f} %" for m, v in s.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,462 @@
+"""The clocked scheduler loop: vLLM 0.32's v1 ``Scheduler`` over kvcore's KVCacheManager.
+
+One iteration is one engine step, as in ``Scheduler.schedule()`` then
+``Scheduler.update_from_output()`` (``vllm/v1/core/sched/scheduler.py``, FCFS policy,
+synchronous scheduling, no KV connector, no speculative decoding):
+
+* **Budget.** ``token_budget = max_num_batched_tokens``; ``long_prefill_token_threshold``
+  caps a prefill chunk while more than one request is eligible (running + waiting).
+* **Running requests first**, in admission order: each gets ``num_tokens -
+  num_computed_tokens`` new tokens (1 for a decode, the rest of the prompt for a chunked
+  prefill), capped by the threshold, the remaining budget and ``max_model_len -
+  num_computed_tokens - 1``; ``allocate_slots(request, n)``.  When that fails the last
+  running request is preempted (recompute: its blocks are freed, its computed tokens
+  reset to 0, it goes to the front of the waiting queue) and the allocation is retried,
+  until it fits or the request preempted itself.  If it does not fit the running loop
+  stops.
+* **Waiting requests** only when nothing was preempted this step, FCFS, while the budget
+  lasts and fewer than ``max_num_seqs`` run: prefix lookup (``get_computed_blocks``),
+  ``n = num_tokens - hit`` capped by the threshold and the budget (chunked prefill),
+  ``allocate_slots(request, n, hit, blocks)``; when it fails the waiting loop stops
+  (head-of-line blocking).
+* After the step every scheduled request's computed tokens advance by its ``n``; one
+  whose computed tokens reach its token count samples one output token.  A request
+  stops at its ``output_len`` output tokens or at ``max_model_len`` tokens
+  (``check_stop``) and is freed.
+
+Cases vLLM leaves undefined: a request whose prompt plus output exceeds
+``max_model_len`` is **rejected** on arrival (vLLM's API server refuses it); a request
+that cannot be admitted with nothing running, or that preempts itself while it runs
+alone, can never finish (vLLM would retry it forever) and is rejected too.
+
+**The clock.** ``now`` starts at 0 s.  Requests are released into the waiting queue at
+their ``arrival`` time (open loop); with ``max_concurrency`` at most that many are
+outstanding (``vllm bench serve``'s semaphore: a request is sent at the later of its
+arrival and the time a slot frees, and its latencies count from then).  Each step
+advances ``now`` by ``time_model.step_time(describe_batch(kv_cache_config,
+scheduled))``; an output token is stamped with the time at the end of its step.  With
+nothing waiting or running the clock jumps to the next arrival.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcore.errors import ConfigError
+from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
+
+__all__ = ["SimRequest", "EngineResult", "run_engine"]
+
+#: on_step(step, [(request_id, num_new_tokens)], [preempted ids], [finished ids])
+StepHook = Callable[[int, list[tuple[str, int]], list[str], list[str]], None]
+
+
+class SimRequest:
+    """One request in a clocked simulation and what happened to it (times in seconds).
+
+    trace: the :class:`~kvcore.sim.traces.TraceRequest` (prompt, output length).
+    arrival: when the client has the request ready, s.
+    sent: when it was sent (``arrival``, or later under ``max_concurrency``), s.
+    token_times: end time of the step that produced each output token, s.
+    finish: time of the last output token, s (-1 while unfinished).
+    num_cached_tokens: prefix-cache hit of its first admission, tokens (-1: never).
+    """
+
+    __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
+                 "arrival", "sent", "token_times", "finish", "num_cached_tokens",
+                 "preemptions", "rejected", "num_out")
+
+    def __init__(self, trace: Any, arrival: float | None = None) -> None:
+        if trace.prompt_len < 1 or trace.output_len < 0:
+            raise ConfigError(
+                f"request {trace.request_id!r}: prompt_len must be >= 1 and output_len "
+                f">= 0, got prompt_len {trace.prompt_len}, output_len {trace.output_len}",
+                field="prompt_len" if trace.prompt_len < 1 else "output_len",
+                value=trace.prompt_len if trace.prompt_len < 1 else trace.output_len)
+        self.trace = trace
+        self.request_id: str = trace.request_id
+        self.request: Any = None
+        self.outputs: list[int] | None = None
+        self.prompt_len: int = trace.prompt_len
+        self.output_len: int = max(1, trace.output_len)
+        self.arrival: float = trace.arrival_ms / 1000.0 if arrival is None else arrival
+        self.sent: float = -1.0
+        self.token_times: list[float] = []
+        self.finish: float = -1.0
+        self.num_cached_tokens = -1
+        self.preemptions = 0
+        self.rejected = False
+        self.num_out = 0
+
+    def materialize(self, manager: Any) -> None:
+        t = self.trace
+        self.request = manager.make_request(t.request_id, t.prompt_token_ids(),
+                                            max_tokens=self.output_len)
+        outs = t.output_token_ids()
+        if len(outs) < self.output_len:
+            outs += [1] * (self.output_len - len(outs))
+        self.outputs = outs
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token from ``sent``, s (vLLM's ``ttft``)."""
+        return self.token_times[0] - self.sent
+
+    @property
+    def latency(self) -> float:
+        """End-to-end latency from ``sent``, s (vLLM's ``latency``)."""
+        return self.finish - self.sent
+
+    @property
+    def itl(self) -> list[float]:
+        """Gaps between consecutive output tokens, s (vLLM's ``itl``)."""
+        tt = self.token_times
+        return [b - a for a, b in zip(tt, tt[1:])]
+
+
+@dataclass
+class EngineResult:
+    """What a clocked run produced.
+
+    requests: every :class:`SimRequest`, in input order.  ``duration``: time of the last
+    finish (or the last step), s.  Per step (parallel lists): ``step_end`` (s),
+    ``step_usage`` (fraction of usable blocks held after the step), ``step_running``,
+    ``step_waiting`` (requests after the step), ``step_tokens`` (scheduled tokens).
+    """
+
+    requests: list[SimRequest]
+    steps: int = 0
+    duration: float = 0.0
+    preemptions: int = 0
+    rejected: int = 0
+    prompt_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    wall_seconds: float = 0.0
+    step_end: list[float] = field(default_factory=list)
+    step_usage: list[float] = field(default_factory=list)
+    step_running: list[int] = field(default_factory=list)
+    step_waiting: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def prefix_hit_ratio(self) -> float:
+        """Hit tokens over prompt tokens of first admissions (a fraction)."""
+        return self.prefix_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}",
+                          field=name, value=value)
+    return value
+
+
+def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTimeModel,
+               *, max_num_seqs: int, max_num_batched_tokens: int,
+               long_prefill_token_threshold: int = 0, max_model_len: int | None = None,
+               max_concurrency: int | None = None, num_lookahead_tokens: int = 0,
+               kv_cache_config: Any = None, on_step: StepHook | None = None,
+               progress: Callable[[int], None] | None = None,
+               record_steps: bool = True, keep_requests: bool = False,
+               max_steps: int | None = None, reserve_full_prompt: bool = True
+               ) -> EngineResult:
+    """Run the loop of the module docstring over ``requests`` to completion.
+
+    manager: a :class:`kvcore.runtime.KVCacheManager` (fresh).  time_model: any object
+    with ``step_time(batch) -> seconds``.  kv_cache_config: the plan passed to
+    :func:`~kvcore.sim.timing.describe_batch` (default ``manager.kv_cache_config``).
+    on_step: called after each step with the scheduled ``(request_id, tokens)`` in
+    schedule order, the preempted and the finished request ids.  progress(n): requests
+    finished or rejected so far, after each step that changed it.  A finished request
+    drops its runtime Request and output ids unless ``keep_requests``.
+    max_steps: stop after that many steps (None: run to completion).
+    reserve_full_prompt: vLLM's ``scheduler_reserve_full_isl`` (default on in 0.32): a
+    waiting request is admitted only if the blocks for its whole current token
+    sequence fit (windowed groups capped at their admission limit), not only its
+    first chunk (:func:`_admission_blocks`).
+
+    Raises ConfigError for a count out of range (naming it) or a step time that is not
+    a finite number >= 0.
+    """
+    _check_int("max_num_seqs", max_num_seqs, 1)
+    _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
+    _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
+    _check_int("num_lookahead_tokens", num_lookahead_tokens, 0)
+    if max_concurrency is not None:
+        _check_int("max_concurrency", max_concurrency, 1)
+    pc = time.perf_counter
+    wall0 = pc()
+    alloc = manager.allocate_slots
+    lookup = manager.get_computed_blocks
+    free = manager.free
+    chunk_cap = manager.max_prefill_chunk_tokens
+    capped = bool(getattr(manager, "_chunk_cappers", True))
+    pool = manager.block_pool
+    fq = pool.free_queue
+    usable = max(1, pool.num_usable_blocks)
+    kvcfg = manager.kv_cache_config if kv_cache_config is None else kv_cache_config
+    step_time = time_model.step_time
+    mml = manager.max_model_len if max_model_len is None else max_model_len
+    lookahead = num_lookahead_tokens
+    gate = _admission_plan(manager, max_num_batched_tokens, mml) \
+        if reserve_full_prompt else None
+    res = EngineResult(requests=list(requests))
+    order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
+    pending: deque[SimRequest] = deque(res.requests[k] for k in order)
+    slots: deque[float] | None = (deque([float("-inf")] * max_concurrency)
+                                  if max_concurrency is not None else None)
+    waiting: deque[SimRequest] = deque()
+    running: list[SimRequest] = []
+    SR = ScheduledRequest
+    now = 0.0
+    step = 0
+    n_done = 0
+    rec = record_steps
+    s_end, s_use, s_run, s_wait, s_tok = (res.step_end, res.step_usage, res.step_running,
+                                          res.step_waiting, res.step_tokens)
+    while True:
+        # 1. release the requests that have arrived (under the concurrency cap)
+        released = False
+        while pending:
+            r = pending[0]
+            if r.arrival > now:
+                break
+            if slots is not None:
+                if not slots:
+                    break
+                free_at = slots.popleft()
+                r.sent = r.arrival if r.arrival > free_at else free_at
+            else:
+                r.sent = r.arrival
+            pending.popleft()
+            if r.prompt_len + r.output_len > mml:
+                r.rejected = True
+                res.rejected += 1
+                n_done += 1
+                released = True
+                if slots is not None:
+                    slots.append(r.sent)
+                continue
+            if r.request is None:
+                r.materialize(manager)
+            waiting.append(r)
+        if released and progress is not None:
+            progress(n_done)
+        if not waiting and not running:
+            if not pending:
+                break
+            if slots is not None and not slots:  # pragma: no cover - cannot happen
+                raise RuntimeError("engine: no free concurrency slot with nothing running")
+            if pending[0].arrival > now:
+                now = pending[0].arrival
+            continue
+        if max_steps is not None and step >= max_steps:
+            break
+        step += 1
+        # 2. schedule (Scheduler.schedule)
+        token_budget = max_num_batched_tokens
+        lpt = long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+        sched: list[tuple[SimRequest, int]] = []
+        batch_reqs: list[ScheduledRequest] = []
+        preempted: list[SimRequest] = []
+        lone: SimRequest | None = None
+        i = 0
+        while i < len(running) and token_budget > 0:
+            r = running[i]
+            req = r.request
+            nc = req.num_computed_tokens
+            num_tokens = len(req.all_token_ids)
+            n = num_tokens - nc
+            if 0 < lpt < n:
+                n = lpt
+            if n > token_budget:
+                n = token_budget
+            if n > mml - nc - 1:
+                n = mml - nc - 1
+            prefill = nc < num_tokens - 1 or nc < r.prompt_len
+            if prefill and capped and n > 0:
+                n = chunk_cap(req, n)
+            if n <= 0:
+                i += 1
+                continue
+            while True:
+                out = alloc(req, n) if not lookahead else alloc(
+                    req, n, num_lookahead_tokens=lookahead)
+                if out is not None:
+                    break
+                victim = running.pop()
+                free(victim.request)
+                victim.request.num_computed_tokens = 0
+                victim.preemptions += 1
+                res.preemptions += 1
+                preempted.append(victim)
+                waiting.appendleft(victim)
+                if victim is r:
+                    if not running:
+                        lone = r
+                    break
+            if out is None:
+                break
+            sched.append((r, n))
+            batch_reqs.append(SR(n, nc, prefill))
+            token_budget -= n
+            i += 1
+        if not preempted:
+            while token_budget > 0 and waiting and len(running) < max_num_seqs:
+                r = waiting[0]
+                req = r.request
+                hit, nloc = lookup(req)
+                num_tokens = len(req.all_token_ids)
+                n = num_tokens - nloc
+                if 0 < lpt < n:
+                    n = lpt
+                if n > token_budget:
+                    n = token_budget
+                if capped:
+                    n = chunk_cap(req, n, nloc)
+                if n <= 0:
+                    break
+                if gate is not None and _admission_blocks(
+                        gate, req, min(num_tokens, mml), hit.blocks, nloc) \
+                        > fq.num_free_blocks:
+                    out = None
+                else:
+                    out = alloc(req, n, nloc, hit) if not lookahead else alloc(
+                    req, n, nloc, hit, num_lookahead_tokens=lookahead)
+                if out is None:
+                    if not running:  # nothing will ever free blocks for it
+                        waiting.popleft()
+                        _reject(r, res, slots, now, keep_requests)
+                        n_done += 1
+                        continue
+                    break
+                waiting.popleft()
+                running.append(r)
+                req.num_computed_tokens = nloc
+                if r.num_cached_tokens < 0:
+                    r.num_cached_tokens = nloc
+                    res.prompt_tokens += r.prompt_len
+                    res.prefix_hit_tokens += nloc
+                sched.append((r, n))
+                batch_reqs.append(SR(n, nloc, True))
+                token_budget -= n
+        elif lone is not None:
+            # it preempted itself while running alone: it needs more than the pool
+            waiting.remove(lone)
+            _reject(lone, res, slots, now, keep_requests)
+            n_done += 1
+        # 3. run the step
+        dt = step_time(describe_batch(kvcfg, batch_reqs))
+        if not (dt >= 0.0) or dt == float("inf"):
+            raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step time "
+                              "must be a finite number >= 0", field="step_time", value=dt)
+        now += dt
+        # 4. update_from_output
+        finished: list[SimRequest] = []
+        for r, n in sched:
+            req = r.request
+            req.num_computed_tokens += n
+            if req.num_computed_tokens >= len(req.all_token_ids):
+                req.append_output_token_ids(r.outputs[r.num_out])  # type: ignore[index]
+                r.num_out += 1
+                r.token_times.append(now)
+                if r.num_out >= r.output_len or len(req.all_token_ids) >= mml:
+                    free(req)
+                    r.finish = now
+                    finished.append(r)
+                    if slots is not None:
+                        slots.append(now)
+                    if not keep_requests:
+                        r.request = r.outputs = None
+        if finished:
+            fin = set(map(id, finished))
+            running = [r for r in running if id(r) not in fin]
+            n_done += len(finished)
+            res.duration = now
+            if progress is not None:
+                progress(n_done)
+        if rec:
+            s_end.append(now)
+            s_use.append(1.0 - fq.num_free_blocks / usable)
+            s_run.append(len(running))
+            s_wait.append(len(waiting))
+            s_tok.append(max_num_batched_tokens - token_budget)
+        if on_step is not None:
+            on_step(step, [(r.request_id, n) for r, n in sched],
+                    [r.request_id for r in preempted], [r.request_id for r in finished])
+    res.steps = step
+    if res.duration < now and not any(r.finish >= 0 for r in res.requests):
+        res.duration = now
+    res.wall_seconds = pc() - wall0
+    return res
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _admission_plan(manager: Any, max_num_batched_tokens: int, max_model_len: int
+                    ) -> list[tuple[Any, int, int | None, str]]:
+    """Per group ``(manager, block_size, admission cap in blocks or None, kind)``.
+
+    Caps are vLLM 0.32's ``max_admission_blocks_per_request`` with
+    ``max_in_flight_tokens = max_num_batched_tokens`` (synchronous scheduling;
+    ``vllm/v1/kv_cache_interface.py``): a sliding window holds at most
+    ``cdiv(min(window - 1 + in_flight, max_model_len), block_size) + 1`` blocks, a
+    chunked-local layer ``cdiv(min(chunk + in_flight, max_model_len), block_size)``;
+    other kinds have no cap.
+    """
+    plan: list[tuple[Any, int, int | None, str]] = []
+    for m in manager.managers:
+        spec = m.spec
+        bs = m.block_size
+        cap: int | None = None
+        if m.skips_blocks:
+            w = getattr(spec, "sliding_window", None)
+            c = getattr(spec, "attention_chunk_size", None)
+            if isinstance(w, int) and w > 0:
+                cap = _cdiv(min(w - 1 + max_num_batched_tokens, max_model_len), bs) + 1
+            elif isinstance(c, int) and c > 0:
+                cap = _cdiv(min(c + max_num_batched_tokens, max_model_len), bs)
+        plan.append((m, bs, cap, getattr(spec, "kind", "")))
+    return plan
+
+
+def _admission_blocks(plan: list[tuple[Any, int, int | None, str]], request: Any,
+                      num_tokens: int, hits: Any, num_computed: int) -> int:
+    """Blocks a waiting request (holding none) needs for ``num_tokens`` tokens with its
+    prefix hit ``hits`` (per group) of ``num_computed`` tokens: vLLM 0.32's
+    ``get_num_blocks_to_allocate(..., apply_admission_cap=True)`` (new blocks for the
+    part past the skipped and hit blocks, capped per group, plus hit blocks that leave
+    the free queue)."""
+    total = 0
+    for g, (m, bs, cap, kind) in enumerate(plan):
+        hit = hits[g] if hits else ()
+        if kind == "cross_attention":
+            continue
+        if kind == "mamba":
+            total += m.get_num_blocks_to_allocate(request, num_tokens, hit)
+            continue
+        required = _cdiv(num_tokens, bs)
+        if cap is not None and cap < required:
+            required = cap
+        skipped = m.get_num_skipped_tokens(num_computed) // bs if m.skips_blocks else 0
+        total += max(required - max(skipped, len(hit)), 0)
+        for b in hit[skipped:] if skipped else hit:
+            if b.ref_cnt == 0 and not b.is_null:
+                total += 1
+    return total
+
+
+def _reject(r: SimRequest, res: EngineResult, slots: deque[float] | None, now: float,
+            keep_requests: bool) -> None:
+    r.rejected = True
+    res.rejected += 1
+    if r.request is not None and not keep_requests:
+        r.request = r.outputs = None
+    if slots is not None:
+        slots.append(now)

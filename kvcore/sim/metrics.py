@@ -1,0 +1,256 @@
+"""Serving figures of a clocked run, named and defined as ``vllm bench serve
+--save-result`` names them (vLLM 0.32 ``vllm/benchmarks/serve.py``,
+``calculate_metrics`` and ``benchmark``).
+
+Per completed request (one that was not rejected): ``ttft`` = first token time - send
+time; ``latency`` (E2EL) = last token time - send time; ``tpot`` = (latency - ttft) /
+(output_len - 1) for output_len > 1 (requests of one token have no TPOT, and count as
+TPOT 0 for goodput); ``itl`` = every gap between consecutive output tokens.  Mean,
+median, std (population, numpy's default) and percentiles (numpy's linear
+interpolation) in milliseconds; an empty list counts as ``[0]`` (vLLM's ``np.mean(x or
+0)``).  ``duration`` is the benchmark duration (time of the last finish, s);
+throughputs divide by it.  ``request_goodput``: completed requests meeting every SLO of
+``--goodput`` (``ttft``, ``tpot``, ``e2el`` in ms, value >= latency) per second, None
+without ``--goodput``.  ``max_output_tokens_per_s`` / ``max_concurrent_requests``: the
+busiest one-second bucket from the first send, as vLLM buckets them.
+
+kvcore adds: ``failed`` (rejected: prompt plus output past ``max_model_len`` or larger
+than the KV cache), ``preemptions``, ``steps``, ``prefix_hit_ratio`` (hit tokens over
+prompt tokens of first admissions), ``mean_kv_usage`` (time-weighted over steps) and
+``peak_kv_usage`` (fractions of usable blocks), ``kv_usage`` (up to 200 ``[t_s,
+usage]`` samples).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kvcore.errors import ConfigError
+
+__all__ = ["GOODPUT_METRICS", "parse_goodput", "serving_metrics", "format_summary",
+           "mean", "median", "std", "percentile"]
+
+#: SLO names ``--goodput`` accepts (vLLM's VALID_NAMES)
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+
+def mean(xs: Sequence[float]) -> float:
+    """numpy.mean(xs or 0)."""
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def std(xs: Sequence[float]) -> float:
+    """numpy.std(xs or 0) (population standard deviation)."""
+    if not xs:
+        return 0.0
+    m = mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def percentile(xs: Sequence[float], p: float, *, presorted: bool = False) -> float:
+    """numpy.percentile(xs or 0, p) (linear interpolation between closest ranks)."""
+    if not xs:
+        return 0.0
+    s = xs if presorted else sorted(xs)
+    k = (len(s) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def median(xs: Sequence[float]) -> float:
+    """numpy.median(xs or 0)."""
+    return percentile(xs, 50.0)
+
+
+def parse_goodput(pairs: Iterable[str] | None) -> dict[str, float]:
+    """``--goodput ttft:MS tpot:MS e2el:MS`` as vLLM parses it (``parse_goodput`` and
+    ``check_goodput_args``): ``{name: milliseconds}``.
+
+    Raises ConfigError (field ``goodput``) for a pair that is not ``KEY:VALUE`` with a
+    number, an unknown name or a negative (or NaN) value.
+    """
+    out: dict[str, float] = {}
+    for pair in pairs or ():
+        parts = str(pair).split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            value = float(parts[1])
+        except ValueError:
+            raise ConfigError(f"--goodput {pair!r}: give service level objectives as "
+                              f"KEY:VALUE pairs, the key one of {', '.join(GOODPUT_METRICS)}"
+                              f" and the value a number of milliseconds (e.g. ttft:200)",
+                              field="goodput", value=pair) from None
+        name = parts[0]
+        if name not in GOODPUT_METRICS:
+            raise ConfigError(f"--goodput {pair!r}: unknown metric {name!r}; the service "
+                              f"level objective name must be one of "
+                              f"{', '.join(GOODPUT_METRICS)}", field="goodput", value=pair)
+        if not value >= 0:
+            raise ConfigError(f"--goodput {pair!r}: the value must be a number of "
+                              f"milliseconds >= 0, got {parts[1]!r}", field="goodput",
+                              value=pair)
+        out[name] = value
+    return out
+
+
+def _stats(prefix: str, xs: list[float], percentiles: Sequence[float]
+           ) -> dict[str, float]:
+    s = sorted(xs)
+    out = {f"mean_{prefix}_ms": mean(xs) * 1000, f"median_{prefix}_ms":
+           percentile(s, 50.0, presorted=True) * 1000, f"std_{prefix}_ms": std(xs) * 1000}
+    for p in percentiles:
+        word = str(int(p)) if int(p) == p else str(p)
+        out[f"p{word}_{prefix}_ms"] = percentile(s, p, presorted=True) * 1000
+    return out
+
+
+def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
+                    percentiles: Sequence[float] = (99.0,)) -> dict[str, Any]:
+    """The figures of the module docstring for an
+    :class:`~kvcore.sim.engine.EngineResult` (times in s, latencies in ms, throughputs
+    per s, usage as fractions)."""
+    done = [r for r in result.requests if not r.rejected and r.finish >= 0]
+    failed = sum(1 for r in result.requests if r.rejected)
+    dur = result.duration
+    ttfts: list[float] = []
+    e2els: list[float] = []
+    tpots: list[float] = []
+    all_tpots: list[float] = []
+    itls: list[float] = []
+    total_in = total_out = 0
+    for r in done:
+        tt = r.token_times
+        n = len(tt)
+        ttft = tt[0] - r.sent
+        lat = tt[-1] - r.sent
+        tpot = 0.0
+        if n > 1:
+            tpot = (lat - ttft) / (n - 1)
+            tpots.append(tpot)
+            itls.extend(b - a for a, b in zip(tt, tt[1:]))
+        all_tpots.append(tpot)
+        ttfts.append(ttft)
+        e2els.append(lat)
+        total_in += r.prompt_len
+        total_out += n
+    good = None
+    if goodput:
+        slo = [(vals, goodput[k] / 1000.0) for k, vals in
+               (("ttft", ttfts), ("tpot", all_tpots), ("e2el", e2els)) if k in goodput]
+        n_good = sum(1 for i in range(len(done)) if all(s >= v[i] for v, s in slo))
+        good = n_good / dur if dur > 0 else 0.0
+    per_s = (lambda x: x / dur) if dur > 0 else (lambda x: 0.0)
+    out: dict[str, Any] = {
+        "duration": dur,
+        "completed": len(done),
+        "failed": failed,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(len(done)),
+        "request_goodput": good,
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+    }
+    out.update(_peaks(done))
+    out.update(_stats("ttft", ttfts, percentiles))
+    out.update(_stats("tpot", tpots, percentiles))
+    out.update(_stats("itl", itls, percentiles))
+    out.update(_stats("e2el", e2els, percentiles))
+    ends, use = result.step_end, result.step_usage
+    mean_use = 0.0
+    if ends:
+        prev = 0.0
+        acc = 0.0
+        for t, u in zip(ends, use):
+            acc += (t - prev) * u
+            prev = t
+        mean_use = acc / ends[-1] if ends[-1] > 0 else mean(use)
+    stride = max(1, len(ends) // 200)
+    out.update({
+        "steps": result.steps,
+        "preemptions": result.preemptions,
+        "prefix_hit_ratio": result.prefix_hit_ratio,
+        "mean_kv_usage": mean_use,
+        "peak_kv_usage": max(use) if use else 0.0,
+        "kv_usage": [[round(ends[i], 6), round(use[i], 6)]
+                     for i in range(0, len(ends), stride)],
+    })
+    return out
+
+
+def _peaks(done: Sequence[Any]) -> dict[str, Any]:
+    """vLLM's max_output_tokens_per_s and max_concurrent_requests (one-second buckets
+    from the earliest send)."""
+    if not done:
+        return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
+    t0 = min(r.sent for r in done)
+    t1 = max(r.finish for r in done)
+    n = int(math.ceil(t1 - t0)) + 1
+    tok = [0] * n
+    conc = [0] * (n + 1)
+    for r in done:
+        for t in r.token_times:
+            b = int(t - t0)
+            if 0 <= b < n:
+                tok[b] += 1
+        a, z = int(r.sent - t0), int(r.finish - t0)
+        conc[a] += 1
+        conc[z + 1] -= 1
+    run = best = 0
+    for c in conc[:n]:
+        run += c
+        best = max(best, run)
+    return {"max_output_tokens_per_s": float(max(tok)), "max_concurrent_requests": best}
+
+
+def format_summary(m: dict[str, Any], *, max_concurrency: int | None = None,
+                   request_rate: float = math.inf, extra: Sequence[tuple[str, str]] = ()
+                   ) -> str:
+    """The text block ``vllm bench serve`` prints ("Serving Benchmark Result"), the
+    same labels and formats, then kvcore's lines."""
+    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
+
+    def row(label: str, value: Any, fmt: str = "{:<10}") -> None:
+        lines.append(f"{label:<40} " + fmt.format(value))
+
+    f2 = "{:<10.2f}"
+    row("Successful requests:", m["completed"])
+    row("Failed requests:", m["failed"])
+    if max_concurrency is not None:
+        row("Maximum request concurrency:", max_concurrency)
+    if not math.isinf(request_rate):
+        row("Request rate configured (RPS):", request_rate, f2)
+    row("Benchmark duration (s):", m["duration"], f2)
+    row("Total input tokens:", m["total_input_tokens"])
+    row("Total generated tokens:", m["total_output_tokens"])
+    row("Request throughput (req/s):", m["request_throughput"], f2)
+    if m.get("request_goodput") is not None:
+        row("Request goodput (req/s):", m["request_goodput"], f2)
+    row("Output token throughput (tok/s):", m["output_throughput"], f2)
+    row("Peak output token throughput (tok/s):", m["max_output_tokens_per_s"], f2)
+    row("Peak concurrent requests:", m["max_concurrent_requests"], f2)
+    row("Total token throughput (tok/s):", m["total_token_throughput"], f2)
+    for key, name, header in (("ttft", "TTFT", "Time to First Token"),
+                              ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+                              ("itl", "ITL", "Inter-token Latency"),
+                              ("e2el", "E2EL", "End-to-end Latency")):
+        lines.append("{s:{c}^{n}}".format(s=header, n=50, c="-"))
+        row(f"Mean {name} (ms):", m[f"mean_{key}_ms"], f2)
+        row(f"Median {name} (ms):", m[f"median_{key}_ms"], f2)
+        for k, v in m.items():
+            if k.startswith("p") and k.endswith(f"_{key}_ms") and k[1].isdigit():
+                row(f"P{k[1:-len(key) - 4]} {name} (ms):", v, f2)
+    lines.append("{s:{c}^{n}}".format(s=" kvcore ", n=50, c="-"))
+    row("Steps:", m["steps"])
+    row("Preemptions:", m["preemptions"])
+    row("Prefix-hit ratio (%):", 100 * m["prefix_hit_ratio"], f2)
+    row("Mean KV-cache usage (%):", 100 * m["mean_kv_usage"], f2)
+    row("Peak KV-cache usage (%):", 100 * m["peak_kv_usage"], f2)
+    for label, value in extra:
+        row(label, value)
+    lines.append("=" * 50)
+    return "\n".join(lines)

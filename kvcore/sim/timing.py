@@ -1,0 +1,628 @@
+"""Step-time models: how long one engine step (one forward pass) takes.
+
+This module fixes the interface between the simulator's scheduler loop and the models
+of time; the roofline model with fitted efficiencies lives here too (see
+:class:`RooflineTimeModel` once it lands; :class:`ConstantTimeModel` is the trivial
+model tests and the clockless replay use).
+
+The scheduler loop describes each step as a :class:`Batch`: one
+:class:`ScheduledRequest` per request scheduled in the step (its new tokens and the
+tokens already in its cache) and, per KV-cache group, the KV bytes the step reads and
+writes (:class:`GroupIO`, computed from the specs by :func:`describe_batch`: a
+sliding-window layer reads at most its window, a chunked-local layer its current chunk,
+a state layer its state, every layer as its spec stores it: quantized or compressed
+pages count at their stored size).  A :class:`StepTimeModel` maps a Batch to seconds.
+
+Other models plug in through the entry-point group ``kvcore.time_models``: an entry
+point names a callable ``factory(**options) -> StepTimeModel`` (see
+:func:`load_time_model`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from kvcore.errors import ConfigError
+
+__all__ = [
+    "ScheduledRequest",
+    "GroupIO",
+    "Batch",
+    "StepTimeModel",
+    "ConstantTimeModel",
+    "RooflineTimeModel",
+    "Efficiency",
+    "StepBreakdown",
+    "DEFAULT_EFFICIENCY",
+    "roofline_for",
+    "describe_batch",
+    "load_time_model",
+    "TIME_MODELS_ENTRY_POINT_GROUP",
+]
+
+TIME_MODELS_ENTRY_POINT_GROUP = "kvcore.time_models"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRequest:
+    """One request's share of a step.
+
+    num_new_tokens: tokens computed in this step (a prefill chunk, or 1 + speculative
+        tokens for a decode), tokens.
+    num_computed_tokens: tokens already in the KV cache before this step (the context
+        the new tokens attend to), tokens.
+    is_prefill: True while the request is still computing its prompt.
+    num_encoder_tokens: encoder tokens the request's cross-attention layers attend to
+        (encoder-decoder models), tokens; 0 for decoder-only requests.
+    """
+
+    num_new_tokens: int
+    num_computed_tokens: int
+    is_prefill: bool
+    num_encoder_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupIO:
+    """KV traffic of one KV-cache group in one step, summed over its layers and requests.
+
+    kv_bytes_read: bytes of KV (or state) the attention/SSM kernels read, bytes.
+    kv_bytes_written: bytes written for the new tokens (or the updated states), bytes.
+    num_block_tables: block tables this group passes to its kernels (one per scheduled
+        request that holds blocks in the group).
+    attention_pairs: (query token, stored key) pairs the group's attention computes,
+        summed over its layers and requests (0 for state kinds); times ``qk_dim +
+        v_dim`` and the query heads per KV head it gives the attention FLOPs.
+    qk_dim, v_dim: channels per KV head of the keys and values (from the spec's
+        :meth:`~kvcore.specs.KVCacheSpec.kv_traffic`).
+    num_kv_heads: KV heads per layer on this rank (1 for MLA and state kinds).
+    """
+
+    group_id: int
+    kind: str
+    num_layers: int
+    kv_bytes_read: int
+    kv_bytes_written: int
+    num_block_tables: int
+    attention_pairs: int = 0
+    qk_dim: int = 0
+    v_dim: int = 0
+    num_kv_heads: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The composition of one engine step (see the module docstring)."""
+
+    requests: tuple[ScheduledRequest, ...]
+    groups: tuple[GroupIO, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens computed in the step (prefill chunks plus decode tokens)."""
+        return sum(r.num_new_tokens for r in self.requests)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(r.num_new_tokens for r in self.requests if r.is_prefill)
+
+    @property
+    def num_decode_requests(self) -> int:
+        return sum(1 for r in self.requests if not r.is_prefill)
+
+    @property
+    def num_block_tables(self) -> int:
+        return sum(g.num_block_tables for g in self.groups)
+
+
+@runtime_checkable
+class StepTimeModel(Protocol):
+    """Maps one step's :class:`Batch` to its duration in seconds (float > 0)."""
+
+    def step_time(self, batch: Batch) -> float: ...
+
+
+@dataclass(frozen=True)
+class ConstantTimeModel:
+    """``step_s + token_s * num_tokens`` seconds per step: a placeholder and test model."""
+
+    step_s: float = 0.01
+    token_s: float = 0.0
+
+    def step_time(self, batch: Batch) -> float:
+        return self.step_s + self.token_s * batch.num_tokens
+
+
+class _GroupLaw:
+    """Per-group constants of :func:`describe_batch`, computed once per config."""
+
+    __slots__ = ("gid", "kind", "layers", "t", "bpt", "state", "kv_heads")
+
+    def __init__(self, gid: int, kind: str, layers: int, t: Any, kv_heads: int) -> None:
+        self.gid = gid
+        self.kind = kind
+        self.layers = layers
+        self.t = t
+        self.bpt = t.bytes_per_token * layers  # bytes per token, all layers
+        self.state = t.state_bytes * layers
+        self.kv_heads = kv_heads
+
+
+#: id(kv_cache_config) -> (config, laws); the config is kept so its id is not reused
+_LAWS: dict[int, tuple[Any, tuple[_GroupLaw, ...]]] = {}
+_LAWS_MAX = 64
+
+
+def _laws(kv_cache_config: Any) -> tuple[_GroupLaw, ...]:
+    key = id(kv_cache_config)
+    hit = _LAWS.get(key)
+    if hit is not None and hit[0] is kv_cache_config:
+        return hit[1]
+    from kvcore.specs import KVTraffic
+
+    laws = []
+    for gid, g in enumerate(kv_cache_config.kv_cache_groups):
+        spec = g.spec
+        hook = getattr(spec, "kv_traffic", None)
+        t = hook() if callable(hook) else KVTraffic(
+            bytes_per_token=spec.page_size_bytes / max(1, spec.block_size))
+        laws.append(_GroupLaw(gid, spec.kind, len(g.layer_names), t,
+                              int(getattr(spec, "num_kv_heads", 0) or 0)))
+    if len(_LAWS) >= _LAWS_MAX:
+        _LAWS.clear()
+    out = tuple(laws)
+    _LAWS[key] = (kv_cache_config, out)
+    return out
+
+
+def _tri(m: int) -> int:
+    return m * (m + 1) // 2
+
+
+def _window_io(reqs: Sequence[ScheduledRequest], w: int) -> tuple[int, int]:
+    """(tokens read, causal pairs) of a sliding window of ``w`` tokens: a token at
+    position p attends to min(p + 1, w) tokens; a request reads min(c + n, w - 1 + n)."""
+    read = pairs = 0
+    for r in reqs:
+        a = r.num_computed_tokens
+        n = r.num_new_tokens
+        b = a + n
+        read += min(b, w - 1 + n)
+        m = min(b, w)
+        if m > a:
+            pairs += _tri(m) - _tri(a) + (b - m) * w
+        else:
+            pairs += n * w
+    return read, pairs
+
+
+def _chunk_io(reqs: Sequence[ScheduledRequest], c: int) -> tuple[int, int]:
+    """(tokens read, pairs) of chunked local attention with chunks of ``c`` tokens: a
+    token at p attends to (p mod c) + 1 tokens; a request reads its current chunk(s),
+    from the start of the chunk holding its first new token."""
+    def f(x: int) -> int:  # sum over p < x of (p mod c) + 1
+        q, rem = divmod(x, c)
+        return q * _tri(c) + _tri(rem)
+
+    read = pairs = 0
+    for r in reqs:
+        a = r.num_computed_tokens
+        b = a + r.num_new_tokens
+        read += b - (a // c) * c
+        pairs += f(b) - f(a)
+    return read, pairs
+
+
+def describe_batch(kv_cache_config: Any, requests: Sequence[ScheduledRequest]) -> Batch:
+    """The :class:`Batch` of a step of ``requests`` under ``kv_cache_config``.
+
+    Each group's layers read and write as their spec's
+    :meth:`~kvcore.specs.KVCacheSpec.kv_traffic` says (computed once per config and
+    cached by identity): for a request with ``c`` cached and ``n`` new tokens, per
+    layer
+
+    ============================  ==================================  ===============
+    kind (traffic law)            tokens read                         tokens written
+    ============================  ==================================  ===============
+    full attention, MLA, quant    ``c + n`` (+ sink tokens)           ``n``
+    sliding window ``w``          ``min(c + n, w - 1 + n)``           ``n``
+    chunked local ``C``           ``c + n - (c // C) x C``            ``n``
+    cross-attention               the encoder length                  encoder, once
+    encoder-only                  0 (no cache, no block table)        0
+    state (Mamba, rings)          its state once                      its state once
+    ============================  ==================================  ===============
+
+    times the spec's stored bytes per token (``real_page_size_bytes / block_size``:
+    quantized pages count their scales, MLA latents their record size, a compressed
+    layer one record per ``compress_ratio`` tokens).  Attention pairs are causal
+    (a token at position p sees p + 1 keys, at most ``w`` in a window, its own chunk in
+    a local layer, every encoder token in cross-attention), divided by
+    ``tokens_per_entry``.  Cost: one pass over the requests, plus one per distinct
+    window or chunk size.
+    """
+    reqs = tuple(requests)
+    laws = _laws(kv_cache_config)
+    ctx = new = pairs_full = enc = enc_first = n_enc_reqs = 0
+    for r in reqs:
+        n = r.num_new_tokens
+        c = r.num_computed_tokens
+        ctx += c + n
+        new += n
+        pairs_full += n * c + _tri(n)
+        e = r.num_encoder_tokens
+        if e:
+            enc += e * n
+            n_enc_reqs += 1
+            if c == 0:
+                enc_first += e
+    nreq = len(reqs)
+    windows: dict[int, tuple[int, int]] = {}
+    chunks: dict[int, tuple[int, int]] = {}
+    groups: list[GroupIO] = []
+    for law in laws:
+        t = law.t
+        layers = law.layers
+        tables = nreq
+        if not t.holds_blocks:
+            read_tok = written_tok = 0
+            pairs = pairs_full
+            tables = 0
+        elif t.reads_encoder:
+            read_tok = sum(r.num_encoder_tokens for r in reqs)
+            written_tok = enc_first
+            pairs = enc
+            tables = n_enc_reqs
+        elif t.window is not None:
+            got = windows.get(t.window)
+            if got is None:
+                got = windows[t.window] = _window_io(reqs, t.window)
+            read_tok, pairs = got
+            written_tok = new
+        elif t.chunk is not None:
+            got = chunks.get(t.chunk)
+            if got is None:
+                got = chunks[t.chunk] = _chunk_io(reqs, t.chunk)
+            read_tok, pairs = got
+            written_tok = new
+        else:
+            read_tok = ctx + t.extra_tokens * nreq
+            pairs = pairs_full + t.extra_tokens * new
+            written_tok = new
+        if not (t.qk_dim or t.v_dim):
+            pairs = 0
+        elif t.tokens_per_entry > 1:
+            pairs //= t.tokens_per_entry
+        state = law.state * nreq
+        groups.append(GroupIO(
+            law.gid, law.kind, layers, int(law.bpt * read_tok) + state,
+            int(law.bpt * written_tok) + state, tables, pairs * layers, t.qk_dim, t.v_dim,
+            law.kv_heads))
+    return Batch(reqs, tuple(groups))
+
+
+def load_time_model(name: str, **options: Any) -> StepTimeModel:
+    """The step-time model registered under ``name``.
+
+    Built-in: ``constant`` and ``roofline`` (:func:`roofline_for`: options
+    ``model_config``, ``gpu``, ``tensor_parallel_size``, ...).  Others come from the entry-point group
+    ``kvcore.time_models`` (the entry point's object is called with ``options``).
+
+    Raises:
+        ConfigError: ``name`` is neither built in nor registered (the message lists the
+            known names), or the factory returned no ``step_time``.
+    """
+    builtins: dict[str, Callable[..., StepTimeModel]] = {"constant": ConstantTimeModel,
+                                                         "roofline": roofline_for}
+    factory: Callable[..., StepTimeModel] | None = builtins.get(name)
+    if factory is None:
+        try:
+            from importlib.metadata import entry_points
+            eps = {ep.name: ep for ep in entry_points(group=TIME_MODELS_ENTRY_POINT_GROUP)}
+        except Exception:  # pragma: no cover - broken metadata
+            eps = {}
+        if name not in eps:
+            known = sorted({*builtins, *eps})
+            raise ConfigError(f"time_model: unknown step-time model {name!r}; known: "
+                              f"{', '.join(known)}", field="time_model", value=name)
+        factory = eps[name].load()
+    model = factory(**options)
+    if not callable(getattr(model, "step_time", None)):
+        raise ConfigError(f"time_model: {name!r} gave {type(model).__name__}, which has no "
+                          "step_time(batch) method", field="time_model", value=name)
+    return model
+
+
+# ---- the roofline model ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fitted terms of :class:`RooflineTimeModel` (see ``docs/SIM_ACCURACY.md`` for
+    how and on which measurements they were fitted).
+
+    compute: fraction of the dense peak FLOP/s the GEMMs and attention reach.
+    memory: fraction of the HBM bandwidth weight and KV reads reach.
+    roofline_p: compute and memory time combine as ``(c**p + m**p) ** (1/p)`` (a smooth
+        maximum: ``p`` large is ``max(c, m)``; 1 is their sum).
+    step_s: fixed CPU / launch time per step (scheduling, input preparation, the
+        sampler), seconds.
+    per_request_s: added per scheduled request (its block table rows, sampling
+        metadata, detokenisation), seconds.
+    per_block_table_s: added per block table of a group beyond the first (one per
+        request per extra KV-cache group), seconds.
+    allreduce_latency_s: fixed latency of one tensor-parallel all-reduce, seconds.
+    prefill_token_s: added per prefill token (prefill kernels' extra launch and
+        bookkeeping, chunked-prefill metadata), seconds.
+    moe_memory: the routed experts' weights stream at ``memory x moe_memory`` of the
+        bandwidth (fused-MoE kernels gather scattered experts and reach less than a
+        dense GEMM).
+    request_overhead_s: per request, outside the engine steps: the API server's
+        tokenisation, queueing and streaming, added by the simulators to each TTFT and
+        end-to-end latency (not to step times), seconds.
+    """
+
+    compute: float = 0.55
+    memory: float = 0.80
+    roofline_p: float = 3.0
+    step_s: float = 2.5e-3
+    per_request_s: float = 2.0e-5
+    per_block_table_s: float = 1.0e-6
+    allreduce_latency_s: float = 1.0e-5
+    prefill_token_s: float = 0.0
+    moe_memory: float = 1.0
+    request_overhead_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one step's time went (seconds): ``total_s = combine(compute_s, memory_s) +
+    comm_s + cpu_s``; FLOPs and bytes per rank."""
+
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    cpu_s: float
+    total_s: float
+    flops: float
+    weight_bytes: float
+    kv_bytes: float
+
+
+@dataclass(frozen=True)
+class RooflineTimeModel:
+    """A roofline step time with fitted efficiencies, per rank of one pipeline stage.
+
+    Per step of ``T`` tokens from ``R`` requests:
+
+    * FLOPs = ``flops_per_token x T + lm_head_flops x R + sum_g 2 x pairs_g x
+      (qk_dim_g + v_dim_g) x q_heads_per_rank`` (2 x active params per token; the LM
+      head only for the sampled token of each request, as vLLM computes logits; QK and
+      PV over the keys each query attends to, :func:`describe_batch`);
+      ``compute_s = FLOPs / (peak_flops x compute)``.
+    * bytes = ``dense_weight_bytes + expert_bytes x touched / num_experts + KV read +
+      KV written``; ``touched = E x (1 - (1 - k / E) ** T)``, the expected distinct
+      experts ``T`` tokens routed top-``k`` among ``E`` reach (all of them for large
+      batches); ``memory_s = bytes / (hbm_bytes_per_s x memory)``.
+    * ``comm_s`` = ``2 x num_layers`` all-reduces of ``T x hidden_size x act_bytes``
+      bytes each under TP: ``2 (tp - 1) / tp x bytes / link_bytes_per_s + latency``
+      (ring all-reduce; ``link_bytes_per_s`` one direction).
+    * ``cpu_s = step_s + per_request_s x R + per_block_table_s x (block tables - R) +
+      prefill_token_s x prefill tokens``.
+    * total = ``(compute_s**p + memory_s**p) ** (1/p) + comm_s + cpu_s``, times
+      ``pipeline_parallel_size`` (a step's batch passes every stage in turn; pipelining
+      of several batches is not modelled).
+
+    Build one with :func:`roofline_for`.
+    """
+
+    peak_flops: float
+    hbm_bytes_per_s: float
+    link_bytes_per_s: float
+    dense_weight_bytes: float
+    expert_bytes: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    flops_per_token: float = 0.0
+    lm_head_flops: float = 0.0
+    q_heads_per_rank: float = 0.0
+    hidden_size: int = 0
+    num_layers: int = 0
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    act_bytes: int = 2
+    efficiency: Efficiency = Efficiency()
+    name: str = ""
+
+    def breakdown(self, batch: Batch) -> StepBreakdown:
+        """The step's time split into compute, memory, communication and CPU."""
+        eff = self.efficiency
+        reqs = batch.requests
+        tokens = 0
+        prefill = 0
+        for r in reqs:
+            tokens += r.num_new_tokens
+            if r.is_prefill:
+                prefill += r.num_new_tokens
+        nreq = len(reqs)
+        kv = 0
+        pair_flops = 0.0
+        tables = 0
+        for g in batch.groups:
+            kv += g.kv_bytes_read + g.kv_bytes_written
+            if g.attention_pairs:
+                pair_flops += g.attention_pairs * (g.qk_dim + g.v_dim)
+            tables += g.num_block_tables
+        flops = (self.flops_per_token * tokens + self.lm_head_flops * nreq
+                 + 2.0 * pair_flops * self.q_heads_per_rank)
+        weights = self.dense_weight_bytes
+        expert = 0.0
+        if self.expert_bytes and self.num_experts:
+            e, k = self.num_experts, max(1, self.experts_per_token)
+            touched = e * (1.0 - (1.0 - k / e) ** tokens) if tokens else 0.0
+            expert = self.expert_bytes * touched / e
+            weights += expert
+        compute_s = flops / (self.peak_flops * eff.compute)
+        bw = self.hbm_bytes_per_s * eff.memory
+        memory_s = (weights - expert + kv) / bw + expert / (bw * eff.moe_memory)
+        p = eff.roofline_p
+        if p >= 50:
+            core = max(compute_s, memory_s)
+        else:
+            hi = max(compute_s, memory_s)
+            core = hi * ((compute_s / hi) ** p + (memory_s / hi) ** p) ** (1.0 / p) \
+                if hi > 0 else 0.0
+        tp = self.tensor_parallel_size
+        comm_s = 0.0
+        if tp > 1 and tokens:
+            nbytes = tokens * self.hidden_size * self.act_bytes
+            comm_s = 2 * self.num_layers * (2.0 * (tp - 1) / tp * nbytes
+                                            / self.link_bytes_per_s
+                                            + eff.allreduce_latency_s)
+        cpu_s = (eff.step_s + eff.per_request_s * nreq
+                 + eff.per_block_table_s * max(0, tables - nreq)
+                 + eff.prefill_token_s * prefill)
+        pp = self.pipeline_parallel_size
+        total = (core + comm_s) * pp + cpu_s
+        return StepBreakdown(compute_s, memory_s, comm_s, cpu_s, total, flops, weights,
+                             float(kv))
+
+    def step_time(self, batch: Batch) -> float:
+        """Seconds of one step (:meth:`breakdown`'s ``total_s``)."""
+        return self.breakdown(batch).total_s
+
+    @property
+    def request_overhead_s(self) -> float:
+        """Seconds each request spends outside the steps (``Efficiency``)."""
+        return self.efficiency.request_overhead_s
+
+
+_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k",
+              "moe_k", "experts_per_token")
+_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+
+
+def _first_int(raw: dict[str, Any], keys: Sequence[str]) -> int:
+    for key in keys:
+        v = raw.get(key)
+        if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+            v = max(v)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 0
+
+
+def compute_dtype_for(quantization: str | None, bytes_per_param: float, gpu: Any) -> str:
+    """``bf16``, ``fp8`` or ``fp4``: the tensor-core format the GEMMs run in.  Weight-only
+    schemes (AWQ, GPTQ, bitsandbytes, gpt-oss's MXFP4 outside Blackwell) compute in
+    bf16; 1-byte weights (fp8 checkpoints, W8A8) in fp8 where the GPU has it; 4-bit
+    float weights (NVFP4) in fp4 where the GPU has it."""
+    perf = gpu.perf
+    q = (quantization or "").lower()
+    if not q or any(w in q for w in ("awq", "gptq", "bitsandbytes", "gguf")):
+        return "bf16"
+    if bytes_per_param < 0.75 and perf.fp4_flops:
+        return "fp4"
+    if bytes_per_param < 1.5 and perf.fp8_flops and "mxfp4" not in q:
+        return "fp8"
+    return "bf16"
+
+
+def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
+                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                 kv_cache_dtype: str = "auto", **overrides: Any) -> RooflineTimeModel:
+    """The :class:`RooflineTimeModel` of ``model_config`` (a
+    :class:`~kvcore.models.config.ModelConfig`, an embedded name or a config path) on
+    ``gpu`` (a catalog name or :class:`~kvcore.deploy.gpus.GPU`) with the given TP / PP.
+
+    Weights per rank and per tensor class come from
+    :func:`kvcore.deploy.weights.estimate_weights` / ``weight_tensors``: the dense part
+    (everything but the embeddings' lookup copy, vision / audio towers, MTP layers and
+    routed experts) is read every step; routed experts as the step's tokens touch them.
+    ``kv_cache_config`` is accepted for symmetry with :func:`describe_batch` (the KV
+    traffic comes from the Batch); ``kv_cache_dtype`` is recorded in ``name``.
+    ``overrides``: any :class:`Efficiency` field (``compute=0.6``...), or any
+    :class:`RooflineTimeModel` field.
+
+    Raises ConfigError: unknown GPU or GPU without perf figures, bad parallel sizes,
+    unknown override, or the model errors of :func:`estimate_weights`.
+    """
+    import dataclasses as _dc
+
+    from kvcore.deploy.gpus import GPU, get_gpu
+    from kvcore.deploy.weights import estimate_weights, weight_tensors
+    from kvcore.models.config import ModelConfig, load_model_config
+
+    cfg = model_config if isinstance(model_config, ModelConfig) \
+        else load_model_config(model_config)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    if g.perf is None:
+        raise ConfigError(f"gpu: {g.name} has no peak figures in the catalog; give a GPU "
+                          f"with perf figures (kvcore gpus --json)", field="gpu",
+                          value=g.name)
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    w = estimate_weights(cfg, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    params: dict[str, int] = {}
+    for t in weight_tensors(cfg):
+        cls = "mtp" if t.where == "mtp" else t.tensor_class
+        params[cls] = params.get(cls, 0) + t.numel
+    by = w.by_class
+    skip = ("vision", "audio", "mtp")
+    loaded = w.total_bytes - w.mtp_bytes
+    share = w.per_rank_bytes / loaded if loaded else 1.0  # ~ 1 / (tp x pp)
+    tied = "lm_head" not in by
+    read_total = sum(b for c, b in by.items() if c not in skip)
+    if not tied:
+        read_total -= by.get("embedding", 0)  # the lookup reads T rows, not the table
+    experts_total = by.get("moe_experts", 0)
+    dense = (read_total - experts_total) * share
+    raw = cfg.raw
+    n_exp = _first_int(raw, _EXPERT_KEYS) if experts_total else 0
+    topk = _first_int(raw, _TOPK_KEYS) if n_exp else 0
+    head_params = params.get("lm_head", params.get("embedding", 0) if tied else 0)
+    active: float = sum(n for c, n in params.items()
+                 if c not in (*skip, "embedding", "lm_head", "moe_experts"))
+    if n_exp:
+        active += params.get("moe_experts", 0) * min(1.0, topk / n_exp)
+    layers_ps = max(1, -(-(cfg.num_hidden_layers or 1) // pp))
+    bpp = w.total_bytes / w.total_params if w.total_params else 2.0
+    dtype = compute_dtype_for(w.quantization, bpp, g)
+    perf = g.perf
+    peak = {"bf16": perf.bf16_flops, "fp8": perf.fp8_flops or perf.bf16_flops,
+            "fp4": perf.fp4_flops or perf.fp8_flops or perf.bf16_flops}[dtype]
+    heads = cfg.num_attention_heads or 0
+    eff_fields = {f.name for f in _dc.fields(Efficiency)}
+    model_fields = {f.name for f in _dc.fields(RooflineTimeModel)}
+    eff_kw = {k: v for k, v in overrides.items() if k in eff_fields}
+    bad = sorted(set(overrides) - eff_fields - model_fields)
+    if bad:
+        raise ConfigError(f"roofline_for: unknown override(s) {', '.join(bad)}; valid: "
+                          f"{', '.join(sorted(eff_fields | model_fields))}",
+                          field=bad[0], value=overrides[bad[0]])
+    base_eff = overrides.get("efficiency", DEFAULT_EFFICIENCY)
+    kw: dict[str, Any] = {
+        "peak_flops": peak,
+        "hbm_bytes_per_s": perf.hbm_bytes_per_s,
+        "link_bytes_per_s": perf.interconnect_bytes_per_s / 2,
+        "dense_weight_bytes": dense,
+        "expert_bytes": experts_total * share,
+        "num_experts": n_exp,
+        "experts_per_token": topk,
+        "flops_per_token": 2.0 * active / (tp * pp),
+        "lm_head_flops": 2.0 * head_params / tp,
+        "q_heads_per_rank": heads / tp if heads else 0.0,
+        "hidden_size": cfg.hidden_size or 0,
+        "num_layers": layers_ps,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "efficiency": _dc.replace(base_eff, **eff_kw),
+        "name": f"roofline {cfg.name or cfg.model_type} on {g.name} tp{tp} pp{pp} "
+                f"{dtype} kv {kv_cache_dtype}",
+    }
+    kw.update({k: v for k, v in overrides.items()
+               if k in model_fields and k != "efficiency"})
+    return RooflineTimeModel(**kw)
+
+
+#: the fitted coefficients (docs/SIM_ACCURACY.md says how and on which rows)
+DEFAULT_EFFICIENCY = Efficiency()

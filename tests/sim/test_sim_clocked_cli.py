@@ -1,0 +1,155 @@
+"""``kvcore simulate`` with the clock: the issue's done-when commands, the figures
+``vllm bench serve --save-result`` names, --plot, and bad input to the new flags (one
+line, exit 2; generated cases)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvcore.cli import main as cli_main
+
+VLLM_KEYS = ["duration", "completed", "total_input_tokens", "total_output_tokens",
+             "request_throughput", "output_throughput", "total_token_throughput",
+             "request_goodput"] + [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+                                   for s in ("mean", "median", "std", "p99")]
+KVCORE_KEYS = ["kv_usage", "prefix_hit_ratio", "preemptions", "steps", "mean_kv_usage",
+               "peak_kv_usage", "time_model"]
+DONE_WHEN = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+             "--random-input-len", "1024", "--random-output-len", "128", "--num-prompts",
+             "500"]
+
+
+def _json(capsys, argv):
+    code = cli_main(argv)
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    return json.loads(cap.out)
+
+
+@pytest.mark.parametrize("load", [["--max-concurrency", "64"], ["--request-rate", "10"]])
+def test_done_when_commands(capsys, load):
+    out = _json(capsys, [*DONE_WHEN, *load, "--json"])
+    for k in VLLM_KEYS + KVCORE_KEYS:
+        assert k in out, k
+    assert out["completed"] == 500 and out["failed"] == 0
+    assert out["total_input_tokens"] == 500 * 1024  # range ratio 0: every prompt 1024
+    assert out["total_output_tokens"] == 500 * 128
+    assert out["gpu"] == "H100-SXM" and out["max_num_batched_tokens"] == 8192
+    assert out["output_throughput"] == pytest.approx(64000 / out["duration"])
+    if "--request-rate" in load:
+        # open loop at 10 req/s: the last request is sent at 500 / 10 = 50 s
+        assert out["duration"] > 50 and out["request_throughput"] < 10
+    else:
+        assert out["max_concurrency"] == 64
+
+
+def test_text_summary_and_plot(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sim.png"
+    code = cli_main(["simulate", "llama-3.1-8b", "--dataset", "random", "--num-prompts",
+                     "40", "--random-input-len", "200", "--random-output-len", "20",
+                     "--max-model-len", "4096", "--kv-cache-memory", "1GiB",
+                     "--random-prefix-len", "100", "--request-rate", "20", "--goodput",
+                     "ttft:50", "tpot:20", "--plot", str(png)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.splitlines()[0] == "============ Serving Benchmark Result ============"
+    assert "Request goodput (req/s):" in out and "Prefix-hit ratio (%):" in out
+    assert "placeholder" in out  # the constant step-time model says what it is
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trace_timestamps_drive_the_clock(capsys, tmp_path):
+    # two requests 3 s apart in a kvcore JSONL trace (arrival in ms)
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"prompt_len": 50, "output_len": 3, "arrival": 1000}\n'
+                 '{"prompt_len": 50, "output_len": 3, "arrival": 4000}\n')
+    out = _json(capsys, ["simulate", "llama-3.1-8b", "--trace", str(p), "--max-model-len",
+                         "4096", "--num-blocks", "300", "--scheduler", "vllm", "--json"])
+    # constant 10 ms steps: 3 steps each, the second request sent at 3 s
+    assert out["completed"] == 2
+    assert out["duration"] == pytest.approx(3.0 + 3 * 0.01)
+    assert out["mean_ttft_ms"] == pytest.approx(10.0)
+
+
+def test_bare_trace_keeps_the_replay(capsys, tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"prompt_len": 50, "output_len": 3}\n')
+    out = _json(capsys, ["simulate", "llama-3.1-8b", "--trace", str(p), "--max-model-len",
+                         "4096", "--num-blocks", "300", "--json"])
+    assert "peak_usage" in out and "mean_ttft_ms" not in out and out["max_num_seqs"] == 64
+
+
+BASE = ["simulate", "llama-3.1-8b", "--dataset", "random", "--num-prompts", "3",
+        "--random-input-len", "20", "--random-output-len", "3", "--max-model-len", "4096",
+        "--num-blocks", "300"]
+
+
+def _one_line_error(capsys, argv, field=None):
+    code = cli_main(argv)
+    cap = capsys.readouterr()
+    assert code == 2, (cap.out, cap.err)
+    assert "Traceback" not in cap.err
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvcore simulate: error: "), cap.err
+    code = cli_main([*argv, "--json"])
+    cap = capsys.readouterr()
+    assert code == 2
+    err = json.loads(cap.out)["error"]
+    if field is not None:
+        assert err.get("field") == field, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--request-rate", "0"], "request_rate"), (["--request-rate", "nan"], "request_rate"),
+    (["--burstiness", "-1"], "burstiness"), (["--max-concurrency", "0"], "max_concurrency"),
+    (["--goodput", "ttft"], "KEY:VALUE"), (["--goodput", "foo:1"], "foo"),
+    (["--random-range-ratio", "1"], "random_range_ratio"),
+    (["--num-prompts", "0"], "num_prompts"), (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
+    (["--time-model", "nosuch"], "nosuch"), (["--trace", "x.jsonl"], "not both"),
+    (["--gpu-memory-utilization", "0.9"], "--gpu")])
+def test_bad_clock_flags(capsys, extra, needle):
+    assert needle in _one_line_error(capsys, [*BASE, *extra])
+
+
+def test_burstiness_on_a_trace_needs_a_rate(capsys, tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"prompt_len": 50, "output_len": 3}\n')
+    line = _one_line_error(capsys, ["simulate", "llama-3.1-8b", "--trace", str(p),
+                                    "--max-model-len", "4096", "--num-blocks", "300",
+                                    "--burstiness", "2"], field="burstiness")
+    assert "--request-rate" in line
+
+
+TEXT = st.one_of(st.sampled_from(["0", "-1", "inf", "nan", "1e400", "", "1.5", "abc",
+                                  "3", "ttft:", ":5", "tpot:1:2"]),
+                 st.text("0123456789.-:eEinfa", max_size=6))
+FLAGS = ["--request-rate", "--burstiness", "--max-concurrency", "--goodput",  # (not
+         # --num-prompts: a generated 999999 would make a long run)
+         "--random-range-ratio", "--random-input-len",
+         "--random-prefix-len", "--long-prefill-token-threshold", "--seed"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(FLAGS), TEXT), min_size=1, max_size=3))
+def test_fuzz_clock_flags(capsys, pairs):
+    """Any values: a run (exit 0, JSON figures) or one line and exit 2, never a
+    traceback."""
+    argv = [*BASE]
+    for flag, value in pairs:
+        argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
+    code = cli_main([*argv, "--json"])
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err and "Traceback" not in cap.out
+    assert code in (0, 2), (argv, cap.err)
+    obj = json.loads(cap.out)
+    if code == 0:
+        assert obj["completed"] + obj["failed"] <= obj["num_prompts"]
+    else:
+        assert set(obj) == {"error"}
