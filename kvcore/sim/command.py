@@ -451,7 +451,7 @@ def run(args: argparse.Namespace) -> int:
 #: flags that ask for the clocked engine (any of them, or --scheduler vllm)
 CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "goodput", "gpu",
                "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
-               "result_dir", "result_filename")
+               "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 
@@ -473,6 +473,20 @@ def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
 
     convert.__name__ = field
     return convert
+
+
+def _seconds_arg(text: str) -> float:
+    """An argparse ``type=``: a finite number of seconds >= 0 (``--event-delay``)."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"event_delay must be a finite number of seconds >= 0, got {text!r}")
+    return v
 
 
 def _ratio_arg(text: str) -> float:
@@ -575,6 +589,16 @@ def add_clock_arguments(p: Any) -> None:
                    help="a step-time model by name (constant, or one registered under the "
                         "kvcore.time_models entry points); default: the roofline with "
                         "--gpu, else a constant 10 ms a step")
+    g.add_argument("--replicas", type=length_arg("replicas"), default=None,
+                   help="simulate a fleet of N replicas of the plan behind --router "
+                        "(kvcore.sim.fleet; default 1)")
+    g.add_argument("--router", default=None, metavar="NAME",
+                   help="round-robin (default), least-loaded, prefix-aware, "
+                        "prefix-aware-attention-only, or one registered under the "
+                        "kvcore.routers entry points")
+    g.add_argument("--event-delay", type=_seconds_arg,
+                   default=None, metavar="S",
+                   help="seconds before a replica's KV events reach the router (default 0)")
 
 
 def clocked(args: argparse.Namespace) -> bool:
@@ -804,14 +828,30 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          max_num_batched_tokens=mnbt)
     time_model = make_time_model(args, _model_config(args.model), cfg)
     sims = [SimRequest(r) for r in reqs]
-    res = run_engine(mgr, sims, time_model, max_num_seqs=max_num_seqs,
-                     max_num_batched_tokens=mnbt,
-                     long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                     max_model_len=mml, max_concurrency=args.max_concurrency,
-                     progress=progress)
-    m = serving_metrics(res, goodput=goodput or None, percentiles=args.metric_percentiles,
-                        request_overhead_s=float(
-                            getattr(time_model, "request_overhead_s", 0.0) or 0.0))
+    fleet = getattr(args, "replicas", None) is not None or \
+        getattr(args, "router", None) is not None
+    res: Any
+    if fleet:
+        from kvcore.sim.fleet import fleet_metrics, run_fleet
+
+        res = run_fleet(cfg, sims, time_model, replicas=args.replicas or 1,
+                        router=args.router or "round-robin", max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=mnbt,
+                        long_prefill_token_threshold=args.long_prefill_token_threshold
+                        or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
+                        event_delay_s=args.event_delay or 0.0,
+                        enable_caching=not args.no_prefix_caching, progress=progress)
+        m = fleet_metrics(res, goodput=goodput or None)
+    else:
+        res = run_engine(mgr, sims, time_model, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=mnbt,
+                         long_prefill_token_threshold=args.long_prefill_token_threshold
+                         or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
+                         progress=progress)
+        m = serving_metrics(res, goodput=goodput or None,
+                            percentiles=args.metric_percentiles,
+                            request_overhead_s=float(
+                                getattr(time_model, "request_overhead_s", 0.0) or 0.0))
     rate = args.request_rate
     if rate is None:
         rate = math.inf if args.dataset else None
@@ -887,8 +927,14 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     if path is not None:
         _save_result(args, path, report, res)
         report["result_file"] = path
+    fleet = "replicas" in report
     if args.plot:
-        _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
+        if fleet:
+            from kvcore.sim.fleet import plot_fleet
+
+            plot_fleet(res, args.plot, f"{args.model}: simulated fleet")
+        else:
+            _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
         report["plot"] = args.plot
     if args.json:
         print(json.dumps(report))
@@ -899,6 +945,13 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
                            f"{report['num_kv_cache_groups']} groups, block_size "
                            f"{report['block_size']}"),
              ("Wall time (s):", f"{report['wall_seconds']:.2f}")]
+    if fleet:
+        extra[2:2] = [
+            ("Fleet:", f"{report['replicas']} replicas, router {report['router']}, "
+                       f"event delay {report['event_delay_s']:g} s"),
+            ("Requests per replica:", " ".join(map(str, report["requests_per_replica"]))),
+            ("Imbalance (max/mean):", f"requests {report['request_imbalance']:.2f}, busy "
+                                      f"time {report['busy_imbalance']:.2f}")]
     if args.plot:
         extra.append(("Plot:", args.plot))
     if path is not None:
