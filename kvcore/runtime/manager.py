@@ -311,10 +311,21 @@ class KVCacheManager:
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None
         if self.check_invariants:
-            for name in ("get_computed_blocks", "allocate_slots", "free",
-                         "reset_prefix_cache"):
-                setattr(self, name, self._checked(getattr(self, name)))
+            wrap_checked(self)
             self.check_consistency()
+
+    # ---- pickle / deepcopy ---------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without the debug switch's wrappers (closures over this object:
+        a copy re-wraps its own methods) and with no owner thread (the copy belongs to
+        the thread that first calls it).  The block pool flattens its free queue, so
+        any pool size pickles and deep-copies (:class:`~kvcore.runtime.BlockPool`)."""
+        return checked_state(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.check_invariants:
+            wrap_checked(self)
 
     # ---- requests ------------------------------------------------------------------
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
@@ -1016,6 +1027,28 @@ class KVCacheManager:
         """Cache events since the last call (BlockStored, BlockRemoved,
         AllBlocksCleared), oldest first; empty unless ``enable_events``."""
         return self.block_pool.take_events()
+
+
+#: the methods the debug switch wraps (:func:`wrap_checked`)
+CHECKED_METHODS = ("get_computed_blocks", "allocate_slots", "free", "reset_prefix_cache")
+
+
+def wrap_checked(mgr: Any) -> None:
+    """Put the debug switch's wrapper (:func:`owner_checked`) around each of
+    :data:`CHECKED_METHODS` of ``mgr`` (instance attributes)."""
+    for name in CHECKED_METHODS:
+        setattr(mgr, name, owner_checked(mgr, getattr(type(mgr), name).__get__(mgr)))
+
+
+def checked_state(mgr: Any) -> dict[str, Any]:
+    """``mgr.__dict__`` without the wrappers of :func:`wrap_checked` and with no owner
+    thread: what a manager pickles or deep-copies (the copy wraps its own methods)."""
+    state = dict(mgr.__dict__)
+    for name in CHECKED_METHODS:
+        state.pop(name, None)
+    if "_owner_thread" in state:
+        state["_owner_thread"] = None
+    return state
 
 
 def owner_checked(mgr: Any, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -80,11 +80,6 @@ class VllmOrderBlockPool(BlockPool):
                  block_order: str, vllm_events: bool, hash_block_size: int) -> None:
         super().__init__(num_blocks, enable_caching=enable_caching, num_groups=num_groups,
                          enable_events=False, lazy=False)
-        from vllm.distributed import kv_events
-        from vllm.v1.core import kv_cache_utils
-
-        self._ev = kv_events
-        self._ku = kv_cache_utils
         self.block_order = block_order
         # vLLM 0.32's order: content-free blocks of one free reused in the order given
         # (kvcore's pool keeps its always-on checks: foreign / over-freed blocks)
@@ -92,6 +87,19 @@ class VllmOrderBlockPool(BlockPool):
         self.vllm_events = vllm_events
         self.hash_block_size = hash_block_size
         self.kv_event_queue: list[Any] = []
+
+    # vLLM's modules, imported when used (a module in the state would not pickle)
+    @property
+    def _ev(self) -> Any:
+        from vllm.distributed import kv_events
+
+        return kv_events
+
+    @property
+    def _ku(self) -> Any:
+        from vllm.v1.core import kv_cache_utils
+
+        return kv_cache_utils
 
     # ---- vLLM-facing names -----------------------------------------------------------
     def get_num_free_blocks(self) -> int:
@@ -508,9 +516,9 @@ class KVCacheManager:
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None
         if self.check_invariants:
-            for name in ("get_computed_blocks", "allocate_slots", "free",
-                         "reset_prefix_cache"):
-                setattr(self, name, self._checked(getattr(self, name)))
+            from kvcore.runtime.manager import wrap_checked
+
+            wrap_checked(self)
         self.mamba_shared_prefix_checkpoint = False
         self.retained_hit_group_ids: tuple[int, ...] = ()
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
@@ -519,6 +527,21 @@ class KVCacheManager:
              get_kv_cache_spec_sliding_window(g.kv_cache_spec)) for g in vgroups)
         self._KVCacheBlocks = _kv_cache_blocks_cls()
         self.empty_kv_cache_blocks = self._KVCacheBlocks(tuple(() for _ in vgroups))
+
+    # ---- pickle / deepcopy -----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without the debug switch's wrappers and owner thread (kvcore's
+        :func:`~kvcore.runtime.manager.checked_state`); any pool size pickles."""
+        from kvcore.runtime.manager import checked_state
+
+        return checked_state(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.check_invariants:
+            from kvcore.runtime.manager import wrap_checked
+
+            wrap_checked(self)
 
     # ---- kvcore's debug switch -------------------------------------------------------
     def _checked(self, fn: Any) -> Any:
