@@ -74,11 +74,12 @@ def get_hash_function(hash: str | Callable[[bytes], bytes]) -> Callable[[bytes],
     Raises :class:`~kvcore.errors.ConfigError` for an unknown name (listing the known)."""
     if callable(hash):
         return hash
-    fn = _HASH_FUNCTIONS.get(hash)
+    fn = _HASH_FUNCTIONS.get(hash) if isinstance(hash, str) else None
     if fn is None:
         from kvcore.errors import ConfigError
+        from kvcore.units import shorten
 
-        raise ConfigError(f"unknown block hash {hash!r}; known: "
+        raise ConfigError(f"unknown block hash {shorten(hash)}; known: "
                           f"{', '.join(_HASH_FUNCTIONS)} or a callable bytes -> bytes",
                           field="hash", value=hash)
     return fn
@@ -216,6 +217,43 @@ class BlockHasher:
             hashes.append(parent)
 
 
+_MM_ID_TYPES = (str, bytes, int, float)  # bool is an int
+
+
+def _check_mm_features(request_id: Any, mm_features: Any) -> list[tuple[int, int, Any]] | None:
+    """``mm_features`` as a list of ``(offset, length, identifier)`` (offset and length
+    ints >= 0 in prompt positions, identifier a str, bytes or number), or None when
+    empty; RequestError (field ``mm_features``) naming the entry otherwise."""
+    if mm_features is None:
+        return None
+    from kvcore.errors import RequestError
+    from kvcore.units import shorten
+
+    def bad(what: str) -> RequestError:
+        return RequestError(
+            f"request {shorten(request_id)}: mm_features {what}; expected a list of "
+            f"(offset, length, identifier) per multimodal input (offset and length: "
+            f"ints >= 0 in prompt token positions; identifier: a str, bytes or number)",
+            field="mm_features", value=shorten(mm_features))
+
+    if isinstance(mm_features, (str, bytes)) or not hasattr(mm_features, "__iter__"):
+        raise bad(f"must be a sequence, got {type(mm_features).__name__}")
+    out = []
+    for i, f in enumerate(mm_features):
+        if isinstance(f, (str, bytes)) or not hasattr(f, "__len__") or len(f) != 3:
+            raise bad(f"entry {i} is {shorten(f)}, not an (offset, length, identifier) "
+                      f"triple")
+        offset, length, ident = f
+        for name, v in (("offset", offset), ("length", length)):
+            if type(v) is not int or v < 0:
+                raise bad(f"entry {i}: {name} {shorten(v)} is not an int >= 0")
+        if not isinstance(ident, _MM_ID_TYPES):
+            raise bad(f"entry {i}: identifier {shorten(ident)} is a "
+                      f"{type(ident).__name__}")
+        out.append((offset, length, ident))
+    return out or None
+
+
 class Request:
     """A request as the runtime sees it: token ids, progress, and block hashes.
 
@@ -281,8 +319,15 @@ class Request:
         self.block_hashes: list[BlockHash] = []
         self.lora_name = lora_name
         self.cache_salt = cache_salt
-        self.mm_features = list(mm_features) if mm_features else None
+        self.mm_features = _check_mm_features(request_id, mm_features)
+        for key, text in (("lora_name", lora_name), ("cache_salt", cache_salt)):
+            if text is not None and not isinstance(text, str):
+                raise RequestError(f"request {shorten(request_id)}: {key} must be a str "
+                                   f"or None, got {shorten(text)} ({type(text).__name__})",
+                                   field=key, value=repr(text))
         self.num_encoder_tokens = num_encoder_tokens
+        if not isinstance(hash, BlockHasher):
+            get_hash_function(hash)  # ConfigError naming ``hash`` for a bad one
         self._hasher = hash if isinstance(hash, BlockHasher) else BlockHasher(block_size,
                                                                                  hash)
         self._bs = self._hasher.block_size

@@ -225,6 +225,9 @@ class KVCacheManager:
             _bool_arg(where, name, flag, err=ConfigError)
         if check_invariants is not None:
             _bool_arg(where, "check_invariants", check_invariants, err=ConfigError)
+        from kvcore.runtime.hashing import get_hash_function
+
+        get_hash_function(hash)  # ConfigError naming ``hash`` (a name or a callable)
         stats = getattr(kv_cache_config, "stats", None) or {}
         if max_num_encoder_input_tokens is None:
             max_num_encoder_input_tokens = stats.get("max_num_encoder_input_tokens") or None
