@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcore_vllm.installer import require_vllm
+
 __all__ = ["Workload", "make_scheduler", "run", "canon_output", "canon_event", "LLAMA"]
 
 LLAMA = {
@@ -183,6 +185,7 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
     """vLLM's Scheduler for a workload; ``manager="kvcore"`` builds it with
     :class:`kvcore_vllm.KVCacheManager` (patched into the scheduler module for the
     construction only)."""
+    require_vllm("harness.make_scheduler()")
     from vllm.config import (
         CacheConfig,
         ModelConfig,
@@ -284,6 +287,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     stats, KV events, prefix-cache resets ``(step, reset_running_requests, result)``,
     the number of steps, wall seconds and seconds inside the KV-cache manager's
     methods."""
+    require_vllm("harness.run()")
     from vllm import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

@@ -53,6 +53,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, RequestError
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
+from kvcore_vllm.installer import check_int, check_type, require_vllm
 
 __all__ = ["KVCacheManager", "VllmOrderBlockPool", "BLOCK_ORDERS", "RETENTIONS"]
 
@@ -283,12 +284,49 @@ class _Coordinator:
 FALLBACK_TO_VLLM = False
 
 
+def _check_manager_args(a: dict[str, Any]) -> None:
+    """ConfigError naming the first argument of :class:`KVCacheManager` of a wrong type
+    or range (vLLM's manager would fail later with an AttributeError or TypeError)."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig as VllmKVCacheConfig
+
+    where = "KVCacheManager()"
+    check_type(where, "kv_cache_config", a["kv_cache_config"], VllmKVCacheConfig,
+               "a vLLM 0.32 KVCacheConfig (vllm.v1.kv_cache_interface)")
+    for name in ("max_model_len", "scheduler_block_size", "hash_block_size"):
+        check_int(where, name, a[name], 1)
+    for name in ("max_in_flight_tokens",):
+        if a[name] is not None:
+            check_int(where, name, a[name], 1)
+    for name in ("num_prefill_lookahead",):
+        check_int(where, name, a[name], 0)
+    for name in ("dcp_world_size", "pcp_world_size"):
+        check_int(where, name, a[name], 1)
+    for name in ("enable_caching", "use_eagle", "log_stats", "enable_kv_cache_events",
+                 "enable_mamba_shared_prefix_checkpoint"):
+        check_type(where, name, a[name], bool, "a bool")
+    if a["check_invariants"] is not None:
+        check_type(where, "check_invariants", a["check_invariants"], bool,
+                   "a bool or None")
+    wm = a["watermark"]
+    if isinstance(wm, bool) or not isinstance(wm, (int, float)) or not 0 <= wm < 1:
+        from kvcore.units import shorten
+
+        raise ConfigError(f"kvcore_vllm.{where}: watermark must be a number in [0, 1) "
+                          f"(fraction of the blocks kept free), got {shorten(wm)}",
+                          field="watermark", value=shorten(wm))
+
+
 def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
                        enable_caching: bool = True, dcp_world_size: int = 1,
                        pcp_world_size: int = 1) -> tuple[str, str] | None:
     """``(field, why)`` when :class:`KVCacheManager` cannot serve this vLLM
     configuration, else None: context parallelism, a group kind without a kvcore
     manager or spec counterpart, Mamba groups, partial-block hash hits."""
+    require_vllm("manager.unsupported_reason()")
+    from vllm.v1.kv_cache_interface import KVCacheConfig as VllmKVCacheConfig
+
+    check_type("manager.unsupported_reason()", "kv_cache_config", kv_cache_config,
+               VllmKVCacheConfig, "a vLLM 0.32 KVCacheConfig")
     from kvcore.errors import KVCoreError
     from kvcore.registry import get_registry
     from kvcore_vllm.specs import from_vllm_spec
@@ -365,12 +403,18 @@ class KVCacheManager:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if FALLBACK_TO_VLLM:
-            import inspect
+        require_vllm("KVCacheManager()")
+        import inspect
 
+        try:
             b = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
-            b.apply_defaults()
-            a = b.arguments
+        except TypeError as e:
+            raise ConfigError(f"kvcore_vllm.KVCacheManager(): {e} (the arguments of "
+                              "vLLM 0.32's KVCacheManager)", field="arguments") from None
+        b.apply_defaults()
+        a = b.arguments
+        _check_manager_args(a)
+        if FALLBACK_TO_VLLM:
             why = unsupported_reason(a["kv_cache_config"],
                                      hash_block_size=a["hash_block_size"],
                                      enable_caching=a["enable_caching"],
