@@ -318,10 +318,15 @@ def _check_manager_args(a: dict[str, Any]) -> None:
 
 def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
                        enable_caching: bool = True, dcp_world_size: int = 1,
-                       pcp_world_size: int = 1) -> tuple[str, str] | None:
+                       pcp_world_size: int = 1, use_eagle: bool = False,
+                       ) -> tuple[str, str] | None:
     """``(field, why)`` when :class:`KVCacheManager` cannot serve this vLLM
     configuration, else None: context parallelism, a group kind without a kvcore
-    manager or spec counterpart, Mamba groups, partial-block hash hits."""
+    manager or spec counterpart, Mamba groups, partial-block hash hits, and EAGLE
+    (``use_eagle``) with prefix caching on a chunked-local-attention EAGLE group (vLLM
+    0.32 cannot run it either: its ``ChunkedLocalAttentionManager.
+    find_longest_cache_hit`` asserts ``drop_eagle_block is False`` at the first
+    lookup)."""
     require_vllm("manager.unsupported_reason()")
     from vllm.v1.kv_cache_interface import KVCacheConfig as VllmKVCacheConfig
 
@@ -334,6 +339,16 @@ def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
     for name, v in (("dcp_world_size", dcp_world_size), ("pcp_world_size", pcp_world_size)):
         if v != 1:
             return name, f"{name}={v} is not supported (context parallelism)"
+    vgroups = kv_cache_config.kv_cache_groups
+    if use_eagle and enable_caching:
+        for gid in sorted(KVCacheManager._eagle_group_ids(vgroups, True)):
+            if type(vgroups[gid].kv_cache_spec).__name__ == "ChunkedLocalAttentionSpec":
+                return "use_eagle", (
+                    f"EAGLE with prefix caching on group {gid} (chunked local "
+                    "attention): vLLM 0.32 does not support it (its "
+                    "ChunkedLocalAttentionManager asserts that no EAGLE block is "
+                    "dropped, so its Scheduler fails at the first prefix lookup); turn "
+                    "prefix caching off (enable_prefix_caching=False) for this model")
     reg = get_registry()
     sizes = set()
     for gid, g in enumerate(kv_cache_config.kv_cache_groups):
@@ -415,7 +430,7 @@ class KVCacheManager:
         a = b.arguments
         _check_manager_args(a)
         if FALLBACK_TO_VLLM:
-            why = unsupported_reason(a["kv_cache_config"],
+            why = unsupported_reason(a["kv_cache_config"], use_eagle=a["use_eagle"],
                                      hash_block_size=a["hash_block_size"],
                                      enable_caching=a["enable_caching"],
                                      dcp_world_size=a["dcp_world_size"],
@@ -459,9 +474,13 @@ class KVCacheManager:
                               f"{', '.join(BLOCK_ORDERS)}", field="block_order",
                               value=block_order)
         why = unsupported_reason(kv_cache_config, hash_block_size=hash_block_size,
+                                 use_eagle=use_eagle,
                                  enable_caching=enable_caching,
                                  dcp_world_size=dcp_world_size,
                                  pcp_world_size=pcp_world_size)
+        if why is not None and why[0] == "use_eagle":
+            raise ConfigError(f"kvcore_vllm.KVCacheManager: {why[1]}", field=why[0],
+                              value=True)
         if why is not None:
             raise ConfigError(f"kvcore_vllm.KVCacheManager: {why[1]}; use vLLM's "
                               "manager (install(fallback=True) does so automatically)",
@@ -724,36 +743,65 @@ class KVCacheManager:
 
     def _find_hit(self, hashes: Sequence[bytes], max_len: int
                   ) -> tuple[list[list[KVCacheBlock]], int, int]:
-        """vLLM 0.32's hybrid fixed point (full attention first, then the windowed
-        groups, until no group shortens the hit) over kvcore's per-kind searches."""
+        """vLLM 0.32's hit search over kvcore's per-kind searches.
+
+        Several groups: the hybrid fixed point (full attention first, then the
+        windowed and state groups, until no group shortens the hit).  With EAGLE
+        (``use_eagle``; every group is an EAGLE group unless vLLM flags some) the last
+        matched block is dropped as vLLM's ``HybridKVCacheCoordinator.
+        find_longest_cache_hit`` drops it: each EAGLE group searches one block past the
+        candidate length (``eagle_proof_margin``; no margin for a Mamba group, whose
+        search never drops) and drops its last matched block, at most once per
+        candidate length (a group that shortens the hit without dropping clears the
+        "verified" set, so the others drop again; vLLM issue #32802); a sliding-window
+        group needs one contiguous block more for that (``_contiguous_blocks_for_hit``)
+        and full attention, downward-closed, searches once and is trimmed after.  One
+        group: its own search with the drop (``UnitaryKVCacheCoordinator``).
+        EAGLE with chunked local attention is refused at construction, as vLLM's
+        ``ChunkedLocalAttentionManager`` asserts on it."""
         out: list[list[KVCacheBlock]] = [[] for _ in self._kms]
         if not self._search:
             return out, 0, 0
+        eagle = self._eagle_groups
         if len(self._search) == 1:
             m = self._search[0]
-            bl = m.find_longest_cache_hit(hashes, max_len, 0)
-            if self._eagle_groups and bl:
-                if m.skips_blocks:
-                    bl = m.find_longest_cache_hit(hashes, max_len, m.block_size)
-                    bl = bl[:-1] if bl else bl
-                else:
-                    bl = bl[:-1]
+            drop = m.group_id in eagle and m.spec.kind != "mamba"
+            bl = m.find_longest_cache_hit(hashes, max_len,
+                                          m.block_size if drop and m.skips_blocks else 0)
+            if drop and bl:
+                bl = bl[:-1]
             out[m.group_id] = bl
             return out, len(bl) * m.block_size, 0
         hit = max_len
         longest = 0
+        hashed_tokens = len(hashes) * self.hash_block_size
         found: dict[int, tuple[list[KVCacheBlock], int]] = {}
+        verified: set[int] = set()  # EAGLE groups that dropped at the current length
         while True:
             curr = hit
             for m in self._search:
-                prev = found.get(m.group_id)
+                gid = m.group_id
+                prev = found.get(gid)
                 if not m.skips_blocks and prev is not None:
                     curr = min(curr, prev[1])
                     continue
-                bl = m.find_longest_cache_hit(hashes, curr, 0)
+                drop = gid in eagle and gid not in verified
+                state = m.spec.kind == "mamba"
+                limit = curr
+                if drop and not state:
+                    limit = min(curr + m.block_size, hashed_tokens)
+                bl = m.find_longest_cache_hit(
+                    hashes, limit, m.block_size if drop and not state and m.skips_blocks
+                    else 0)
+                if drop and not state and bl:
+                    bl = bl[:-1]
                 got = len(bl) * m.block_size
+                if drop:
+                    verified.add(gid)
+                elif got < curr:
+                    verified.clear()
                 curr = got
-                found[m.group_id] = (bl, got)
+                found[gid] = (bl, got)
                 longest = max(longest, curr)
             if curr >= hit:
                 break
