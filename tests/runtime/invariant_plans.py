@@ -104,6 +104,11 @@ def _turboquant(blocks: int) -> Any:
                 blocks), {}
 
 
+def _eagle(case: Any) -> Any:
+    cfg, opts = case
+    return cfg, {**opts, "use_eagle": True}
+
+
 def _gemma_like(blocks: int, eagle: bool = False) -> Any:
     layers = {f"l{i}": (_full(4) if i % 6 == 5 else _swa(12, 4)) for i in range(12)}
     return _plan(layers, blocks), {"use_eagle": eagle}
@@ -166,6 +171,22 @@ PLANS: list[PlanCase] = [
     PlanCase("mamba-all-chunk4-spec2", lambda: _mamba("all", 2, chunk=4), "kvcore_mamba"),
     PlanCase("mamba-all-nochunk", lambda: _mamba("all", 0), "kvcore_mamba"),
     PlanCase("mamba-align-tiny", lambda: _mamba("align", 1, blocks=14, mml=32), "kvcore_mamba"),
+    # EAGLE on every hybrid layout (issue 24, item 6: vLLM 0.32's multi-group drop)
+    PlanCase("gpt-oss-like-eagle-spec2", lambda: (_gpt_oss_like(40)[0],
+                                                  {"use_eagle": True, "num_spec": 2})),
+    PlanCase("tiny-hybrid-full+sliding-eagle", lambda: (_groups(
+        15, KVCacheGroupSpec(("f0",), _full(4)),
+        KVCacheGroupSpec(("s0", "s1"), _swa(8, 4))),
+        {"max_model_len": 32, "use_eagle": True, "num_spec": 1})),
+    PlanCase("llama4-like-chunked+full-eagle", lambda: (_groups(
+        48, KVCacheGroupSpec(("c0", "c1", "c2"), ChunkedLocalAttentionSpec(
+            block_size=4, num_kv_heads=1, head_size=8, attention_chunk_size=16)),
+        KVCacheGroupSpec(("f0",), _full(4))), {"use_eagle": True, "num_spec": 1})),
+    PlanCase("mixed-block-sizes-eagle", lambda: (_groups(
+        40, KVCacheGroupSpec(("f0",), _full(8)),
+        KVCacheGroupSpec(("s0",), _swa(12, 4))), {"use_eagle": True})),
+    PlanCase("mamba-align-eagle-spec2", lambda: _eagle(_mamba("align", 2)), "kvcore_mamba"),
+    PlanCase("mamba-all-eagle", lambda: _eagle(_mamba("all", 0, chunk=2)), "kvcore_mamba"),
 ]
 
 

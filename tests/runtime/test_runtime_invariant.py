@@ -114,7 +114,9 @@ STATEFUL_PLANS = ["full-spec2", "full-eagle", "sliding-w8", "chunked-local-c8",
                   "sink-full", "cross-attention", "gemma-like-eagle-spec1",
                   "packed-two-windows", "tiny-hybrid-full+sliding", "mla", "rswa",
                   "kpool-spec2", "turboquant", "mamba-none-spec2", "mamba-align-spec2",
-                  "mamba-all-chunk4-spec2", "mamba-align-tiny"]
+                  "mamba-all-chunk4-spec2", "mamba-align-tiny",
+                  "gpt-oss-like-eagle-spec2", "llama4-like-chunked+full-eagle",
+                  "mixed-block-sizes-eagle", "mamba-align-eagle-spec2"]
 
 
 def _machine(plan_name):
