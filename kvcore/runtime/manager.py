@@ -341,7 +341,9 @@ class KVCacheManager:
         """The longest cached prefix of the request: ``(blocks per group, tokens)``.
 
         At most ``num_tokens - 1`` tokens hit (the last prompt token is recomputed to
-        produce logits).  Counts one lookup in :meth:`prefix_cache_stats`.  Changes no
+        produce logits); none for a request with an encoder input
+        (``num_encoder_tokens`` > 0) but no ``encoder_id`` (its decoder K/V depends on
+        an encoder input nothing identifies).  Counts one lookup in :meth:`prefix_cache_stats`.  Changes no
         block state: pass the blocks to :meth:`allocate_slots`.  Raises
         :class:`~kvcore.errors.RequestError` when ``request`` is not a request object.
         """
@@ -354,6 +356,11 @@ class KVCacheManager:
         if not self.enable_caching:
             return self._empty, 0
         limit = num_tokens - 1
+        if getattr(request, "num_encoder_tokens", 0) and \
+                getattr(request, "encoder_id", None) is None:
+            # an encoder input without an identity: its decoder K/V cannot be told
+            # apart from another request's with other audio (kvcore.runtime.hashing)
+            limit = 0
         for m in self._hit_cappers:
             cap = m.max_cache_hit_tokens(request)
             if cap is not None and cap < limit:

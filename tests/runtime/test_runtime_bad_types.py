@@ -150,3 +150,12 @@ def test_manager_and_request_refuse_a_bad_hash(bad):
     with pytest.raises(ConfigError) as e:
         Request("a", [1, 2, 3], hash=bad)
     assert e.value.extra["field"] == "hash"
+
+
+@SMALL
+@given(bad=st.one_of(st.booleans(), st.lists(st.integers(), max_size=2), st.just(object()),
+                     st.dictionaries(st.text(max_size=2), st.integers(), max_size=1)))
+def test_request_refuses_a_bad_encoder_id(bad):
+    with pytest.raises(RequestError) as e:
+        Request("a", [1, 2, 3], num_encoder_tokens=10, encoder_id=bad)
+    assert e.value.extra["field"] == "encoder_id"

@@ -219,11 +219,19 @@ def test_cross_attention_spec_sizes_by_longest_request_encoder_input():
 
 
 def test_cross_attention_does_not_disable_decoder_prefix_caching():
+    """Same audio (encoder_id) and decoder prompt: the decoder's blocks hit; other
+    audio, or no identity for it, never (issue 24, item 5: the decoder's K/V depends
+    on the encoder input)."""
     mgr = KVCacheManager(config(400, full(16), cross(16)), max_model_len=448)
     prompt = list(range(1, 40))
-    run_to_completion(mgr, mgr.make_request("a", prompt, num_encoder_tokens=1500))
-    b = mgr.make_request("b", prompt, num_encoder_tokens=1500)
+    run_to_completion(mgr, mgr.make_request("a", prompt, num_encoder_tokens=1500,
+                                            encoder_id="audio-1"))
+    b = mgr.make_request("b", prompt, num_encoder_tokens=1500, encoder_id="audio-1")
     hit, n = mgr.get_computed_blocks(b)
     assert n == 32
     assert mgr.allocate_slots(b, 39 - n, n, hit) is not None
     assert len(mgr.get_block_ids(b)[1]) == 94
+    for kw in ({"encoder_id": "audio-2"}, {"encoder_id": None}, {"encoder_id": 1},
+               {"encoder_id": "audio-1", "num_encoder_tokens": 1499}):
+        kw = {"num_encoder_tokens": 1500, **kw}
+        assert mgr.get_computed_blocks(mgr.make_request("c", prompt, **kw))[1] == 0, kw
