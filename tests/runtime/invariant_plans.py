@@ -73,6 +73,18 @@ def _mamba(mode: str, S: int, blocks: int = 80, chunk: int | None = None,
     return cfg, {"num_spec": S, "max_model_len": mml}
 
 
+def _mamba_two_sizes(S: int, blocks: int = 80) -> Any:
+    from kvcore_mamba.spec import MambaSpec
+
+    layers = {"attn.0": FullAttentionSpec(block_size=4, num_kv_heads=4, head_size=8),
+              "attn.1": _swa(16, 4),
+              "ssm.0": MambaSpec(block_size=4, shapes=((1, 4), (1, 2, 2)),
+                                 dtypes=("bfloat16", "float32"), mamba_cache_mode="all",
+                                 mamba_chunk_size=2)}
+    cfg = _plan(layers, blocks, 128, mamba_cache_mode="all", num_speculative_tokens=S)
+    return cfg, {"num_spec": S, "max_model_len": 128}
+
+
 def _mla(blocks: int) -> Any:
     from kvcore_mla.specs import MLAAttentionSpec
 
@@ -187,6 +199,8 @@ PLANS: list[PlanCase] = [
         KVCacheGroupSpec(("s0",), _swa(12, 4))), {"use_eagle": True})),
     PlanCase("mamba-align-eagle-spec2", lambda: _eagle(_mamba("align", 2)), "kvcore_mamba"),
     PlanCase("mamba-all-eagle", lambda: _eagle(_mamba("all", 0, chunk=2)), "kvcore_mamba"),
+    # Mamba all beside two attention block sizes: the state takes their lcm (item 7)
+    PlanCase("mamba-all-two-attention-sizes", lambda: _mamba_two_sizes(1), "kvcore_mamba"),
 ]
 
 
