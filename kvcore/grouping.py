@@ -752,11 +752,36 @@ def _unified_mapping(specs: list[KVCacheSpec], env: SearchEnv, variant: str, pad
         block = next(iter(attn_blocks))
         mapping = {s: (m if m.scales_with_block_size else m.with_attention_block_size(block))
                    for s, m in mapping.items()}
+    elif len(attn_blocks) > 1:
+        mapping = {s: (m if m.scales_with_block_size else _state_beside_blocks(m, attn_blocks))
+                   for s, m in mapping.items()}
     for s, m in mapping.items():
         if m.block_size % _alignment(s, None):
             return None  # a state that follows the attention block breaks its alignment
     by_id = {id(s): mapping[s] for s in specs}
     return by_id, notes
+
+
+def _state_beside_blocks(spec: KVCacheSpec, attn_blocks: set[int]) -> KVCacheSpec:
+    """A state spec beside attention groups of several block sizes (issue 24, item 7).
+
+    A state whose block count grows with the sequence (a Mamba state in ``all`` mode:
+    one state per block boundary, ``cdiv(max_model_len, block_size)`` per request)
+    takes the block size ``lcm(attention block sizes, block_size_alignment)``.  Prefix
+    hits land only on multiples of the lcm of the caching groups' block sizes, and a
+    state block must be a multiple of the SSM chunk (``block_size_alignment``), so no
+    hit can land finer than that lcm: states between its multiples are never read.
+    Every block size that keeps the hit granularity (a multiple of the alignment that
+    divides the lcm) is valid, and the lcm itself is the largest of them, the one with
+    the fewest state blocks per request (keeping the state at its own 16-token block
+    beside 80- and 560-token attention blocks took 35x the state memory).  A state
+    with a fixed block count (``align`` / ``none`` mode), or any other kind, is left
+    as it is."""
+    if getattr(spec, "mamba_cache_mode", None) != "all":
+        return spec
+    target = math.lcm(*attn_blocks, _alignment(spec, None))
+    follow = getattr(spec, "with_attention_block_size", None)
+    return follow(target) if follow is not None else spec
 
 
 def _bucketed(items: Items, key_of: dict[int, Any]) -> list[tuple[list[str],
