@@ -112,6 +112,13 @@ def _add_plan(sub: Any) -> None:
                    metavar="N")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--show-tensors", action="store_true", help="list the KV-cache tensors")
+    p.add_argument("--workload", metavar="FILE",
+                   help="judge the candidate layouts on this trace (Mooncake JSONL, Azure "
+                        "CSV or kvcore JSONL); default: a workload from max_model_len and "
+                        "max_num_batched_tokens (docs/DESIGN.md, serving figures)")
+    p.add_argument("--judge", choices=["auto", "analytic", "sim"], default="auto",
+                   help="who times the best candidates: the analytic proxy or the clocked "
+                        "simulator (auto: the simulator with --workload when installed)")
     add_gpu_arguments(p)  # --gpu, --gpu-memory, ... and the sweep outputs (kvcore.deploy.sweep)
     p.set_defaults(func=_cmd_plan)
 
@@ -181,7 +188,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             opts["disable_hybrid_kv_cache_manager"] = True
         if args.no_prefix_caching:
             opts["enable_prefix_caching"] = False
-        return plan_from_specs_file(data), None
+        return plan_from_specs_file(data, **_serving_args(args)), None
     if not args.model:
         raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
                           field="model")
@@ -191,6 +198,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             extra[opt] = getattr(args, opt)
     if args.disable_hybrid_kv_cache_manager:
         extra["disable_hybrid_kv_cache_manager"] = True
+    extra.update(_serving_args(args))
     from kvcore.deploy.sweep import gpu_plan_kwargs, on_gpu
 
     planner: Any = plan_model
@@ -215,6 +223,28 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
     return config, args.model
 
 
+def _serving_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``workload`` / ``judge`` for :func:`kvcore.plan` from --workload / --judge."""
+    from kvcore.plan_serving import load_workload, make_judge
+
+    out: dict[str, Any] = {}
+    path = getattr(args, "workload", None)
+    if path:
+        out["workload"] = load_workload(path)
+    judge = getattr(args, "judge", "auto") or "auto"
+    if judge == "auto":
+        judge = "sim" if path else "analytic"
+    kw: dict[str, Any] = {"tensor_parallel_size": getattr(args, "tp", 1) or 1,
+                          "pipeline_parallel_size": getattr(args, "pp", 1) or 1}
+    if getattr(args, "gpu", None):
+        kw["gpu"] = args.gpu
+    j = make_judge(judge, getattr(args, "model", None) if not getattr(args, "specs", None)
+                   else None, **kw) if judge != "analytic" else None
+    if j is not None:
+        out["judge"] = j
+    return out
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from kvcore.deploy.sweep import is_sweep, plan_json_extras, print_gpu_summary, run_cli
     from kvcore.planning import plan_to_dict
@@ -231,10 +261,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out["per_rank"] = {"tensor_parallel_size": s.get("tensor_parallel_size", 1),
                            "pipeline_parallel_size": s.get("pipeline_parallel_size", 1)}
         out.update(plan_json_extras(s))
+        from kvcore.plan_serving import serving_json
+
+        out["serving"] = serving_json(s)
         print(json.dumps(out, indent=2))
         return 0
     _print_plan(config, out, model)
-    print_gpu_summary(s, explain=getattr(args, "explain", False))
+    from kvcore.plan_serving import print_serving
+
+    explain = bool(getattr(args, "explain", False))
+    print_serving(s, _table, explain=explain)
+    print_gpu_summary(s, explain=explain)
     if args.show_tensors:
         _print_tensors(out)
     return 0

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcore.serving import LayoutReport, ServingFigures
 from kvcore.specs import KVCacheSpec
 
 __all__ = ["KVCacheGroupSpec", "KVCacheTensor", "KVCacheConfig", "PlanStats"]
@@ -240,6 +241,24 @@ class PlanStats:
     strategy, runner_up_strategy, runner_up_score, candidates_scored:
         The layout the search chose, the second best and its score, and how many
         candidate layouts were scored.
+
+    Attributes (serving, issue 22; :mod:`kvcore.serving`)
+    ------------------------------------------------------
+    serving:
+        The chosen layout's figures (:class:`~kvcore.serving.ServingFigures`: groups,
+        block sizes, hit alignment, guarantee, steady capacity, time to serve the
+        workload, who judged it).
+    vllm_layout:
+        vLLM 0.32's own layout of the same layers, judged on the same workload
+        (:class:`~kvcore.serving.LayoutReport`); always reported beside the winner.
+    gain_over_vllm:
+        ``vLLM's time / the chosen layout's time - 1`` (0.0 when vLLM's layout won;
+        None when vLLM's layout does not fit).
+    pareto_front:
+        The judged layouts no other beats on guarantee, steady capacity, groups, hit
+        alignment and time (``kvcore plan --explain``).
+    workload:
+        The workload the layouts were judged on (``Workload.to_dict()``).
     """
 
     # ---- capacity -----------------------------------------------------------------
@@ -275,6 +294,12 @@ class PlanStats:
     runner_up_score: dict[str, Any] | None = None
     candidates_scored: int = 0
     notes: list[str] = field(default_factory=list)
+    # ---- serving (issue 22) -------------------------------------------------------
+    serving: ServingFigures | None = None
+    vllm_layout: LayoutReport | None = None
+    gain_over_vllm: float | None = None
+    pareto_front: list[LayoutReport] = field(default_factory=list)
+    workload: dict[str, Any] | None = None
     # ---- options the plan was made with -------------------------------------------
     max_num_batched_tokens: int = 8192
     max_num_encoder_input_tokens: int = 0

@@ -608,8 +608,9 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs (vLLM's --enforce-eager)")
     g.add_argument("--explain", action="store_true",
-                   help="print the whole per-rank memory ledger, one line per term, with "
-                        "the rule and source of each")
+                   help="explain the plan: the Pareto front of the judged layouts and, "
+                        "with a GPU, the whole per-rank memory ledger (one line per term, "
+                        "with the rule and source of each)")
     g.add_argument("--csv", metavar="FILE", help="write the sweep table as CSV")
     g.add_argument("--plot", metavar="FILE.png",
                    help="plot max concurrency against max_model_len (kvcore[plot])")
