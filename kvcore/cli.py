@@ -156,11 +156,11 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
                 f"file lists its layers explicitly; plan a MODEL instead, or set the "
                 f"fields in the file (per layer, or tensor_parallel_size / stages / "
                 f"kv_cache_memory_bytes in its options)", field="specs")
-        opts = data.get("options")
+        from kvcore.models.config import field_dict
+
+        opts = field_dict(data, "options", None, where=str(args.specs))
         if opts is None:
             opts = data["options"] = {}
-        if not isinstance(opts, dict):
-            raise ConfigError("'options' must be an object", field="options")
         if budget is not None:
             opts["kv_cache_memory_bytes"] = budget
         if max_len is not None:

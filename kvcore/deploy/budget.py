@@ -120,20 +120,21 @@ def estimate_overhead(model: str | Path | ModelConfig, *, tensor_parallel_size: 
     pp = _positive_int(pipeline_parallel_size, "pipeline_parallel_size")
     tokens = _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
     seqs = _positive_int(max_num_seqs, "max_num_seqs")
-    raw = cfg.raw
+    v = cfg.view
     from kvcore.dtypes import dtype_size
 
     dt = dtype_size(cfg.dtype) if cfg.dtype else 2
-    hidden = int(raw.get("hidden_size") or raw.get("d_model") or 0)
-    inter = int(raw.get("intermediate_size") or raw.get("encoder_ffn_dim") or 0)
-    experts_inter = int(raw.get("moe_intermediate_size") or 0)
-    top_k = int(raw.get("num_experts_per_tok") or raw.get("experts_per_token")
-                or raw.get("top_k_experts") or 0)
+    hidden = v.get_first_int("hidden_size", "d_model", default=0, minimum=0)
+    inter = v.get_first_int("intermediate_size", "encoder_ffn_dim", default=0, minimum=0)
+    experts_inter = v.get_int("moe_intermediate_size", 0, minimum=0)
+    top_k = v.get_first_int("num_experts_per_tok", "experts_per_token", "top_k_experts",
+                            default=0, minimum=0, maximum=1 << 16)
     if experts_inter and top_k:
-        inter = max(inter if raw.get("first_k_dense_replace") else 0, top_k * experts_inter)
-    elif "d_model" in raw and "n_layer" in raw:  # mamba_ssm: in_proj is the widest
-        inter = 2 * int(raw.get("ssm_cfg", {}).get("expand", 2)) * hidden
-    vocab = int(raw.get("vocab_size") or 0)
+        inter = max(inter if v.get_int("first_k_dense_replace", 0, minimum=0) else 0,
+                    top_k * experts_inter)
+    elif v.has("d_model") and v.has("n_layer"):  # mamba_ssm: in_proj is the widest
+        inter = 2 * cfg.section("ssm_cfg").get_int("expand", 2, maximum=1 << 10) * hidden
+    vocab = v.get_int("vocab_size", 0, minimum=0)
     activation = tokens * dt * (8 * hidden + 2 * inter // tp) + min(seqs, tokens) * vocab * 8
     non_torch = NON_TORCH_BYTES + (NON_TORCH_MULTI_GPU_BYTES if tp * pp > 1 else 0)
     return OverheadEstimate(activation_bytes=int(activation), non_torch_bytes=non_torch,
