@@ -581,7 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C aborts: one line, exit 130 (128 + SIGINT)
+        from kvcore.plugins import PluginInterrupt
+
+        why = exc.message if isinstance(exc, PluginInterrupt) else "interrupted"
+        print(f"kvcore {args.command}: {why}", file=sys.stderr)
         return 130
 
 

@@ -264,6 +264,10 @@ def parse_size(text: Any, field: str = "kv_cache_memory", *,
                 f"--gpu-memory-utilization", field=field, value=shown)
         mult = 1
     value = number * mult
+    if mult == 1 and value != value.to_integral_value():
+        raise ConfigError(
+            f"{field}: {shown} is not a whole number of bytes (B is bytes, not billions); "
+            f"write {digits}GB or {digits}GiB for gigabytes", field=field, value=shown)
     if sign == "-" and value != 0:
         raise ConfigError(f"{field}: the size must not be negative, got {shown}",
                           field=field, value=shown)

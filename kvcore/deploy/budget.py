@@ -222,6 +222,25 @@ def _gpu_memory(gpu: str | GPU | None, gpu_memory_bytes: int | None) -> tuple[GP
     return entry, entry.memory_bytes
 
 
+#: the least memory per GPU kvcore accepts (1 GiB): below every GPU vLLM runs on (the
+#: smallest in the catalog, kvcore gpus, has 22.5 GiB), so a smaller figure is a unit slip
+#: (``--gpu-memory 80`` meant 80 GiB, not 80 bytes)
+MIN_GPU_MEMORY_BYTES = 1 << 30
+
+
+def check_gpu_memory(value: int, field: str = "gpu_memory") -> int:
+    """Refuse memory per GPU below :data:`MIN_GPU_MEMORY_BYTES`, saying which unit was
+    likely meant (``--gpu-memory``; the Python API takes exact bytes and accepts small
+    synthetic GPUs).  Raises ConfigError."""
+    if value < MIN_GPU_MEMORY_BYTES:
+        hint = f"; did you mean {value}GiB ({value}G) or {value}GB?" if value < 100_000 \
+            else ""
+        raise ConfigError(f"{field}: {value:,} bytes is below any GPU's memory (at least "
+                          f"1 GiB; sizes are bytes unless they take a unit){hint}",
+                          field=field, value=value, minimum=MIN_GPU_MEMORY_BYTES)
+    return value
+
+
 def _check_bool(value: Any, name: str) -> bool:
     """A real bool (a string such as 'no' is refused, not read as True)."""
     if not isinstance(value, bool):
@@ -453,6 +472,23 @@ def _no_tp_hint(cfg: ModelConfig, cause: str, plan_kwargs: dict[str, Any],
             f"memory per GPU or pipeline stages (--pp)")
 
 
+def check_kv_cache_dtype(value: Any) -> None:
+    """Refuse an unknown ``kv_cache_dtype`` before any memory is computed, so that a bad
+    dtype is reported as itself, never as "does not fit" (``auto`` and None pass).
+
+    Raises ConfigError (not a string) or UnknownKVCacheDtypeError / MissingPluginError
+    (kvcore.registry) naming the known dtypes or the plugin to install.
+    """
+    if value is None or value == "auto":
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"kv_cache_dtype = {value!r} must be a dtype name (or auto)",
+                          field="kv_cache_dtype", value=repr(value))
+    from kvcore.registry import get_registry
+
+    get_registry().kv_cache_dtype(value)
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -489,6 +525,7 @@ def plan_on_gpu(
     from kvcore.models.planner import plan_model
     from kvcore.planning import format_bytes
 
+    check_kv_cache_dtype(plan_kwargs.get("kv_cache_dtype", "auto"))  # before any budget
     cfg, hub_note = _resolve(model)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
                        ("cuda_graphs", cuda_graphs),
