@@ -596,7 +596,8 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--overhead", metavar="SIZE", type=overhead,
                    help="activations + CUDA graphs + runtime per rank (default: an "
                         "estimate from the model's shape and --max-num-batched-tokens)")
-    g.add_argument("--dp", metavar="N", type=dp, default=None,
+    g.add_argument("--dp", "--data-parallel-size", "-dp", metavar="N", type=dp,
+                   default=None, dest="dp",
                    help="data-parallel replicas (multiplies GPUs, not per-rank memory)")
     g.add_argument("--enable-expert-parallel", action="store_true",
                    help="split MoE experts whole over TP x DP ranks")

@@ -28,7 +28,8 @@ from kvcore.errors import ConfigError
 
 __all__ = ["ModelConfig", "CacheConfig", "ConfigView", "load_model_config",
            "parse_model_config", "REQUIRED", "field_int", "field_str", "field_bool",
-           "field_dict", "field_list", "field_float"]
+           "field_dict", "field_list", "field_float", "ConfigTypoWarning", "resembles",
+           "warn_typos", "edit_distance", "suggest_model_name"]
 
 
 # ---- typed field readers -------------------------------------------------------------------
@@ -603,6 +604,97 @@ class ModelConfig:
         return self.source or self.name or "config"
 
 
+# ---- typos -----------------------------------------------------------------------------------
+
+class ConfigTypoWarning(UserWarning):
+    """An unknown config key close to a field kvcore reads (``num_key_value_head``): the
+    field it resembles is absent, so its default was used (issue #23: a typo'd
+    ``num_key_value_heads`` silently planned as MHA, 4x the KV)."""
+
+
+#: other projects' names of fields kvcore reads (edit distance does not find them)
+FIELD_ALIASES = {
+    "num_kv_heads": "num_key_value_heads", "n_kv_heads": "num_key_value_heads",
+    "num_kv_head": "num_key_value_heads", "n_kv_head": "num_key_value_heads",
+    "kv_heads": "num_key_value_heads", "num_key_value_groups": "num_key_value_heads",
+    "n_head_kv": "num_key_value_heads", "num_query_groups": "num_key_value_heads",
+    "multi_query_group_num": "num_key_value_heads",
+    "n_head": "num_attention_heads", "num_heads": "num_attention_heads",
+    "n_layers": "num_hidden_layers", "num_layers": "num_hidden_layers",
+    "n_embd": "hidden_size", "dim": "hidden_size", "head_size": "head_dim",
+    "max_seq_length": "max_position_embeddings", "context_length":
+        "max_position_embeddings", "window_size": "sliding_window",
+    "n_experts": "num_experts", "num_experts_per_token": "num_experts_per_tok",
+}
+
+
+def edit_distance(a: str, b: str, limit: int = 3) -> int:
+    """Optimal-string-alignment distance (insertions, deletions, substitutions and
+    adjacent transpositions), capped at ``limit``."""
+    if abs(len(a) - len(b)) >= limit:
+        return limit
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) >= limit:
+            return limit
+        prev2, prev = prev, cur
+    return min(prev[-1], limit)
+
+
+def _max_typo_distance(target: str) -> int:
+    """Edits a typo of ``target`` may have: 1 for names of 5-7 characters, 2 above
+    (shorter names are too close to each other to guess)."""
+    return 0 if len(target) < 5 else 1 if len(target) < 8 else 2
+
+
+def resembles(key: str, present: set[str] | frozenset[str] = frozenset()) -> str | None:
+    """The field kvcore reads that an unknown ``key`` most likely misspells, or None: a
+    known alias (:data:`FIELD_ALIASES`), else the closest field within
+    :func:`_max_typo_distance` that is not ``present``.  Keys kvcore reads or that real
+    configs use (kvcore.models.fields) resemble nothing."""
+    from kvcore.models.fields import READ_FIELDS, SEEN_FIELDS
+
+    if key in READ_FIELDS or key in SEEN_FIELDS or key.startswith("_"):
+        return None
+    alias = FIELD_ALIASES.get(key)
+    if alias is not None:
+        return alias if alias not in present else None
+    best, best_d = None, 3
+    for target in READ_FIELDS:
+        limit = _max_typo_distance(target)
+        if not limit or target in present or abs(len(target) - len(key)) > limit:
+            continue
+        d = edit_distance(key, target, limit + 1)
+        if d <= limit and (d < best_d or d == best_d and best is not None and target < best):
+            best, best_d = target, d
+    return best
+
+
+def warn_typos(data: dict[str, Any], where: str, prefix: str = "") -> list[str]:
+    """Warn (:class:`ConfigTypoWarning`) for each key of ``data`` that resembles an absent
+    field kvcore reads; returns the messages."""
+    import warnings
+
+    present = set(data)
+    out = []
+    for key in data:
+        if not isinstance(key, str):
+            continue
+        target = resembles(key, present)
+        if target is not None:
+            msg = (f"{where}: unknown field {prefix}{key!r} looks like {prefix}{target!r}, "
+                   f"which is absent (its default is used); rename it if it is a typo")
+            warnings.warn(msg, ConfigTypoWarning, stacklevel=3)
+            out.append(msg)
+    return out
+
+
 def _reject_constant(value: str) -> float:
     return {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}[value]
 
@@ -701,6 +793,9 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
     where = source or name or "config"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a config must be a JSON object")
+    warn_typos(data, where)
+    if isinstance(data.get("text_config"), dict):
+        warn_typos(data["text_config"], where, "text_config.")
     top_type = field_str(data, "model_type", None, where=where)
     text = field_dict(data, "text_config", None, where=where)
     raw = dict(data)
@@ -782,6 +877,26 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
     )
 
 
+def _squash(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def suggest_model_name(text: str) -> str | None:
+    """The embedded model name ``text`` most likely means (``llama3.1-8b`` ->
+    ``llama-3.1-8b``): equal once punctuation and case are dropped, else the closest by
+    difflib's similarity (at least 0.8); None when none is close."""
+    import difflib
+
+    from kvcore.models.embedded import embedded_names
+
+    names = list(embedded_names())
+    squashed = {_squash(n): n for n in names}
+    if _squash(text) in squashed:
+        return squashed[_squash(text)]
+    close = difflib.get_close_matches(_squash(text), list(squashed), n=1, cutoff=0.8)
+    return squashed[close[0]] if close else None
+
+
 def load_model_config(model: str | Path) -> ModelConfig:
     """Load a config: a path to a config.json, a folder holding one, or an embedded name
     (``kvcore models``).
@@ -809,9 +924,18 @@ def load_model_config(model: str | Path) -> ModelConfig:
     elif not path.exists():
         found = embedded_config_path(text)
         if found is None:
+            if text.endswith(".json") or "/" in text or text.startswith(("."), ) or \
+                    "\\" in text:
+                parent = path.parent
+                where = "" if parent.is_dir() else f" (nor the folder {parent})"
+                raise ConfigError(f"{text}: no such file{where}; give a config.json path, "
+                                  f"a folder holding one, or an embedded model name "
+                                  f"(kvcore models)", model=text, path=text)
+            hint = suggest_model_name(text)
             raise ConfigError(
                 f"{text!r} is neither a config.json path, a folder holding one, nor an "
-                f"embedded model; embedded: {', '.join(embedded_names())}", model=text)
+                f"embedded model" + (f"; did you mean {hint!r}?" if hint else "")
+                + f"; embedded: {', '.join(embedded_names())}", model=text)
         path = found
         name = text
     else:
