@@ -61,6 +61,8 @@ def predict(case: dict[str, Any]) -> Prediction:
                       gpu_memory_utilization=case["gpu_memory_utilization"],
                       max_num_seqs=flags.get("max_num_seqs"),
                       cuda_graphs=not flags.get("enforce_eager", False),
+                      disable_custom_all_reduce=flags.get("disable_custom_all_reduce", False),
+                      flashinfer_sampler=flags.get("flashinfer_sampler", True),
                       raise_if_not_fits=False, **kw, **plan_kw)
     s = cfg.stats
     ledger = s.get("ledger") or {}

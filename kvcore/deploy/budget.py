@@ -281,6 +281,8 @@ def compute_budget(
     engine: Any = None,
     max_model_len: int | None = None,
     usage: str = "serve",
+    disable_custom_all_reduce: bool = False,
+    flashinfer_sampler: bool = True,
 ) -> GPUBudget:
     """The per-rank KV budget of ``model`` on ``gpu`` (module docstring for the rule).
 
@@ -289,7 +291,10 @@ def compute_budget(
     profile's ledger (``engine``: ``"vllm==X.Y[.Z]"``, default the newest profile; see
     :mod:`kvcore.deploy.engines`); ``max_num_batched_tokens`` / ``max_num_seqs`` None
     take that engine's defaults for the GPU and ``usage`` (``serve`` | ``offline``);
-    ``cuda_graphs=False`` is ``--enforce-eager``.  Returns a :class:`GPUBudget`;
+    ``cuda_graphs=False`` is ``--enforce-eager``; ``disable_custom_all_reduce`` is
+    vLLM's ``--disable-custom-all-reduce`` (also what vLLM does by itself when TP spans
+    nodes or the GPUs lack P2P); ``flashinfer_sampler=False``: no FlashInfer sampler
+    (the PyTorch-native top-k/top-p path).  Returns a :class:`GPUBudget`;
     raises ConfigError for an unknown GPU or engine, a utilization outside (0, 1], a
     negative overhead or a bad parallel size.
     """
@@ -297,7 +302,9 @@ def compute_budget(
     entry, memory = _gpu_memory(gpu, gpu_memory_bytes)
     util = _check_utilization(gpu_memory_utilization)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
-                       ("include_mtp_layers", include_mtp_layers), ("cuda_graphs", cuda_graphs)):
+                       ("include_mtp_layers", include_mtp_layers), ("cuda_graphs", cuda_graphs),
+                       ("disable_custom_all_reduce", disable_custom_all_reduce),
+                       ("flashinfer_sampler", flashinfer_sampler)):
         _check_bool(flag, name)
     w = weights or estimate_weights(
         cfg, tensor_parallel_size=tensor_parallel_size,
@@ -319,7 +326,9 @@ def compute_budget(
             data_parallel_size=data_parallel_size,
             enable_expert_parallel=enable_expert_parallel,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len, enforce_eager=not cuda_graphs, usage=usage)
+            max_model_len=max_model_len, enforce_eager=not cuda_graphs, usage=usage,
+            disable_custom_all_reduce=disable_custom_all_reduce,
+            flashinfer_sampler=flashinfer_sampler)
         est = OverheadEstimate(
             activation_bytes=ledger.activation_bytes + ledger.sampler_bytes,
             non_torch_bytes=ledger.non_torch_bytes,
@@ -530,6 +539,8 @@ def plan_on_gpu(
     raise_if_not_fits: bool = True,
     engine: Any = None,
     usage: str = "serve",
+    disable_custom_all_reduce: bool = False,
+    flashinfer_sampler: bool = True,
     **plan_kwargs: Any,
 ) -> Any:
     """Plan ``model`` with the KV budget a GPU leaves (see :func:`compute_budget`).
@@ -583,7 +594,9 @@ def plan_on_gpu(
         gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization, overhead_bytes=overhead_bytes,
         data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
-        max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs, engine=engine, usage=usage)
+        max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs, engine=engine, usage=usage,
+        disable_custom_all_reduce=disable_custom_all_reduce,
+        flashinfer_sampler=flashinfer_sampler)
     mml = plan_kwargs.get("max_model_len")
     if not (isinstance(mml, int) and not isinstance(mml, bool)):
         mml = cfg.max_position_embeddings if hasattr(cfg, "max_position_embeddings") \

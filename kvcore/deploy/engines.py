@@ -399,7 +399,9 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
                   max_num_batched_tokens: int | None = None,
                   max_num_seqs: int | None = None, max_model_len: int | None = None,
                   enforce_eager: bool = False, usage: str = "serve",
-                  enable_chunked_prefill: bool | None = None) -> EngineLedger:
+                  enable_chunked_prefill: bool | None = None,
+                  disable_custom_all_reduce: bool = False,
+                  flashinfer_sampler: bool = True) -> EngineLedger:
     """The per-rank memory ledger of ``cfg`` on a GPU under one engine profile.
 
     ``weights`` is a :class:`~kvcore.deploy.weights.WeightsEstimate` (fullest stage per
@@ -458,21 +460,35 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
                             "calibrated on tests/data/vllm_logs calibration set"))
     rows = min(seqs, tokens)
     per_row = 8 if p.v1 else 4
+    native = p.v1 and not flashinfer_sampler
+    if native:
+        # apply_top_k_top_p (v1/sample/ops/topk_topp_sampler.py@0.32): logits.sort ->
+        # float32 values (4 B) + int64 indices (8 B), the top-k bool mask (1 B), softmax
+        # probabilities with cumsum in place (4 B), the top-p bool mask (1 B)
+        per_row += 18
     sampler = rows * vocab * per_row
     lines.append(LedgerLine("sampler", sampler,
                             f"{rows} rows x vocab {vocab} x {per_row} B ("
                             + ("float32 logits + probabilities" if p.v1 else
-                               "float32 logits") + ")",
+                               "float32 logits")
+                            + ("; + 18 B: PyTorch-native top-k/top-p sort buffers, no "
+                               "FlashInfer sampler" if native else "") + ")",
                             "_dummy_sampler_run (gpu_model_runner.py@0.32); V0 "
                             "profile_run samples max_num_seqs rows (worker.py@v0.6.4)"))
     non_torch = int(0.25 * _GIB)
     nt_rule = "0.25 GiB (CUDA/cuBLAS workspaces after the baseline)"
     nvlink = getattr(gpu, "name", "") in _NVLINK
     if tp * pp > 1:
-        extra = int(3.3 * _GIB) if nvlink else int(0.05 * _GIB)
+        # The 3.3 GiB is custom all-reduce's IPC buffers + NCCL with P2P (vllm#10511,
+        # H100 TP2); without custom all-reduce (a PCIe board, --disable-custom-all-reduce,
+        # TP across nodes or no P2P) the non-torch increase is NCCL's alone: 0.05 GiB
+        # (vllm#13061, 2x RTX 4090; dennislee22/vLLM-benchmarking A100 TP2 logs with
+        # "Custom allreduce is disabled")
+        custom_ar = nvlink and not disable_custom_all_reduce
+        extra = int(3.3 * _GIB) if custom_ar else int(0.05 * _GIB)
         non_torch += extra
-        link = "NVLink: custom all-reduce on" if nvlink else \
-            "PCIe: no P2P custom all-reduce"
+        link = "NVLink: custom all-reduce on" if custom_ar else \
+            ("custom all-reduce disabled" if nvlink else "PCIe: no P2P custom all-reduce")
         nt_rule += (f" + {extra / _GIB:.2f} GiB NCCL / custom all-reduce buffers (TP x PP "
                     f"> 1, {link})")
     if dp > 1 and enable_expert_parallel:

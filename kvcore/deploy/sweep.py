@@ -613,6 +613,9 @@ def add_gpu_arguments(p: Any) -> None:
         default=None, help="sequences per step (default: the engine's for the GPU)")
     g.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs (vLLM's --enforce-eager)")
+    g.add_argument("--disable-custom-all-reduce", action="store_true",
+                   help="no custom all-reduce buffers (vLLM's flag; also what vLLM does "
+                        "by itself when TP spans nodes or the GPUs lack P2P)")
     g.add_argument("--explain", action="store_true",
                    help="explain the plan: the Pareto front of the judged layouts and, "
                         "with a GPU, the whole per-rank memory ledger (one line per term, "
@@ -673,7 +676,8 @@ def gpu_plan_kwargs(args: Any) -> dict[str, Any]:
             "enable_expert_parallel": args.enable_expert_parallel,
             "engine": getattr(args, "engine", None), "usage": getattr(args, "usage", "serve"),
             "max_num_seqs": getattr(args, "max_num_seqs", None),
-            "cuda_graphs": not getattr(args, "enforce_eager", False)}
+            "cuda_graphs": not getattr(args, "enforce_eager", False),
+            "disable_custom_all_reduce": getattr(args, "disable_custom_all_reduce", False)}
 
 
 def cli_plan_kwargs(args: Any) -> dict[str, Any]:
@@ -705,7 +709,9 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
                   engine=getattr(args, "engine", None),
                   usage=getattr(args, "usage", "serve"),
                   max_num_seqs=getattr(args, "max_num_seqs", None),
-                  cuda_graphs=not getattr(args, "enforce_eager", False))
+                  cuda_graphs=not getattr(args, "enforce_eager", False),
+                  disable_custom_all_reduce=getattr(args, "disable_custom_all_reduce",
+                                                    False))
     return kw
 
 
