@@ -70,7 +70,8 @@ def _plan_keywords() -> set[str]:
 
     keys = {k for k in inspect.signature(plan_model).parameters if k not in ("model",)}
     keys.discard("plan_options")
-    return (keys | set(SPECS_FILE_OPTIONS) | set(_BUDGET_ONLY)) - {k for k, _ in SWEEP_AXES}
+    return (keys | set(SPECS_FILE_OPTIONS) | set(_BUDGET_ONLY) | set(_gpu_only())) - \
+        {k for k, _ in SWEEP_AXES}
 
 
 def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
@@ -141,8 +142,9 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
         for u in axes["gpu_memory_utilization"]:
             _check_utilization(u)
     else:
-        given = [k for k in _GPU_ONLY if k in plan_kwargs and not _is_default(
-            plan_kwargs[k], _GPU_ONLY[k])]
+        gpu_only = _gpu_only()
+        given = [k for k in gpu_only if k in plan_kwargs and not _is_default(
+            plan_kwargs[k], gpu_only[k])]
         if given or axes["gpu_memory_utilization"] not in ([0.9], [None]):
             name = given[0] if given else "gpu_memory_utilization"
             raise ConfigError(f"sweep: {name} needs a GPU: give gpu (a catalog name, see "
@@ -223,8 +225,9 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
                                  gpu_memory_utilization=opts["gpu_memory_utilization"],
                                  **kwargs)
         else:
+            gpu_only = _gpu_only()
             config = plan_model(model, **{k: v for k, v in kwargs.items()
-                                          if k not in _BUDGET_ONLY})
+                                          if k not in _BUDGET_ONLY and k not in gpu_only})
     except NotEnoughMemoryError as exc:  # a row that does not fit; invalid input raises
         row["fits"] = False
         row["error"] = exc.message
@@ -253,18 +256,27 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
     return row
 
 
-#: keywords that only mean something on a GPU
-_GPU_ONLY = {"overhead_bytes": None, "data_parallel_size": 1, "enable_expert_parallel": False,
-             "max_num_seqs": None, "cuda_graphs": True, "engine": None, "usage": "serve"}
+def _gpu_only() -> dict[str, Any]:
+    """Keywords that only mean something on a GPU, with their defaults: those of
+    :func:`kvcore.deploy.budget.plan_on_gpu` that the planner's ``plan_model`` lacks (read
+    from the signatures, so a new GPU option cannot be missed here)."""
+    import inspect
+
+    from kvcore.deploy.budget import plan_on_gpu
+    from kvcore.models.planner import plan_model
+
+    planner = inspect.signature(plan_model).parameters
+    return {k: p.default for k, p in inspect.signature(plan_on_gpu).parameters.items()
+            if k not in planner and p.kind is p.KEYWORD_ONLY
+            and k not in ("raise_if_not_fits", "gpu_memory_utilization")}
 
 
 def _is_default(value: Any, default: Any) -> bool:
     return value is default or (type(value) is type(default) and value == default)
 
 
-_BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel",
-                "max_num_seqs", "cuda_graphs", "gpu", "gpu_memory_bytes",
-                "gpu_memory_utilization", "engine", "usage")
+#: keywords of the GPU budget only (not the planner's)
+_BUDGET_ONLY = ("gpu", "gpu_memory_bytes", "gpu_memory_utilization")
 
 
 # ---- output ------------------------------------------------------------------------------
