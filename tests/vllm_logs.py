@@ -54,7 +54,8 @@ def predict(case: dict[str, Any]) -> Prediction:
     else:
         kw["gpu_memory_bytes"] = int(case["gpu_memory_gib"] * GIB)
     plan_kw: dict[str, Any] = {"max_model_len": case["max_model_len"],
-                               "tensor_parallel_size": case.get("tensor_parallel_size", 1)}
+                               "tensor_parallel_size": case.get("tensor_parallel_size", 1),
+                               "pipeline_parallel_size": case.get("pipeline_parallel_size", 1)}
     if flags.get("max_num_batched_tokens"):
         plan_kw["max_num_batched_tokens"] = flags["max_num_batched_tokens"]
     cfg = plan_on_gpu(_model(case), engine=case["engine"],
