@@ -92,7 +92,8 @@ def table() -> list[dict[str, Any]]:
     rows = []
     for c in load_cases():
         p = predict(c)
-        rows.append({"id": c["id"], "set": c["set"], "url": c["url"], "engine": c["engine"],
+        rows.append({"id": c["id"], "set": c["set"], "url": c.get("url") or c.get("source"),
+                     "engine": c["engine"],
                      "logged_kv_gib": c.get("logged", {}).get("available_kv_cache_gib"),
                      "logged_tokens": c.get("logged", {}).get("kv_tokens"),
                      "kv_gib": round(p.kv_gib, 2), "kv_tokens": p.kv_tokens,
