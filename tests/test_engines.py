@@ -319,30 +319,36 @@ def test_heldout_budget_errors_are_the_documented_ones():
 
 
 def test_heldout_median_error_is_the_measured_one():
-    """Held-out median over the logs with a figure (docs/ENGINE_PROFILES.md): 4.0 % over
-    7 logs at eng23b's last commit.  That set lost the four pre-registered TP>1 logs
+    """Held-out median over the logs with a figure (docs/ENGINE_PROFILES.md): 4.1 % over
+    15 logs at eng23b's last commit, 7 of them above 5 % (vllm#17122 25 %, vllm#21348
+    LMCache 44 %, vllm#27508 112 %, the two kubesimplify 0.27.1 logs 26 / 33 %, two
+    L40S V1 0.8.5 logs 5.2-5.3 %).  The set lost the four pre-registered TP>1 logs
     whose first errors led to the custom all-reduce / native-sampler rules (moved to
-    calibration); on the six pre-registered logs' FIRST figures the median was 8.4 %
-    (test below).  Three large misses stay held out and unexplained by any rule:
-    vllm#17122 (25 %), vllm#21348 (LMCache, 44 %), vllm#27508 (112 %)."""
+    calibration); see the next test for the first figures."""
     held = [c for c in CASES if c["set"] == "heldout"]
     errs = [e for c in held if (e := error(c, predict(c))) is not None]
-    assert len(errs) >= 7
+    assert len(errs) >= 15
     assert statistics.median(errs) <= 0.05
-    assert sum(e > 0.05 for e in errs) == 3
+    assert sum(e > 0.05 for e in errs) == 7
 
 
 def test_preregistered_logs_carry_their_first_figure():
     """Every log added after the first pass says when it was added and what kvcore said
-    first, before any rule looked at it; a moved log says why."""
+    first, before any rule looked at it; a moved log says why.  The first figures'
+    median over the 14 with a figure: 5.2 % (the 10 still held out: 4.1 %)."""
     added = [c for c in CASES if "added" in c]
-    assert len(added) >= 6
+    assert len(added) >= 15
     for c in added:
         f = c["first_kvcore"]
         assert f and {"kv_gib", "fits", "error", "at"} <= set(f), c["id"]
         assert (c["set"] == "calibration") == ("moved" in c), c["id"]
-    first = sorted(c["first_kvcore"]["error"] for c in added)
-    assert abs(statistics.median(first) - 0.084) < 0.005, first
+    first = [c["first_kvcore"]["error"] for c in added
+             if c["first_kvcore"]["error"] is not None]
+    assert len(first) >= 14
+    assert abs(statistics.median(first) - 0.052) < 0.005, sorted(first)
+    still = [e for c in added if c["set"] == "heldout"
+             and (e := error(c, predict(c))) is not None]
+    assert len(still) >= 10 and statistics.median(still) <= 0.05
 
 
 def test_a_not_fit_names_the_longest_max_model_len_that_starts_and_it_starts():
