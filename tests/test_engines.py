@@ -210,18 +210,66 @@ def test_mamba_blocks_below_max_num_seqs_fail_the_start_from_019(model, gpu, tp,
     skip_unless_served(model)
     base = plan_on_gpu(model, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_len,
                        raise_if_not_fits=False)
-    blocks = base.num_blocks
+    # the Mamba blocks vLLM has are those of vLLM's own layout (not kvcore's search)
+    blocks = base.stats.vllm_own_layout["num_blocks"]
+    assert 0 < blocks <= base.num_blocks
     for seqs, engine in ((blocks + 1, "vllm==0.25.1"), (blocks, "vllm==0.25.1"),
                          (blocks + 1, "vllm==0.18.0")):
         c = plan_on_gpu(model, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_len,
                         engine=engine, max_num_seqs=seqs, raise_if_not_fits=False)
+        vnb = c.stats.vllm_own_layout["num_blocks"]
         found = _ceilings(c, "mamba_blocks")
-        if seqs <= c.num_blocks:
+        if seqs <= vnb:
             assert not found
         else:
-            assert found and found[0]["limit"] == c.num_blocks
+            assert found and found[0]["limit"] == vnb
             assert found[0]["fatal"] is (engine == "vllm==0.25.1")
-            assert f"--max-num-seqs {c.num_blocks}" in found[0]["message"]
+            assert f"--max-num-seqs {vnb}" in found[0]["message"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(max_len=st.sampled_from([4096, 8192, 32768, 131072, 262144]),
+       util=st.sampled_from([0.8, 0.9, 0.95]), tp=st.sampled_from([4, 8]))
+def test_vllm_own_layout_beside_kvcores(max_len, util, tp):
+    """vLLM's layout (its unification rule: groups of the smallest bucket's size, one
+    unified page; kv_cache_utils.py@0.32): num_blocks = budget // the largest group's
+    page bytes (get_kv_cache_config_from_groups), an attention group needs
+    cdiv(max_model_len, block_size) blocks per request and a Mamba group 1; for
+    Qwen3-Next (3 Mamba : 1 attention, 12 layers a bucket) 4 groups; kvcore's search
+    may pick another layout (at short lengths it does), never one that scores lower."""
+    skip_unless_served("qwen3-next-80b-a3b-thinking")
+    c = plan_on_gpu("qwen3-next-80b-a3b-thinking", gpu="H100-SXM", tensor_parallel_size=tp,
+                    max_model_len=max_len, gpu_memory_utilization=util,
+                    raise_if_not_fits=False)
+    vl = c.stats.vllm_own_layout
+    if not c.stats.fits:
+        assert vl is None or vl["num_blocks"] is not None
+        return
+    assert vl["num_groups"] == 4
+    assert vl["num_blocks"] == c.stats.kv_cache_memory_bytes // vl["bytes_per_block"]
+    if vl["same_as_kvcore"]:
+        assert vl["num_blocks"] == c.num_blocks
+    # kvcore's search never scores below vLLM's own layout (it is the baseline)
+    assert (c.stats.max_concurrency or 0) >= (vl["max_concurrency"] or 0) * (1 - 0.005)
+    for g in vl["groups"]:
+        want = 1 if g["kind"] == "mamba" else -(-max_len // g["block_size"])
+        assert g["blocks_per_request"] == want
+
+
+def test_vllm_own_layout_differs_on_nemotron_h_and_the_mamba_ceiling_follows_vllm():
+    """Nemotron-H 56B at TP2: kvcore's search splits the layers into 2-layer groups (603
+    blocks); vLLM's rule keeps 9-10 layers a group (7 groups, 120 blocks).  What vLLM
+    does at start follows its layout: 1024 default seqs > 120 blocks fails from 0.19,
+    and the fix names 120."""
+    skip_unless_served("nemotron-h-56b-base-8k")
+    c = plan_on_gpu("nemotron-h-56b-base-8k", gpu="H100-SXM", tensor_parallel_size=2,
+                    max_model_len=8192, engine="vllm==0.25.1", raise_if_not_fits=False)
+    vl = c.stats.vllm_own_layout
+    assert not vl["same_as_kvcore"] and vl["num_groups"] < len(c.kv_cache_groups)
+    assert vl["num_blocks"] < c.num_blocks
+    m = _ceilings(c, "mamba_blocks")
+    assert m and m[0]["fatal"] and m[0]["limit"] == vl["num_blocks"]
+    assert "vLLM's own layout" in m[0]["message"]
 
 
 @pytest.mark.parametrize("model,tp", [("qwen3.5-35b-a3b", 2),
