@@ -252,7 +252,8 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
 
 #: keywords that only mean something on a GPU
 _GPU_ONLY = {"overhead_bytes": None, "data_parallel_size": 1, "enable_expert_parallel": False,
-             "max_num_seqs": None, "cuda_graphs": True, "engine": None, "usage": "serve"}
+             "max_num_seqs": None, "cuda_graphs": True, "engine": None, "usage": "serve",
+             "disable_custom_all_reduce": False}
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -261,7 +262,7 @@ def _is_default(value: Any, default: Any) -> bool:
 
 _BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel",
                 "max_num_seqs", "cuda_graphs", "gpu", "gpu_memory_bytes",
-                "gpu_memory_utilization", "engine", "usage")
+                "gpu_memory_utilization", "engine", "usage", "disable_custom_all_reduce")
 
 
 # ---- output ------------------------------------------------------------------------------
