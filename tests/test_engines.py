@@ -270,6 +270,13 @@ def test_vllm_own_layout_differs_on_nemotron_h_and_the_mamba_ceiling_follows_vll
     m = _ceilings(c, "mamba_blocks")
     assert m and m[0]["fatal"] and m[0]["limit"] == vl["num_blocks"]
     assert "vLLM's own layout" in m[0]["message"]
+    # the log's figures are vLLM's: int(max_concurrency x max_model_len) on its layout
+    # (kv_cache_utils.py@0.32 _report_kv_cache_config), before 0.21 its blocks // groups
+    lf = logged_figures(c, "vllm==0.25.1")
+    assert lf["gpu_kv_cache_size_tokens"] == int(vl["max_concurrency"] * 8192)
+    lf0 = logged_figures(c, "vllm==0.10.1")
+    attn = min(g["block_size"] for g in vl["groups"] if g["kind"] != "mamba")
+    assert lf0["gpu_kv_cache_size_tokens"] == vl["num_blocks"] // vl["num_groups"] * attn
 
 
 @pytest.mark.parametrize("model,tp", [("qwen3.5-35b-a3b", 2),

@@ -80,6 +80,8 @@ def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
       in vllm#51041), ``max_concurrency = num_blocks / blocks per request``: a derived
       figure, not the tokens the pool holds (vllm#54662).
 
+    Where vLLM's own layout differs from kvcore's (``stats.vllm_own_layout``,
+    :func:`vllm_layout`), the figures are computed on vLLM's layout: the log is vLLM's.
     Returns ``gpu_kv_cache_size_tokens``, ``max_concurrency`` (as logged),
     ``num_gpu_blocks`` (V0) and kvcore's ``max_concurrency_batched`` (its tighter figure).
     """
@@ -94,6 +96,12 @@ def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
     groups = _groups(config)
     sizes = [int(getattr(g.spec, "block_size", 0) or 0) for g in groups
              if _spec_kind(g) != "mamba"] or [0]
+    n_groups = len(groups)
+    vl = s.get("vllm_own_layout")
+    if vl and vl.get("num_blocks") and not vl.get("same_as_kvcore"):
+        # the log is vLLM's: computed on vLLM's own layout (vllm_layout)
+        nb, mc, n_groups = int(vl["num_blocks"]), vl.get("max_concurrency"), vl["num_groups"]
+        sizes = [g["block_size"] for g in vl["groups"] if g["kind"] != "mamba"] or [0]
     bs = min(sizes)
     out: dict[str, Any] = {"max_concurrency": mc, "gpu_kv_cache_size_tokens": None,
                            "max_concurrency_batched": s.get("max_concurrency_batched")}
@@ -104,7 +112,7 @@ def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
         out["gpu_kv_cache_size_tokens"] = nb * bs
         out["max_concurrency"] = nb * bs / mml if mml else None
     elif version < (0, 21, 0):
-        out["gpu_kv_cache_size_tokens"] = nb // max(len(groups), 1) * bs
+        out["gpu_kv_cache_size_tokens"] = nb // max(n_groups, 1) * bs
     elif mc and mml:
         out["gpu_kv_cache_size_tokens"] = int(mc * mml)
     return out
