@@ -424,3 +424,34 @@ def test_a_not_fit_names_the_longest_max_model_len_that_starts_and_it_starts():
     c = plan_on_gpu("gpt-oss-120b", raise_if_not_fits=False, **kw)
     found = _ceilings(c, "max_model_len")
     assert found and found[0]["limit"] == longest and found[0]["fatal"]
+
+
+def test_cli_prints_vllms_own_layout_and_json_carries_it(capsys):
+    """`kvcore plan --gpu` shows vLLM's layout beside kvcore's, `--json` carries it, and
+    `--disable-custom-all-reduce` (vLLM's flag) reaches the ledger."""
+    import json
+
+    from kvcore.cli import main
+
+    skip_unless_served("nemotron-h-56b-base-8k")
+    argv = ["plan", "nemotron-h-56b-base-8k", "--gpu", "H100-SXM", "--tp", "2",
+            "--max-model-len", "8192", "--engine", "vllm==0.25.1"]
+    api = plan_on_gpu("nemotron-h-56b-base-8k", gpu="H100-SXM", tensor_parallel_size=2,
+                      max_model_len=8192, engine="vllm==0.25.1",
+                      raise_if_not_fits=False).stats.vllm_own_layout
+    main(argv)
+    out = capsys.readouterr().out
+    assert f"vLLM's own layout: {api['num_groups']} groups" in out
+    assert "kvcore's layout differs" in out
+    # 1024: the default seqs on >= 70 GiB GPUs at 0.25 (vllm#49064 / kaito#2319 logs)
+    assert (f"does not start: max_num_seqs (1024) exceeds the Mamba cache blocks "
+            f"({api['num_blocks']})") in out
+    main(argv + ["--json"])
+    data = json.loads(capsys.readouterr().out)
+    plan = data[0] if isinstance(data, list) else data
+    assert plan["vllm_own_layout"] == json.loads(json.dumps(api))
+    main(["plan", "llama-3.1-8b", "--gpu", "H100-SXM", "--tp", "2", "--explain",
+          "--disable-custom-all-reduce"])
+    out = capsys.readouterr().out
+    assert "custom all-reduce disabled" in out
+    assert "the same as kvcore's" in out
