@@ -4,8 +4,16 @@ Each ``*.json`` there is one log: its URL, the vLLM release (``engine``), model 
 embedded name or a config under ``configs/``), GPU (catalog name, or ``gpu_memory_gib``:
 CUDA's total as the log prints it), flags, whether vLLM started, and the logged figures.
 ``set`` is ``calibration`` (looked at while writing the rules of
-:mod:`kvcore.deploy.engines`) or ``heldout`` (not).  ``python tests/vllm_logs.py`` prints
-the table docs/ENGINE_PROFILES.md quotes.
+:mod:`kvcore.deploy.engines`) or ``heldout`` (not).  Logs of the second pass also carry
+``added`` (when, pre-registered as held-out before kvcore's figure was computed),
+``first_kvcore`` (that first figure, with the commit of the rules) and, where a log's
+first error led to a rule, ``moved`` (why it is calibration now); ``source`` stands in
+for ``url`` where the search index did not name the repository.  ``flags`` take
+``max_num_seqs``, ``max_num_batched_tokens``, ``enforce_eager``,
+``disable_custom_all_reduce`` (what vLLM did when its log says "Custom allreduce is
+disabled") and ``flashinfer_sampler`` (false where the log says FlashInfer's sampler is
+not available).  ``python tests/vllm_logs.py`` prints the table docs/ENGINE_PROFILES.md
+quotes.
 """
 
 from __future__ import annotations
