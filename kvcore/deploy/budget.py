@@ -120,20 +120,21 @@ def estimate_overhead(model: str | Path | ModelConfig, *, tensor_parallel_size: 
     pp = _positive_int(pipeline_parallel_size, "pipeline_parallel_size")
     tokens = _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
     seqs = _positive_int(max_num_seqs, "max_num_seqs")
-    raw = cfg.raw
+    v = cfg.view
     from kvcore.dtypes import dtype_size
 
     dt = dtype_size(cfg.dtype) if cfg.dtype else 2
-    hidden = int(raw.get("hidden_size") or raw.get("d_model") or 0)
-    inter = int(raw.get("intermediate_size") or raw.get("encoder_ffn_dim") or 0)
-    experts_inter = int(raw.get("moe_intermediate_size") or 0)
-    top_k = int(raw.get("num_experts_per_tok") or raw.get("experts_per_token")
-                or raw.get("top_k_experts") or 0)
+    hidden = v.get_first_int("hidden_size", "d_model", default=0, minimum=0)
+    inter = v.get_first_int("intermediate_size", "encoder_ffn_dim", default=0, minimum=0)
+    experts_inter = v.get_int("moe_intermediate_size", 0, minimum=0)
+    top_k = v.get_first_int("num_experts_per_tok", "experts_per_token", "top_k_experts",
+                            default=0, minimum=0, maximum=1 << 16)
     if experts_inter and top_k:
-        inter = max(inter if raw.get("first_k_dense_replace") else 0, top_k * experts_inter)
-    elif "d_model" in raw and "n_layer" in raw:  # mamba_ssm: in_proj is the widest
-        inter = 2 * int(raw.get("ssm_cfg", {}).get("expand", 2)) * hidden
-    vocab = int(raw.get("vocab_size") or 0)
+        inter = max(inter if v.get_int("first_k_dense_replace", 0, minimum=0) else 0,
+                    top_k * experts_inter)
+    elif v.has("d_model") and v.has("n_layer"):  # mamba_ssm: in_proj is the widest
+        inter = 2 * cfg.section("ssm_cfg").get_int("expand", 2, maximum=1 << 10) * hidden
+    vocab = v.get_int("vocab_size", 0, minimum=0)
     activation = tokens * dt * (8 * hidden + 2 * inter // tp) + min(seqs, tokens) * vocab * 8
     non_torch = NON_TORCH_BYTES + (NON_TORCH_MULTI_GPU_BYTES if tp * pp > 1 else 0)
     return OverheadEstimate(activation_bytes=int(activation), non_torch_bytes=non_torch,
@@ -222,6 +223,25 @@ def _gpu_memory(gpu: str | GPU | None, gpu_memory_bytes: int | None) -> tuple[GP
         return entry, gpu_memory_bytes
     assert entry is not None
     return entry, entry.memory_bytes
+
+
+#: the least memory per GPU kvcore accepts (1 GiB): below every GPU vLLM runs on (the
+#: smallest in the catalog, kvcore gpus, has 22.5 GiB), so a smaller figure is a unit slip
+#: (``--gpu-memory 80`` meant 80 GiB, not 80 bytes)
+MIN_GPU_MEMORY_BYTES = 1 << 30
+
+
+def check_gpu_memory(value: int, field: str = "gpu_memory") -> int:
+    """Refuse memory per GPU below :data:`MIN_GPU_MEMORY_BYTES`, saying which unit was
+    likely meant (``--gpu-memory``; the Python API takes exact bytes and accepts small
+    synthetic GPUs).  Raises ConfigError."""
+    if value < MIN_GPU_MEMORY_BYTES:
+        hint = f"; did you mean {value}GiB ({value}G) or {value}GB?" if value < 100_000 \
+            else ""
+        raise ConfigError(f"{field}: {value:,} bytes is below any GPU's memory (at least "
+                          f"1 GiB; sizes are bytes unless they take a unit){hint}",
+                          field=field, value=value, minimum=MIN_GPU_MEMORY_BYTES)
+    return value
 
 
 def _check_bool(value: Any, name: str) -> bool:
@@ -488,6 +508,23 @@ def _no_tp_hint(cfg: ModelConfig, cause: str, plan_kwargs: dict[str, Any],
             f"memory per GPU or pipeline stages (--pp)")
 
 
+def check_kv_cache_dtype(value: Any) -> None:
+    """Refuse an unknown ``kv_cache_dtype`` before any memory is computed, so that a bad
+    dtype is reported as itself, never as "does not fit" (``auto`` and None pass).
+
+    Raises ConfigError (not a string) or UnknownKVCacheDtypeError / MissingPluginError
+    (kvcore.registry) naming the known dtypes or the plugin to install.
+    """
+    if value is None or value == "auto":
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"kv_cache_dtype = {value!r} must be a dtype name (or auto)",
+                          field="kv_cache_dtype", value=repr(value))
+    from kvcore.registry import get_registry
+
+    get_registry().kv_cache_dtype(value)
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -534,6 +571,7 @@ def plan_on_gpu(
     from kvcore.models.planner import plan_model
     from kvcore.planning import format_bytes
 
+    check_kv_cache_dtype(plan_kwargs.get("kv_cache_dtype", "auto"))  # before any budget
     cfg, hub_note = _resolve(model)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
                        ("cuda_graphs", cuda_graphs),

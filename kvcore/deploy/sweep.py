@@ -120,10 +120,13 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
             _check_count(v, key)
     for v in axes["gpu_memory_bytes"]:
         _check_count(v, "gpu_memory_bytes", optional=True)
+    from kvcore.deploy.budget import check_kv_cache_dtype
+
     for v in axes["kv_cache_dtype"]:
         if not isinstance(v, str) or not v:
             raise ConfigError(f"sweep: kv_cache_dtype must be a dtype name (or a list of "
                               f"them), got {v!r}", field="kv_cache_dtype", value=repr(v))
+        check_kv_cache_dtype(v)  # an unknown dtype fails the sweep, not a row
     gpus = [g for g in axes["gpu"] if g is not None]
     memories = [m for m in axes["gpu_memory_bytes"] if m is not None]
     if gpus and memories:
@@ -561,9 +564,11 @@ def parse_utilization(text: Any) -> float:
 
 def add_gpu_arguments(p: Any) -> None:
     """The GPU-budget and sweep flags of ``kvcore plan``."""
+    from kvcore.deploy.budget import check_gpu_memory
     from kvcore.units import parse_size
 
-    gpu_memory = _arg(lambda t: parse_size(t, "gpu_memory"), "gpu_memory")
+    gpu_memory = _arg(lambda t: check_gpu_memory(parse_size(t, "gpu_memory")),
+                      "gpu_memory")
     utilization = _arg(parse_utilization, "gpu_memory_utilization")
     overhead = _arg(lambda t: parse_size(t, "overhead"), "overhead")
     dp = _arg(lambda t: parse_count(t, "data_parallel_size", "--dp"), "data_parallel_size")
@@ -593,7 +598,8 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--overhead", metavar="SIZE", type=overhead,
                    help="activations + CUDA graphs + runtime per rank (default: an "
                         "estimate from the model's shape and --max-num-batched-tokens)")
-    g.add_argument("--dp", metavar="N", type=dp, default=None,
+    g.add_argument("--dp", "--data-parallel-size", "-dp", metavar="N", type=dp,
+                   default=None, dest="dp",
                    help="data-parallel replicas (multiplies GPUs, not per-rank memory)")
     g.add_argument("--enable-expert-parallel", action="store_true",
                    help="split MoE experts whole over TP x DP ranks")
@@ -612,8 +618,9 @@ def add_gpu_arguments(p: Any) -> None:
                    help="no custom all-reduce buffers (vLLM's flag; also what vLLM does "
                         "by itself when TP spans nodes or the GPUs lack P2P)")
     g.add_argument("--explain", action="store_true",
-                   help="print the whole per-rank memory ledger, one line per term, with "
-                        "the rule and source of each")
+                   help="explain the plan: the Pareto front of the judged layouts and, "
+                        "with a GPU, the whole per-rank memory ledger (one line per term, "
+                        "with the rule and source of each)")
     g.add_argument("--csv", metavar="FILE", help="write the sweep table as CSV")
     g.add_argument("--plot", metavar="FILE.png",
                    help="plot max concurrency against max_model_len (kvcore[plot])")
@@ -654,7 +661,8 @@ def on_gpu(args: Any) -> bool:
             ("--gpu-memory-utilization", "gpu_memory_utilization"),
             ("--overhead", "overhead"), ("--dp", "dp"),
             ("--enable-expert-parallel", "enable_expert_parallel"))
-            if getattr(args, attr, None) not in (None, False)]
+            if getattr(args, attr, None) is not None
+            and getattr(args, attr, None) is not False]  # --overhead 0 counts as given
         if given:
             raise ConfigError(f"{', '.join(given)} need(s) a GPU: give --gpu NAME (see "
                               f"kvcore gpus) or --gpu-memory SIZE", field="gpu")
@@ -708,6 +716,20 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
     return kw
 
 
+def _is_stdout(path: str) -> bool:
+    """Whether ``path`` names standard output (``-``, /dev/stdout, /dev/fd/1, or the same
+    file stdout is open on)."""
+    import os
+
+    if path in ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        return True
+    try:
+        out, target = os.fstat(sys.stdout.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (out.st_dev, out.st_ino) == (target.st_dev, target.st_ino)
+
+
 def run_cli(args: Any) -> int:
     """``kvcore plan`` with a sweep: table (or ``--json``: a list of plans), ``--csv``,
     ``--plot``; exit 0 even when rows do not fit."""
@@ -719,6 +741,10 @@ def run_cli(args: Any) -> int:
     if not args.model:
         raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
                           field="model")
+    if args.csv and args.json and _is_stdout(args.csv):
+        raise ConfigError(f"--csv {args.csv} with --json would write the CSV into the JSON "
+                          f"on standard output; write the CSV to a file, or drop --json",
+                          field="csv", value=str(args.csv))
     if args.plot:  # fail before planning anything
         try:
             import matplotlib  # noqa: F401
