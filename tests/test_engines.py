@@ -455,3 +455,21 @@ def test_cli_prints_vllms_own_layout_and_json_carries_it(capsys):
     out = capsys.readouterr().out
     assert "custom all-reduce disabled" in out
     assert "the same as kvcore's" in out
+
+
+@pytest.mark.parametrize("model,tp,max_len", [
+    ("nemotron-h-56b-base-8k", 2, 8192), ("qwen3-next-80b-a3b-thinking", 4, 65536),
+    ("llama-3.1-8b", 1, 32768), ("gemma-3-27b-it.transformers-4.56-resaved", 2, 32768)])
+def test_vllm_own_layout_agrees_with_the_planners_vllm_layout(model, tp, max_len):
+    """Two implementations of vLLM's layout: kvcore.deploy.ceilings.vllm_layout (the
+    deploy path) and the planner's PlanStats.vllm_layout (branch plan22): same groups,
+    same max concurrency (vLLM's figure)."""
+    skip_unless_served(model)
+    c = plan_on_gpu(model, gpu="H100-SXM", tensor_parallel_size=tp, max_model_len=max_len,
+                    raise_if_not_fits=False)
+    mine, theirs = c.stats.vllm_own_layout, c.stats.vllm_layout
+    if mine is None or theirs is None:
+        pytest.skip("no budget: the plan does not fit")
+    f = theirs.figures
+    assert mine["num_groups"] == f.num_groups
+    assert mine["max_concurrency"] == pytest.approx(f.guarantee, rel=1e-9)
