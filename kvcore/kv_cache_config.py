@@ -404,6 +404,8 @@ class PlanStats:
     engine_release: str | None = None
     ledger: dict[str, Any] | None = None
     ceilings: list[dict[str, Any]] | None = None
+    #: vLLM's own layout beside kvcore's (kvcore.deploy.ceilings.vllm_layout; issue #23)
+    vllm_own_layout: dict[str, Any] | None = None
     data_parallel_size: int | None = None
     weights_mtp_bytes: int | None = None  # whole-checkpoint MTP / next-n layers
     weights_include_mtp: bool | None = None  # loaded per rank (--include-mtp)

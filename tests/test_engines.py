@@ -210,18 +210,73 @@ def test_mamba_blocks_below_max_num_seqs_fail_the_start_from_019(model, gpu, tp,
     skip_unless_served(model)
     base = plan_on_gpu(model, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_len,
                        raise_if_not_fits=False)
-    blocks = base.num_blocks
+    # the Mamba blocks vLLM has are those of vLLM's own layout (not kvcore's search)
+    blocks = base.stats.vllm_own_layout["num_blocks"]
+    assert 0 < blocks <= base.num_blocks
     for seqs, engine in ((blocks + 1, "vllm==0.25.1"), (blocks, "vllm==0.25.1"),
                          (blocks + 1, "vllm==0.18.0")):
         c = plan_on_gpu(model, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_len,
                         engine=engine, max_num_seqs=seqs, raise_if_not_fits=False)
+        vnb = c.stats.vllm_own_layout["num_blocks"]
         found = _ceilings(c, "mamba_blocks")
-        if seqs <= c.num_blocks:
+        if seqs <= vnb:
             assert not found
         else:
-            assert found and found[0]["limit"] == c.num_blocks
+            assert found and found[0]["limit"] == vnb
             assert found[0]["fatal"] is (engine == "vllm==0.25.1")
-            assert f"--max-num-seqs {c.num_blocks}" in found[0]["message"]
+            assert f"--max-num-seqs {vnb}" in found[0]["message"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(max_len=st.sampled_from([4096, 8192, 32768, 131072, 262144]),
+       util=st.sampled_from([0.8, 0.9, 0.95]), tp=st.sampled_from([4, 8]))
+def test_vllm_own_layout_beside_kvcores(max_len, util, tp):
+    """vLLM's layout (its unification rule: groups of the smallest bucket's size, one
+    unified page; kv_cache_utils.py@0.32): num_blocks = budget // the largest group's
+    page bytes (get_kv_cache_config_from_groups), an attention group needs
+    cdiv(max_model_len, block_size) blocks per request and a Mamba group 1; for
+    Qwen3-Next (3 Mamba : 1 attention, 12 layers a bucket) 4 groups; kvcore's search
+    may pick another layout (at short lengths it does), never one that scores lower."""
+    skip_unless_served("qwen3-next-80b-a3b-thinking")
+    c = plan_on_gpu("qwen3-next-80b-a3b-thinking", gpu="H100-SXM", tensor_parallel_size=tp,
+                    max_model_len=max_len, gpu_memory_utilization=util,
+                    raise_if_not_fits=False)
+    vl = c.stats.vllm_own_layout
+    if not c.stats.fits:
+        assert vl is None or vl["num_blocks"] is not None
+        return
+    assert vl["num_groups"] == 4
+    assert vl["num_blocks"] == c.stats.kv_cache_memory_bytes // vl["bytes_per_block"]
+    if vl["same_as_kvcore"]:
+        assert vl["num_blocks"] == c.num_blocks
+    # kvcore's search never scores below vLLM's own layout (it is the baseline)
+    assert (c.stats.max_concurrency or 0) >= (vl["max_concurrency"] or 0) * (1 - 0.005)
+    for g in vl["groups"]:
+        want = 1 if g["kind"] == "mamba" else -(-max_len // g["block_size"])
+        assert g["blocks_per_request"] == want
+
+
+def test_vllm_own_layout_differs_on_nemotron_h_and_the_mamba_ceiling_follows_vllm():
+    """Nemotron-H 56B at TP2: kvcore's search splits the layers into 2-layer groups (603
+    blocks); vLLM's rule keeps 9-10 layers a group (7 groups, 120 blocks).  What vLLM
+    does at start follows its layout: 1024 default seqs > 120 blocks fails from 0.19,
+    and the fix names 120."""
+    skip_unless_served("nemotron-h-56b-base-8k")
+    c = plan_on_gpu("nemotron-h-56b-base-8k", gpu="H100-SXM", tensor_parallel_size=2,
+                    max_model_len=8192, engine="vllm==0.25.1", raise_if_not_fits=False)
+    vl = c.stats.vllm_own_layout
+    assert not vl["same_as_kvcore"] and vl["num_groups"] < len(c.kv_cache_groups)
+    assert vl["num_blocks"] < c.num_blocks
+    m = _ceilings(c, "mamba_blocks")
+    assert m and m[0]["fatal"] and m[0]["limit"] == vl["num_blocks"]
+    assert "vLLM's own layout" in m[0]["message"]
+    # the log's figures are vLLM's: int(max_concurrency x max_model_len) on its layout
+    # (kv_cache_utils.py@0.32 _report_kv_cache_config), before 0.21 its blocks // groups
+    lf = logged_figures(c, "vllm==0.25.1")
+    assert lf["gpu_kv_cache_size_tokens"] == int(vl["max_concurrency"] * 8192)
+    lf0 = logged_figures(c, "vllm==0.10.1")
+    attn = min(g["block_size"] for g in vl["groups"] if g["kind"] != "mamba")
+    assert lf0["gpu_kv_cache_size_tokens"] == vl["num_blocks"] // vl["num_groups"] * attn
 
 
 @pytest.mark.parametrize("model,tp", [("qwen3.5-35b-a3b", 2),
@@ -290,7 +345,8 @@ CASES = load_cases()
 def test_the_log_set_is_split_and_sourced():
     sets = {c["set"] for c in CASES}
     assert sets == {"calibration", "heldout"}
-    assert all(c["url"].startswith("https://github.com/") for c in CASES)
+    # a URL, or (where the search index did not name the repository) a source line
+    assert all((c.get("url") or "").startswith("https://") or c.get("source") for c in CASES)
     assert sum(c["set"] == "heldout" for c in CASES) >= 8
 
 
@@ -318,30 +374,36 @@ def test_heldout_budget_errors_are_the_documented_ones():
 
 
 def test_heldout_median_error_is_the_measured_one():
-    """Held-out median over the logs with a figure (docs/ENGINE_PROFILES.md): 4.0 % over
-    7 logs at eng23b's last commit.  That set lost the four pre-registered TP>1 logs
+    """Held-out median over the logs with a figure (docs/ENGINE_PROFILES.md): 4.1 % over
+    15 logs at eng23b's last commit, 7 of them above 5 % (vllm#17122 25 %, vllm#21348
+    LMCache 44 %, vllm#27508 112 %, the two kubesimplify 0.27.1 logs 26 / 33 %, two
+    L40S V1 0.8.5 logs 5.2-5.3 %).  The set lost the four pre-registered TP>1 logs
     whose first errors led to the custom all-reduce / native-sampler rules (moved to
-    calibration); on the six pre-registered logs' FIRST figures the median was 8.4 %
-    (test below).  Three large misses stay held out and unexplained by any rule:
-    vllm#17122 (25 %), vllm#21348 (LMCache, 44 %), vllm#27508 (112 %)."""
+    calibration); see the next test for the first figures."""
     held = [c for c in CASES if c["set"] == "heldout"]
     errs = [e for c in held if (e := error(c, predict(c))) is not None]
-    assert len(errs) >= 7
+    assert len(errs) >= 15
     assert statistics.median(errs) <= 0.05
-    assert sum(e > 0.05 for e in errs) == 3
+    assert sum(e > 0.05 for e in errs) == 7
 
 
 def test_preregistered_logs_carry_their_first_figure():
     """Every log added after the first pass says when it was added and what kvcore said
-    first, before any rule looked at it; a moved log says why."""
+    first, before any rule looked at it; a moved log says why.  The first figures'
+    median over the 14 with a figure: 5.2 % (the 10 still held out: 4.1 %)."""
     added = [c for c in CASES if "added" in c]
-    assert len(added) >= 6
+    assert len(added) >= 15
     for c in added:
         f = c["first_kvcore"]
         assert f and {"kv_gib", "fits", "error", "at"} <= set(f), c["id"]
         assert (c["set"] == "calibration") == ("moved" in c), c["id"]
-    first = sorted(c["first_kvcore"]["error"] for c in added)
-    assert abs(statistics.median(first) - 0.084) < 0.005, first
+    first = [c["first_kvcore"]["error"] for c in added
+             if c["first_kvcore"]["error"] is not None]
+    assert len(first) >= 14
+    assert abs(statistics.median(first) - 0.052) < 0.005, sorted(first)
+    still = [e for c in added if c["set"] == "heldout"
+             and (e := error(c, predict(c))) is not None]
+    assert len(still) >= 10 and statistics.median(still) <= 0.05
 
 
 def test_a_not_fit_names_the_longest_max_model_len_that_starts_and_it_starts():
@@ -362,3 +424,52 @@ def test_a_not_fit_names_the_longest_max_model_len_that_starts_and_it_starts():
     c = plan_on_gpu("gpt-oss-120b", raise_if_not_fits=False, **kw)
     found = _ceilings(c, "max_model_len")
     assert found and found[0]["limit"] == longest and found[0]["fatal"]
+
+
+def test_cli_prints_vllms_own_layout_and_json_carries_it(capsys):
+    """`kvcore plan --gpu` shows vLLM's layout beside kvcore's, `--json` carries it, and
+    `--disable-custom-all-reduce` (vLLM's flag) reaches the ledger."""
+    import json
+
+    from kvcore.cli import main
+
+    skip_unless_served("nemotron-h-56b-base-8k")
+    argv = ["plan", "nemotron-h-56b-base-8k", "--gpu", "H100-SXM", "--tp", "2",
+            "--max-model-len", "8192", "--engine", "vllm==0.25.1"]
+    api = plan_on_gpu("nemotron-h-56b-base-8k", gpu="H100-SXM", tensor_parallel_size=2,
+                      max_model_len=8192, engine="vllm==0.25.1",
+                      raise_if_not_fits=False).stats.vllm_own_layout
+    main(argv)
+    out = capsys.readouterr().out
+    assert f"vLLM's own layout: {api['num_groups']} groups" in out
+    assert "kvcore's layout differs" in out
+    # 1024: the default seqs on >= 70 GiB GPUs at 0.25 (vllm#49064 / kaito#2319 logs)
+    assert (f"does not start: max_num_seqs (1024) exceeds the Mamba cache blocks "
+            f"({api['num_blocks']})") in out
+    main(argv + ["--json"])
+    data = json.loads(capsys.readouterr().out)
+    plan = data[0] if isinstance(data, list) else data
+    assert plan["vllm_own_layout"] == json.loads(json.dumps(api))
+    main(["plan", "llama-3.1-8b", "--gpu", "H100-SXM", "--tp", "2", "--explain",
+          "--disable-custom-all-reduce"])
+    out = capsys.readouterr().out
+    assert "custom all-reduce disabled" in out
+    assert "the same as kvcore's" in out
+
+
+@pytest.mark.parametrize("model,tp,max_len", [
+    ("nemotron-h-56b-base-8k", 2, 8192), ("qwen3-next-80b-a3b-thinking", 4, 65536),
+    ("llama-3.1-8b", 1, 32768), ("gemma-3-27b-it.transformers-4.56-resaved", 2, 32768)])
+def test_vllm_own_layout_agrees_with_the_planners_vllm_layout(model, tp, max_len):
+    """Two implementations of vLLM's layout: kvcore.deploy.ceilings.vllm_layout (the
+    deploy path) and the planner's PlanStats.vllm_layout (branch plan22): same groups,
+    same max concurrency (vLLM's figure)."""
+    skip_unless_served(model)
+    c = plan_on_gpu(model, gpu="H100-SXM", tensor_parallel_size=tp, max_model_len=max_len,
+                    raise_if_not_fits=False)
+    mine, theirs = c.stats.vllm_own_layout, c.stats.vllm_layout
+    if mine is None or theirs is None:
+        pytest.skip("no budget: the plan does not fit")
+    f = theirs.figures
+    assert mine["num_groups"] == f.num_groups
+    assert mine["max_concurrency"] == pytest.approx(f.guarantee, rel=1e-9)

@@ -4,8 +4,16 @@ Each ``*.json`` there is one log: its URL, the vLLM release (``engine``), model 
 embedded name or a config under ``configs/``), GPU (catalog name, or ``gpu_memory_gib``:
 CUDA's total as the log prints it), flags, whether vLLM started, and the logged figures.
 ``set`` is ``calibration`` (looked at while writing the rules of
-:mod:`kvcore.deploy.engines`) or ``heldout`` (not).  ``python tests/vllm_logs.py`` prints
-the table docs/ENGINE_PROFILES.md quotes.
+:mod:`kvcore.deploy.engines`) or ``heldout`` (not).  Logs of the second pass also carry
+``added`` (when, pre-registered as held-out before kvcore's figure was computed),
+``first_kvcore`` (that first figure, with the commit of the rules) and, where a log's
+first error led to a rule, ``moved`` (why it is calibration now); ``source`` stands in
+for ``url`` where the search index did not name the repository.  ``flags`` take
+``max_num_seqs``, ``max_num_batched_tokens``, ``enforce_eager``,
+``disable_custom_all_reduce`` (what vLLM did when its log says "Custom allreduce is
+disabled") and ``flashinfer_sampler`` (false where the log says FlashInfer's sampler is
+not available).  ``python tests/vllm_logs.py`` prints the table docs/ENGINE_PROFILES.md
+quotes.
 """
 
 from __future__ import annotations
@@ -54,7 +62,8 @@ def predict(case: dict[str, Any]) -> Prediction:
     else:
         kw["gpu_memory_bytes"] = int(case["gpu_memory_gib"] * GIB)
     plan_kw: dict[str, Any] = {"max_model_len": case["max_model_len"],
-                               "tensor_parallel_size": case.get("tensor_parallel_size", 1)}
+                               "tensor_parallel_size": case.get("tensor_parallel_size", 1),
+                               "pipeline_parallel_size": case.get("pipeline_parallel_size", 1)}
     if flags.get("max_num_batched_tokens"):
         plan_kw["max_num_batched_tokens"] = flags["max_num_batched_tokens"]
     cfg = plan_on_gpu(_model(case), engine=case["engine"],
@@ -91,7 +100,8 @@ def table() -> list[dict[str, Any]]:
     rows = []
     for c in load_cases():
         p = predict(c)
-        rows.append({"id": c["id"], "set": c["set"], "url": c["url"], "engine": c["engine"],
+        rows.append({"id": c["id"], "set": c["set"], "url": c.get("url") or c.get("source"),
+                     "engine": c["engine"],
                      "logged_kv_gib": c.get("logged", {}).get("available_kv_cache_gib"),
                      "logged_tokens": c.get("logged", {}).get("kv_tokens"),
                      "kv_gib": round(p.kv_gib, 2), "kv_tokens": p.kv_tokens,

@@ -698,9 +698,12 @@ def plan_on_gpu(
         config.stats.update({"engine": b.ledger.engine.name,
                              "engine_release": b.ledger.engine.release,
                              "ledger": b.ledger.to_dict()})
-        from kvcore.deploy.ceilings import check_ceilings
+        from kvcore.deploy.ceilings import check_ceilings, vllm_layout
 
-        ceilings = [c.to_dict() for c in check_ceilings(cfg, config, b.ledger, plan_kwargs)]
+        vl = vllm_layout(cfg, config, dict(plan_kwargs, tensor_parallel_size=tp))
+        config.stats["vllm_own_layout"] = vl
+        ceilings = [c.to_dict() for c in check_ceilings(cfg, config, b.ledger, plan_kwargs,
+                                                        vllm=vl)]
         for c in ceilings:
             if c["kind"] == "max_model_len" and longest_that_starts:
                 c["limit"] = int(longest_that_starts)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Ceiling", "check_ceilings", "logged_figures"]
+__all__ = ["Ceiling", "check_ceilings", "logged_figures", "vllm_layout"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,8 @@ def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
       in vllm#51041), ``max_concurrency = num_blocks / blocks per request``: a derived
       figure, not the tokens the pool holds (vllm#54662).
 
+    Where vLLM's own layout differs from kvcore's (``stats.vllm_own_layout``,
+    :func:`vllm_layout`), the figures are computed on vLLM's layout: the log is vLLM's.
     Returns ``gpu_kv_cache_size_tokens``, ``max_concurrency`` (as logged),
     ``num_gpu_blocks`` (V0) and kvcore's ``max_concurrency_batched`` (its tighter figure).
     """
@@ -94,6 +96,12 @@ def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
     groups = _groups(config)
     sizes = [int(getattr(g.spec, "block_size", 0) or 0) for g in groups
              if _spec_kind(g) != "mamba"] or [0]
+    n_groups = len(groups)
+    vl = s.get("vllm_own_layout")
+    if vl and vl.get("num_blocks") and not vl.get("same_as_kvcore"):
+        # the log is vLLM's: computed on vLLM's own layout (vllm_layout)
+        nb, mc, n_groups = int(vl["num_blocks"]), vl.get("max_concurrency"), vl["num_groups"]
+        sizes = [g["block_size"] for g in vl["groups"] if g["kind"] != "mamba"] or [0]
     bs = min(sizes)
     out: dict[str, Any] = {"max_concurrency": mc, "gpu_kv_cache_size_tokens": None,
                            "max_concurrency_batched": s.get("max_concurrency_batched")}
@@ -104,15 +112,20 @@ def logged_figures(config: Any, engine: Any = None) -> dict[str, Any]:
         out["gpu_kv_cache_size_tokens"] = nb * bs
         out["max_concurrency"] = nb * bs / mml if mml else None
     elif version < (0, 21, 0):
-        out["gpu_kv_cache_size_tokens"] = nb // max(len(groups), 1) * bs
+        out["gpu_kv_cache_size_tokens"] = nb // max(n_groups, 1) * bs
     elif mc and mml:
         out["gpu_kv_cache_size_tokens"] = int(mc * mml)
     return out
 
 
 def check_ceilings(cfg: Any, config: Any, ledger: Any,
-                   plan_kwargs: dict[str, Any] | None = None) -> list[Ceiling]:
-    """The ceilings of one plan under one engine ledger (see the module docstring)."""
+                   plan_kwargs: dict[str, Any] | None = None,
+                   vllm: dict[str, Any] | None = None) -> list[Ceiling]:
+    """The ceilings of one plan under one engine ledger (see the module docstring).
+
+    ``vllm`` is :func:`vllm_layout`'s answer: where it is given, the ceilings that
+    predict what vLLM does (Mamba blocks against ``max_num_seqs``) use vLLM's own layout's
+    block count, not the one kvcore's search found (the message names both)."""
     kw = plan_kwargs or {}
     out: list[Ceiling] = []
     p = ledger.engine
@@ -129,12 +142,16 @@ def check_ceilings(cfg: Any, config: Any, ledger: Any,
     if "mamba" in kinds and nb and config.stats.get("fits", True) is not False:
         mode = kw.get("mamba_cache_mode", "none")
         per_seq = 1 if mode in ("none", None) else 2
-        limit = max(nb // per_seq, 0)
+        vnb = (vllm or {}).get("num_blocks") or nb
+        limit = max(vnb // per_seq, 0)
         if seqs > limit:
             fatal = version >= (0, 19, 0)
+            other = "" if vnb == nb else (
+                f" on vLLM's own layout ({(vllm or {}).get('num_groups')} groups; "
+                f"kvcore's layout would have {nb} blocks)")
             out.append(Ceiling(
                 "mamba_blocks", fatal,
-                f"max_num_seqs ({seqs}) exceeds the Mamba cache blocks ({nb}): vLLM "
+                f"max_num_seqs ({seqs}) exceeds the Mamba cache blocks ({vnb}){other}: vLLM "
                 + ("refuses to start" if fatal else "caps its CUDA-graph sizes")
                 + f"; give --max-num-seqs {limit} or less (or a shorter --max-model-len / "
                   f"more memory)", limit=limit,
@@ -198,3 +215,94 @@ def check_ceilings(cfg: Any, config: Any, ledger: Any,
                            source="_report_kv_cache_config (kv_cache_utils.py@0.32); "
                                   "vllm#54662, vllm#40691"))
     return out
+
+
+def vllm_layout(cfg: Any, config: Any, plan_kwargs: dict[str, Any] | None = None
+                ) -> dict[str, Any] | None:
+    """vLLM 0.32's own layout of the model's layers, beside the one kvcore planned.
+
+    vLLM groups layers by its own rule (one group when every layer shares a block table,
+    else the unified-page hybrid: groups of the smallest bucket's size, one block size
+    unified so that every group's page has the same bytes; vLLM does not turn windows
+    longer than ``max_model_len`` into full attention) -- kvcore's
+    :func:`kvcore.grouping.vllm_rule_layouts`, scored on the same budget.  kvcore's own
+    search may pick a layout with more blocks; what vLLM *does* (how many Mamba blocks
+    it has against ``max_num_seqs``, what its log prints) follows this one.
+
+    Returns ``{"strategy", "num_groups", "groups": [{"kind", "block_size",
+    "num_layers", "blocks_per_request"}], "num_blocks", "max_concurrency",
+    "bytes_per_block", "same_as_kvcore"}`` (``num_blocks``: bytes per rank // bytes per
+    block id, vLLM's ``get_kv_cache_config_from_groups``; None under pipeline
+    parallelism, where the stages' split decides), or None without a budget or when the
+    layers cannot be rebuilt (a model no installed plugin serves).
+    """
+    from kvcore.grouping import (
+        SearchEnv,
+        blocks_per_request,
+        bytes_per_block_of,
+        normalize_specs,
+        score_layout,
+        vllm_rule_layouts,
+    )
+    from kvcore.models.config import CacheConfig
+    from kvcore.models.planner import layer_specs_for
+    from kvcore.specs import PlanContext
+
+    kw = plan_kwargs or {}
+    budget = config.stats.get("kv_cache_memory_bytes")
+    if isinstance(budget, (list, tuple)):
+        budget = min(budget) if budget else None
+    mml = int(getattr(config, "max_model_len", 0) or 0)
+    if not budget or budget <= 0 or mml <= 0:
+        return None
+    tp = int(kw.get("tensor_parallel_size", 1) or 1)
+    pp = int(kw.get("pipeline_parallel_size", 1) or 1)
+    try:
+        cache = CacheConfig(block_size=kw.get("block_size"),
+                            kv_cache_dtype=kw.get("kv_cache_dtype", "auto"),
+                            tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                            mamba_cache_mode=kw.get("mamba_cache_mode", "none"),
+                            num_speculative_tokens=kw.get("num_speculative_tokens", 0),
+                            include_mtp_layers=kw.get("include_mtp_layers", False),
+                            mamba_ssm_cache_dtype=kw.get("mamba_ssm_cache_dtype"))
+        specs = layer_specs_for(cfg, cache)
+        items, _, _ = normalize_specs(
+            specs, max_model_len=None, kernel_block_size=kw.get("kernel_block_size"),
+            disable_hybrid_kv_cache_manager=kw.get("disable_hybrid_kv_cache_manager",
+                                                   False))
+    except Exception:  # noqa: BLE001 - a layout we cannot rebuild is reported as None
+        return None
+    if not items:
+        return None
+    ctx = PlanContext(max_model_len=mml,
+                      max_num_batched_tokens=int(kw.get("max_num_batched_tokens") or 8192),
+                      tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                      mamba_cache_mode=kw.get("mamba_cache_mode", "none") or "none",
+                      num_speculative_tokens=int(kw.get("num_speculative_tokens", 0) or 0))
+    env = SearchEnv(ctx=ctx, kernel_block_size=kw.get("kernel_block_size"),
+                    budgets=(int(budget),), max_model_len=mml,
+                    enable_prefix_caching=bool(kw.get("enable_prefix_caching", True)))
+    lays = vllm_rule_layouts(items, env)
+    if not lays:
+        return None
+    lay = lays[0]
+    groups = lay.groups
+    sc = score_layout(lay, env)
+    bpb = bytes_per_block_of(groups)
+    per_group = []
+    for g in groups:
+        spec = g.spec
+        per_group.append({
+            "kind": getattr(spec, "kind", type(spec).__name__),
+            "block_size": int(getattr(spec, "block_size", 0) or 0),
+            "num_layers": len(g.layer_names),
+            "blocks_per_request": blocks_per_request([g], ctx, mml)})
+    mine = [(getattr(g.spec, "kind", ""), int(getattr(g.spec, "block_size", 0) or 0),
+             len(g.layer_names)) for g in _groups(config)]
+    theirs = [(d["kind"], d["block_size"], d["num_layers"]) for d in per_group]
+    return {"strategy": lay.strategy, "num_groups": len(groups), "groups": per_group,
+            # one budget per rank; with PP the stages' layer split decides (not rebuilt)
+            "num_blocks": (int(budget) // bpb if bpb else 0) if pp == 1 else None,
+            "bytes_per_block": bpb,
+            "max_concurrency": sc.max_concurrency,
+            "same_as_kvcore": sorted(mine) == sorted(theirs)}

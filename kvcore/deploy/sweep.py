@@ -428,7 +428,7 @@ def rows_to_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 GPU_JSON_KEYS = ("weights_bytes", "weights_bytes_total", "weights_source", "overhead_bytes",
                  "gpu", "gpu_memory_utilization", "fits", "min_tensor_parallel_size_that_fits",
                  "num_gpus", "data_parallel_size", "weights_mtp_bytes", "weights_include_mtp",
-                 "engine", "engine_release", "ledger", "ceilings")
+                 "engine", "engine_release", "ledger", "ceilings", "vllm_own_layout")
 
 
 def plan_json_extras(stats: Any) -> dict[str, Any]:
@@ -836,6 +836,21 @@ def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> No
             eq = "= " if line["name"] == "KV budget" else ""
             print(f"  {eq}{sign}{line['name']:<22} {format_bytes(line['bytes']):>11}  "
                   f"{line['rule']}  [{line['source']}]", file=out)
+    vl = stats.get("vllm_own_layout")
+    if vl:
+        gs = vl["groups"]
+        from collections import Counter
+
+        kinds = Counter((g["num_layers"], g["kind"], g["block_size"], g["blocks_per_request"])
+                        for g in gs)
+        desc = ", ".join(f"{n} x ({lay} {kind} layers, block_size {bs}, {bpr} blocks per "
+                         f"request)" for (lay, kind, bs, bpr), n in kinds.items())
+        nb = vl.get("num_blocks")
+        print(f"vLLM's own layout: {vl['num_groups']} groups: {desc}"
+              + (f"; {nb:,} blocks" if nb is not None else "")
+              + ("; the same as kvcore's" if vl.get("same_as_kvcore") else
+                 f"; kvcore's layout differs ({stats.get('strategy')}): the ceilings that "
+                 f"predict vLLM use vLLM's"), file=out)
     for c in stats.get("ceilings") or []:
         if c["kind"] == "logged_figures" and not explain:
             continue
