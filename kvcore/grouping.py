@@ -163,11 +163,54 @@ class GroupingResult:
         return max((len(g.layer_names) for g in self.groups), default=0)
 
 
+
+# ---- argument checks of the public entry points ---------------------------------------------
+
+def _arg_groups(groups: Any, fn: str) -> Sequence[KVCacheGroupSpec]:
+    from kvcore.units import shorten
+
+    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence) or \
+            not all(isinstance(g, KVCacheGroupSpec) for g in groups):
+        raise ConfigError(f"{fn}: groups must be a list of KVCacheGroupSpec, got "
+                          f"{shorten(groups)}", field="groups", value=shorten(groups))
+    return groups
+
+
+def _arg_ctx(ctx: Any, fn: str) -> PlanContext:
+    from kvcore.units import shorten
+
+    if not isinstance(ctx, PlanContext):
+        raise ConfigError(f"{fn}: ctx must be a PlanContext, got {shorten(ctx)}",
+                          field="ctx", value=shorten(ctx))
+    return ctx
+
+
+def _arg_count(value: Any, name: str, fn: str, *, minimum: int = 1,
+               optional: bool = True) -> Any:
+    from kvcore.units import check_int
+
+    if value is None and optional:
+        return None
+    return check_int(value, name, minimum=minimum, where=fn)
+
+
+def _arg_bool(value: Any, name: str, fn: str) -> bool:
+    from kvcore.units import shorten
+
+    if not isinstance(value, bool):
+        raise ConfigError(f"{fn}: {name} = {shorten(value)} must be True or False",
+                          field=name, value=shorten(value))
+    return value
+
+
 def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
                        ctx: PlanContext, max_len: int | None = None) -> int:
     """Blocks one request of ``max_len`` tokens needs, summed over the groups, each
     group with its own admission cap (a group of differing layers: the largest of its
     layers)."""
+    _arg_groups(groups, "blocks_per_request")
+    _arg_ctx(ctx, "blocks_per_request")
+    _arg_count(max_len, "max_len", "blocks_per_request")
     total = 0
     for g in groups:
         if g.layer_specs is None:
@@ -181,6 +224,7 @@ def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
 def bytes_per_block_of(groups: Sequence[KVCacheGroupSpec]) -> int:
     """Bytes one block id takes: the largest group's sum of page sizes (vLLM's
     convention; groups use a block id at different times, so their pages overlap)."""
+    _arg_groups(groups, "bytes_per_block_of")
     return max((g.bytes_per_block for g in groups), default=0)
 
 
@@ -332,6 +376,10 @@ def normalize_specs(
     ``kernel_block_size`` and every block size a multiple of the spec's
     ``block_size_alignment``.  Each unique spec is transformed once.
     """
+    layer_specs = check_layer_specs(layer_specs)
+    _arg_count(max_model_len, "max_model_len", "normalize_specs")
+    _arg_bool(disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager",
+              "normalize_specs")
     if kernel_block_size is not None and (not _is_int(kernel_block_size)
                                           or kernel_block_size <= 0):
         raise ConfigError(f"kernel_block_size must be a positive int, got "
@@ -440,8 +488,18 @@ def unify_page_sizes(
     pages are padded.
 
     Returns ``(mapping old spec -> new spec, whole, notes)``; ``whole`` is False when an
-    attention page had to be padded.  Never raises for a non-integer ratio.
+    attention page had to be padded.  Never raises for a non-integer ratio; raises
+    ConfigError for arguments of the wrong type or an empty list.
     """
+    from kvcore.units import shorten
+
+    if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Sequence) or \
+            not specs or not all(isinstance(x, KVCacheSpec) for x in specs):
+        raise ConfigError(f"unify_page_sizes: specs must be a non-empty list of "
+                          f"KVCacheSpec, got {shorten(specs)}", field="specs")
+    _arg_count(kernel_block_size, "kernel_block_size", "unify_page_sizes")
+    _arg_bool(commensurate, "commensurate", "unify_page_sizes")
+    _arg_bool(scale, "scale", "unify_page_sizes")
     notes: list[str] = []
     uniq = list(dict.fromkeys(specs))
     attn = [s for s in uniq if s.scales_with_block_size]
@@ -795,11 +853,36 @@ def _unified_mapping(specs: list[KVCacheSpec], env: SearchEnv, variant: str, pad
         block = next(iter(attn_blocks))
         mapping = {s: (m if m.scales_with_block_size else m.with_attention_block_size(block))
                    for s, m in mapping.items()}
+    elif len(attn_blocks) > 1:
+        mapping = {s: (m if m.scales_with_block_size else _state_beside_blocks(m, attn_blocks))
+                   for s, m in mapping.items()}
     for s, m in mapping.items():
         if m.block_size % _alignment(s, None):
             return None  # a state that follows the attention block breaks its alignment
     by_id = {id(s): mapping[s] for s in specs}
     return by_id, notes
+
+
+def _state_beside_blocks(spec: KVCacheSpec, attn_blocks: set[int]) -> KVCacheSpec:
+    """A state spec beside attention groups of several block sizes (issue 24, item 7).
+
+    A state whose block count grows with the sequence (a Mamba state in ``all`` mode:
+    one state per block boundary, ``cdiv(max_model_len, block_size)`` per request)
+    takes the block size ``lcm(attention block sizes, block_size_alignment)``.  Prefix
+    hits land only on multiples of the lcm of the caching groups' block sizes, and a
+    state block must be a multiple of the SSM chunk (``block_size_alignment``), so no
+    hit can land finer than that lcm: states between its multiples are never read.
+    Every block size that keeps the hit granularity (a multiple of the alignment that
+    divides the lcm) is valid, and the lcm itself is the largest of them, the one with
+    the fewest state blocks per request (keeping the state at its own 16-token block
+    beside 80- and 560-token attention blocks took 35x the state memory).  A state
+    with a fixed block count (``align`` / ``none`` mode), or any other kind, is left
+    as it is."""
+    if getattr(spec, "mamba_cache_mode", None) != "all":
+        return spec
+    target = math.lcm(*attn_blocks, _alignment(spec, None))
+    follow = getattr(spec, "with_attention_block_size", None)
+    return follow(target) if follow is not None else spec
 
 
 def _bucketed(items: Items, key_of: dict[int, Any]) -> list[tuple[list[str],
@@ -950,6 +1033,9 @@ def padding_per_request(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
                         max_len: int) -> int:
     """Padding bytes one request of ``max_len`` holds: per group, its blocks per request
     times the padding of its layers' pages."""
+    _arg_groups(groups, "padding_per_request")
+    _arg_ctx(ctx, "padding_per_request")
+    _arg_count(max_len, "max_len", "padding_per_request", optional=False)
     return _padding(tuple(_entry_of(g) for g in groups), ctx, max_len)
 
 
@@ -1253,6 +1339,17 @@ def group_layers(
     if not layer_specs:
         raise ConfigError("no layers to plan: the model has no KV-cache layers",
                           field="layers")
+    if ctx is not None:
+        _arg_ctx(ctx, "group_layers")
+    _arg_count(kernel_block_size, "kernel_block_size", "group_layers")
+    _arg_bool(disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager",
+              "group_layers")
+    if kv_cache_layout is not None and not isinstance(kv_cache_layout, str):
+        raise ConfigError(f"group_layers: kv_cache_layout = {kv_cache_layout!r} must be a "
+                          f"layout name such as LBNHC", field="kv_cache_layout")
+    _arg_count(kv_cache_memory_bytes, "kv_cache_memory_bytes", "group_layers", minimum=0)
+    if env is not None and not isinstance(env, SearchEnv):
+        raise ConfigError("group_layers: env must be a SearchEnv", field="env")
     norm_len: int | None = None
     if env is None:
         norm_len = ctx.max_model_len if ctx is not None and ctx.max_model_len > 0 else None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,7 +79,14 @@ def _whole(x: Any) -> Any:
 
 
 def format_bytes(n: float) -> str:
-    """``n`` bytes as a short human string (binary units)."""
+    """``n`` bytes as a short human string (binary units).  Raises ConfigError for a
+    value that is not a finite number of at most 2^80 bytes."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or \
+            isinstance(n, float) and not math.isfinite(n) or abs(n) > 1 << 80:
+        from kvcore.units import shorten
+
+        raise ConfigError(f"format_bytes takes a number of bytes, got {shorten(n)}",
+                          field="n", value=shorten(n))
     for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
@@ -760,7 +768,14 @@ def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None =
 
 
 def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
-    """The JSON form of a plan (docs/DESIGN.md section 5)."""
+    """The JSON form of a plan (docs/DESIGN.md section 5).
+
+    Raises ConfigError when ``config`` is not a :class:`KVCacheConfig`."""
+    if not isinstance(config, KVCacheConfig):
+        from kvcore.units import shorten
+
+        raise ConfigError(f"plan_to_dict takes a KVCacheConfig (a plan), got "
+                          f"{shorten(config)}", field="config", value=shorten(config))
     s = config.stats
     groups = []
     for g in config.kv_cache_groups:

@@ -43,6 +43,8 @@ class GPUPerf:
         bytes/s.  The time model uses half of it (one direction) for all-reduces.
     interconnect:
         ``nvlink``, ``pcie`` or ``infinity-fabric``.
+    memory_type:
+        ``hbm`` or ``gddr`` (the fraction of the peak bandwidth kernels reach differs).
     source:
         The datasheet(s) the figures come from.
     """
@@ -54,12 +56,14 @@ class GPUPerf:
     interconnect_bytes_per_s: float
     interconnect: str
     source: str
+    memory_type: str = "hbm"
 
     def to_dict(self) -> dict[str, object]:
         return {"bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops,
                 "fp4_flops": self.fp4_flops, "hbm_bytes_per_s": self.hbm_bytes_per_s,
                 "interconnect_bytes_per_s": self.interconnect_bytes_per_s,
-                "interconnect": self.interconnect, "source": self.source}
+                "interconnect": self.interconnect, "memory_type": self.memory_type,
+                "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -186,17 +190,17 @@ _PERF: dict[str, GPUPerf] = {
                          "(624 sparse), 80GB SXM HBM2e 2,039 GB/s, NVLink 600 GB/s"),
     "L40S": GPUPerf(362.05 * _T, 733 * _T, None, 864 * _G, 64 * _G, "pcie",
                     "NVIDIA L40S datasheet: BF16 362.05 / FP8 733 TFLOPS dense (733 / "
-                    "1,466 sparse), 864 GB/s GDDR6, PCIe Gen4 x16 64 GB/s"),
+                    "1,466 sparse), 864 GB/s GDDR6, PCIe Gen4 x16 64 GB/s", "gddr"),
     "L4": GPUPerf(121 * _T, 242.5 * _T, None, 300 * _G, 64 * _G, "pcie",
                   "NVIDIA L4 datasheet: BF16 242 / FP8 485 TFLOPS sparse (dense half), "
-                  "300 GB/s GDDR6, PCIe Gen4 x16 64 GB/s"),
+                  "300 GB/s GDDR6, PCIe Gen4 x16 64 GB/s", "gddr"),
     "A10": GPUPerf(125 * _T, None, None, 600 * _G, 64 * _G, "pcie",
                    "NVIDIA A10 datasheet: BF16 125 TFLOPS dense (250 sparse), 600 GB/s "
-                   "GDDR6, PCIe Gen4 64 GB/s"),
+                   "GDDR6, PCIe Gen4 64 GB/s", "gddr"),
     "RTX-4090": GPUPerf(165.2 * _T, 330.3 * _T, None, 1008 * _G, 64 * _G, "pcie",
                         "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090: BF16 165.2"
                         " / FP8 330.3 TFLOPS dense with FP32 accumulate, 1,008 GB/s "
-                        "GDDR6X, PCIe Gen4 x16 64 GB/s"),
+                        "GDDR6X, PCIe Gen4 x16 64 GB/s", "gddr"),
     "MI300X": GPUPerf(1307.4 * _T, 2614.9 * _T, None, 5.3 * _T, 896 * _G,
                       "infinity-fabric",
                       "AMD Instinct MI300X datasheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS "

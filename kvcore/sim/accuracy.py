@@ -2,13 +2,15 @@
 
 ``tests/data/sim_accuracy/measurements.json`` holds the rows (source URL, the quoted
 figures, the run's parameters, and a ``split``: ``fit`` or ``holdout``).
-:func:`simulate_row` replays a row's workload through :mod:`kvcore.sim.fastsim` with
+:func:`simulate_row` replays a row's workload through the vLLM-faithful engine
+(:mod:`kvcore.sim.engine`, or :mod:`kvcore.sim.fastsim` with ``sim="fast"``) with
 :func:`kvcore.sim.timing.roofline_for` on the row's model, GPU and TP; :func:`evaluate`
 gives the relative error of each figure; :func:`fit` searches the
 :class:`~kvcore.sim.timing.Efficiency` terms on the ``fit`` rows only (coordinate
 descent over a fixed grid per term, minimising the median absolute log error over the
-rows' figures: deterministic).  ``python -m kvcore.sim.accuracy [--fit]`` prints the
-table of docs/SIM_ACCURACY.md.
+rows' figures: deterministic).  ``python -m kvcore.sim.accuracy [--fit] [--fast]``
+prints the table of docs/SIM_ACCURACY.md (``--fast``: the fastsim loop instead of the
+engine).
 """
 
 from __future__ import annotations
@@ -70,10 +72,38 @@ def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: in
                              max_num_seqs=mns)
 
 
+def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: int,
+                    mml: int) -> dict[str, Any]:
+    """Figures of the vLLM-faithful engine (:mod:`kvcore.sim.engine`) for a row, with
+    the model's ``request_overhead_s`` added to every TTFT and E2E latency."""
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.sim.metrics import serving_metrics
+    from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
+
+    reqs = random_dataset(int(row["num_prompts"]), int(row["input_len"]),
+                          int(row["output_len"]), 0, 0.0, 0)
+    rate = row.get("request_rate", "inf")
+    if rate != "inf":
+        reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate), 1.0, 0))
+    mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=True,
+                         max_num_batched_tokens=mnbt)
+    res = run_engine(mgr, [SimRequest(r) for r in reqs], model, max_num_seqs=mns,
+                     max_num_batched_tokens=mnbt, max_model_len=mml,
+                     max_concurrency=row.get("max_concurrency"), record_steps=False)
+    over = float(getattr(model, "request_overhead_s", 0.0) or 0.0)
+    if over:
+        for r in res.requests:
+            if r.token_times:
+                r.sent -= over  # the API server's share, before the engine sees it
+    return serving_metrics(res)
+
+
 def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
-                 base: Path | None = None) -> dict[str, float]:
+                 base: Path | None = None, sim: str = "engine") -> dict[str, float]:
     """Simulated ``output_throughput``, ``ttft_ms`` and ``tpot_ms`` of one row (mean or
-    median as the row's ``statistic`` says)."""
+    median as the row's ``statistic`` says).  ``sim``: ``engine`` (kvcore.sim.engine,
+    vLLM's scheduler over kvcore's KVCacheManager) or ``fast`` (kvcore.sim.fastsim)."""
     from kvcore.models.config import load_model_config
     from kvcore.sim.fastsim import Workload, run_workload
 
@@ -91,29 +121,33 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,
                          tensor_parallel_size=tp, efficiency=efficiency)
     rate = row.get("request_rate", "inf")
-    w = Workload(isl, osl, int(row["num_prompts"]), max_concurrency=row.get("max_concurrency"),
-                 request_rate=math.inf if rate == "inf" else float(rate))
-    fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
-                       kv_capacity_tokens=cap)
+    if sim == "engine":
+        fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml))
+    else:
+        w = Workload(isl, osl, int(row["num_prompts"]),
+                     max_concurrency=row.get("max_concurrency"),
+                     request_rate=math.inf if rate == "inf" else float(rate))
+        fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
+                           kv_capacity_tokens=cap)
     stat = "median" if str(row.get("statistic", "")).startswith("median") else "mean"
     return {"output_throughput": fig["output_throughput"],
             "ttft_ms": fig[f"{stat}_ttft_ms"], "tpot_ms": fig[f"{stat}_tpot_ms"]}
 
 
 def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
-             base: Path | None = None) -> list[dict[str, Any]]:
+             base: Path | None = None, sim: str = "engine") -> list[dict[str, Any]]:
     """Per row: id, split, and per metric the measured and simulated value and the
     relative error ``simulated / measured - 1`` (metrics the row does not quote are
     left out)."""
     out = []
     for row in rows:
-        sim = simulate_row(row, efficiency, base=base)
+        got = simulate_row(row, efficiency, base=base, sim=sim)
         rec: dict[str, Any] = {"id": row["id"], "split": row["split"]}
         for m in METRICS:
             if m in row["measured"]:
                 meas = float(row["measured"][m])
-                rec[m] = {"measured": meas, "simulated": sim[m],
-                          "error": sim[m] / meas - 1.0}
+                rec[m] = {"measured": meas, "simulated": got[m],
+                          "error": got[m] / meas - 1.0}
         out.append(rec)
     return out
 
@@ -130,6 +164,7 @@ def summary(results: list[dict[str, Any]], split: str) -> dict[str, float]:
 #: the grid of each fitted term
 _GRID: dict[str, tuple[float, ...]] = {
     "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
+    "memory_gddr": (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
     "compute": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
     "step_s": (0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 4e-3, 5e-3),
     "request_overhead_s": (0.0, 2e-3, 5e-3, 1e-2, 1.5e-2, 2e-2),
@@ -138,27 +173,30 @@ _GRID: dict[str, tuple[float, ...]] = {
 }
 
 
-def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None) -> float:
+def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
+          sim: str = "engine") -> float:
     errs = []
-    for r in evaluate(rows, eff, base=base):
+    for r in evaluate(rows, eff, base=base, sim=sim):
         for m in METRICS:
             if m in r:
                 errs.append(abs(math.log1p(r[m]["error"])))
     return statistics.median(errs) + 0.25 * statistics.fmean(errs)
 
 
-def fit(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY, *,
-        base: Path | None = None, rounds: int = 2) -> Efficiency:
+def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
+        base: Path | None = None, rounds: int = 2, sim: str = "engine") -> Efficiency:
     """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` (loss:
-    median plus a quarter of the mean absolute log error over every quoted figure)."""
+    median plus a quarter of the mean absolute log error over every quoted figure),
+    from ``start`` (default: the class defaults of :class:`Efficiency`, so the result
+    does not depend on the current :data:`DEFAULT_EFFICIENCY`)."""
     fit_rows = [r for r in rows if r["split"] == "fit"]
-    eff = start
-    best = _loss(fit_rows, eff, base)
+    eff = start if start is not None else Efficiency()
+    best = _loss(fit_rows, eff, base, sim)
     for _ in range(rounds):
         for name, grid in _GRID.items():
             for v in grid:
                 cand = dataclasses.replace(eff, **{name: v})
-                loss = _loss(fit_rows, cand, base)
+                loss = _loss(fit_rows, cand, base, sim)
                 if loss < best - 1e-12:
                     best, eff = loss, cand
     return eff
@@ -168,11 +206,12 @@ def _main(argv: list[str]) -> int:
     base = Path(argv[argv.index("--data") + 1]) if "--data" in argv else \
         Path(__file__).resolve().parents[2] / "tests" / "data" / "sim_accuracy"
     rows = load_measurements(base / "measurements.json")
+    sim = "fast" if "--fast" in argv else "engine"
     eff = DEFAULT_EFFICIENCY
     if "--fit" in argv:
-        eff = fit(rows, base=base)
+        eff = fit(rows, base=base, sim=sim)
         print(f"fitted: {eff}")
-    res = evaluate(rows, eff, base=base)
+    res = evaluate(rows, eff, base=base, sim=sim)
     print("| row | split | output tok/s meas / sim (err) | TTFT ms meas / sim (err) | "
           "TPOT ms meas / sim (err) |")
     print("|---|---|---|---|---|")

@@ -56,6 +56,9 @@ class Workload:
     prefix_len: ``--random-prefix-len`` tokens shared by every prompt (before the
         ``input_len`` random ones).
     seed: of the arrival process.
+    requests: per-request ``(prompt_len, output_len, arrival_s)`` (a trace); when
+        given it replaces ``input_len`` / ``output_len`` / ``num_prompts`` and the
+        rate (arrivals are the trace's, still capped by ``max_concurrency``).
     """
 
     input_len: int
@@ -66,6 +69,20 @@ class Workload:
     burstiness: float = 1.0
     prefix_len: int = 0
     seed: int = 0
+    requests: tuple[tuple[int, int, float], ...] = ()
+
+    @classmethod
+    def from_trace(cls, traces: Sequence[Any], *, max_concurrency: int | None = None,
+                   time_scale: float = 1.0) -> Workload:
+        """A workload of trace requests (:class:`kvcore.sim.traces.TraceRequest`:
+        ``prompt_len``, ``output_len``, ``arrival_ms``); ``time_scale`` stretches the
+        arrivals (0.5: twice the rate)."""
+        if not traces:
+            raise ConfigError("the trace has no requests", field="trace", value=0)
+        reqs = tuple((int(t.prompt_len), max(1, int(t.output_len)),
+                      float(t.arrival_ms) / 1000.0 * time_scale) for t in traces)
+        return cls(max(1, reqs[0][0]), reqs[0][1], len(reqs),
+                   max_concurrency=max_concurrency, requests=reqs)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -89,6 +106,8 @@ class Workload:
     def arrival_times(self) -> list[float]:
         """Send times before the concurrency cap (seconds), as vLLM's
         ``get_request`` draws them: gamma(shape=burstiness, scale=1/(rate*burstiness))."""
+        if self.requests:
+            return [a for _, _, a in self.requests]
         if math.isinf(self.request_rate):
             return [0.0] * self.num_prompts
         rng = random.Random(self.seed)
@@ -167,7 +186,7 @@ def summarize(reqs: Sequence[_Req], duration: float, overhead: float = 0.0,
             if a <= goodput.get("ttft", math.inf) and t <= goodput.get("tpot", math.inf) \
                     and b <= goodput.get("e2el", math.inf):
                 good += 1
-        fig["goodput"] = good / d
+        fig["request_goodput"] = good / d
     return fig
 
 
@@ -188,17 +207,22 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             raise ConfigError(f"{name} must be a positive int, got {v!r}", field=name,
                               value=v)
     w = workload
-    prompt = w.prefix_len + w.input_len
     cap = kv_capacity_tokens if kv_capacity_tokens is not None else math.inf
-    if prompt + w.output_len > cap:
-        raise ConfigError(f"a request of {prompt} + {w.output_len} tokens does not fit the "
-                          f"KV cache of {kv_capacity_tokens} tokens", field="kv_cache",
+    if w.requests:
+        reqs = [_Req(i, p, o) for i, (p, o, _) in enumerate(w.requests)]
+    else:
+        reqs = [_Req(i, w.prefix_len + w.input_len, w.output_len)
+                for i in range(w.num_prompts)]
+    big = max(reqs, key=lambda r: r.prompt + r.output)
+    if big.prompt + big.output > cap:
+        raise ConfigError(f"a request of {big.prompt} + {big.output} tokens does not fit "
+                          f"the KV cache of {kv_capacity_tokens} tokens", field="kv_cache",
                           value=kv_capacity_tokens)
     overhead = float(getattr(time_model, "request_overhead_s", 0.0) or 0.0)
-    reqs = [_Req(i, prompt, w.output_len) for i in range(w.num_prompts)]
     arrivals = w.arrival_times()
-    limit = w.max_concurrency or w.num_prompts
-    pending = deque(range(w.num_prompts))  # not yet sent
+    limit = w.max_concurrency or len(reqs)
+    order = sorted(range(len(reqs)), key=lambda i: arrivals[i])
+    pending = deque(order)  # not yet sent
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     in_flight = 0

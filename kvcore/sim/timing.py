@@ -343,6 +343,7 @@ class Efficiency:
 
     compute: fraction of the dense peak FLOP/s the GEMMs and attention reach.
     memory: fraction of the HBM bandwidth weight and KV reads reach.
+    memory_gddr: the same on GDDR parts (L4, L40S, A10, RTX 4090).
     roofline_p: compute and memory time combine as ``(c**p + m**p) ** (1/p)`` (a smooth
         maximum: ``p`` large is ``max(c, m)``; 1 is their sum).
     step_s: fixed CPU / launch time per step (scheduling, input preparation, the
@@ -364,6 +365,7 @@ class Efficiency:
 
     compute: float = 0.55
     memory: float = 0.80
+    memory_gddr: float = 0.80
     roofline_p: float = 3.0
     step_s: float = 2.5e-3
     per_request_s: float = 2.0e-5
@@ -433,6 +435,7 @@ class RooflineTimeModel:
     act_bytes: int = 2
     efficiency: Efficiency = Efficiency()
     name: str = ""
+    memory_type: str = "hbm"
 
     def breakdown(self, batch: Batch) -> StepBreakdown:
         """The step's time split into compute, memory, communication and CPU."""
@@ -463,7 +466,8 @@ class RooflineTimeModel:
             expert = self.expert_bytes * touched / e
             weights += expert
         compute_s = flops / (self.peak_flops * eff.compute)
-        bw = self.hbm_bytes_per_s * eff.memory
+        bw = self.hbm_bytes_per_s * (eff.memory_gddr if self.memory_type == "gddr"
+                                     else eff.memory)
         memory_s = (weights - expert + kv) / bw + expert / (bw * eff.moe_memory)
         p = eff.roofline_p
         if p >= 50:
@@ -490,6 +494,11 @@ class RooflineTimeModel:
     def step_time(self, batch: Batch) -> float:
         """Seconds of one step (:meth:`breakdown`'s ``total_s``)."""
         return self.breakdown(batch).total_s
+
+    @property
+    def description(self) -> str:
+        """One line naming the model (``kvcore simulate`` prints it)."""
+        return self.name or "roofline"
 
     @property
     def request_overhead_s(self) -> float:
@@ -616,6 +625,7 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
         "efficiency": _dc.replace(base_eff, **eff_kw),
+        "memory_type": perf.memory_type,
         "name": f"roofline {cfg.name or cfg.model_type} on {g.name} tp{tp} pp{pp} "
                 f"{dtype} kv {kv_cache_dtype}",
     }
@@ -624,5 +634,13 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     return RooflineTimeModel(**kw)
 
 
-#: the fitted coefficients (docs/SIM_ACCURACY.md says how and on which rows)
-DEFAULT_EFFICIENCY = Efficiency()
+#: the fitted coefficients: ``python -m kvcore.sim.accuracy --fit`` on the ``fit`` rows
+#: of tests/data/sim_accuracy/measurements.json (docs/SIM_ACCURACY.md: how, which rows,
+#: and the held-out errors); ``per_block_table_s`` and ``allreduce_latency_s`` are not
+#: fitted (no multi-group or TP > 1 row): 1 us per block table (vLLM's input batch copies
+#: one block-table row per request per group) and 10 us per all-reduce (NCCL / custom
+#: all-reduce latency on NVLink at small sizes).
+DEFAULT_EFFICIENCY = Efficiency(
+    compute=0.4, memory=0.5, memory_gddr=0.95, roofline_p=3.0, step_s=1.5e-3,
+    per_request_s=0.0, per_block_table_s=1e-6, allreduce_latency_s=1e-5,
+    prefill_token_s=0.0, moe_memory=0.6, request_overhead_s=0.015)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcore.errors import ConfigError
+from kvcore_vllm.installer import check_type, require_vllm
 
 __all__ = ["get_kv_cache_configs", "plan_options", "check_vllm_runnable",
            "KERNEL_BLOCK_SIZE"]
@@ -31,6 +32,11 @@ def plan_options(vllm_config: Any) -> dict[str, Any]:
     """kvcore :func:`~kvcore.plan` options from a vLLM ``VllmConfig`` (max_model_len,
     batch budget, prefix caching, hybrid manager switch, Mamba cache mode, block-count
     override, parallel sizes, speculative tokens, layout)."""
+    require_vllm("plan_options()")
+    from vllm.config import VllmConfig
+
+    check_type("plan_options()", "vllm_config", vllm_config, VllmConfig,
+               "a vLLM 0.32 VllmConfig")
     mc = vllm_config.model_config
     sc = vllm_config.scheduler_config
     cc = vllm_config.cache_config
@@ -124,11 +130,23 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
     With ``max_model_len=-1`` the longest length that fits is written back into
     ``vllm_config.model_config.max_model_len``, as vLLM does.
     """
+    require_vllm("get_kv_cache_configs()")
     import dataclasses
+
+    from vllm.config import VllmConfig
 
     import kvcore
     from kvcore_vllm.specs import from_vllm_spec, to_vllm_config
 
+    where = "get_kv_cache_configs()"
+    check_type(where, "vllm_config", vllm_config, VllmConfig, "a vLLM 0.32 VllmConfig")
+    check_type(where, "kv_cache_specs", kv_cache_specs, (list, tuple),
+               "a list (one {layer name: vLLM KVCacheSpec} dict per worker)")
+    check_type(where, "available_memory", available_memory, (list, tuple),
+               "a list (one KV-cache budget in bytes per worker)")
+    for specs in kv_cache_specs:
+        check_type(where, "kv_cache_specs", specs, dict,
+                   "a list of {layer name: vLLM KVCacheSpec} dicts")
     if len(kv_cache_specs) != len(available_memory) or not kv_cache_specs:
         raise ConfigError(f"get_kv_cache_configs: {len(kv_cache_specs)} spec dicts and "
                           f"{len(available_memory)} memory budgets; give one of each per "

@@ -1,0 +1,460 @@
+"""``kvcore tune MODEL --gpu H100``: search vLLM's serving settings by simulated goodput.
+
+Every candidate (``--tensor-parallel-size`` x ``--max-num-batched-tokens`` x
+``--max-num-seqs`` x ``--block-size`` x ``--kv-cache-dtype`` x prefix caching x
+``--mamba-cache-mode``) is planned on the GPU (:func:`kvcore.plan_model`: a TP whose
+weights do not fit, or a layout the planner refuses, is dropped and listed) and
+simulated once on the workload (``--dataset random ...`` as ``vllm bench serve`` draws
+it, or ``--trace FILE``) by :func:`simulate_once`.  Candidates are ranked by the
+objective per GPU (``--objective goodput`` by default, with ``--goodput ttft:MS
+tpot:MS`` as vLLM's flag: requests per second meeting every SLO; divided by ``tp x
+pp`` so that a layout on more GPUs must earn them), ties broken by output throughput.
+The best is printed as the ``vllm serve`` command line to run, with the runner-ups
+and their figures; ``--json`` prints one object.
+
+The simulations run one per task on ``--backend local`` (a process pool, default) or
+``--backend ray [--address ADDR]`` (:mod:`kvcore.sim.backends`).
+
+:func:`simulate_once` runs the vLLM-faithful engine (:mod:`kvcore.sim.engine`:
+vLLM 0.32's Scheduler over kvcore's KVCacheManager, real prefix caching) timed by the
+roofline model of :mod:`kvcore.sim.timing`; ``--fast`` uses the token-level loop of
+:mod:`kvcore.sim.fastsim` instead (no block manager: faster, approximate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kvcore.errors import ConfigError, KVCoreError
+
+__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
+           "vllm_command", "parse_goodput", "OBJECTIVES"]
+
+OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
+              "total_token_throughput")
+
+#: ``vllm serve`` flags of the searched knobs, in the order they are printed
+_FLAGS = (("tensor_parallel_size", "--tensor-parallel-size"),
+          ("pipeline_parallel_size", "--pipeline-parallel-size"),
+          ("max_num_batched_tokens", "--max-num-batched-tokens"),
+          ("max_num_seqs", "--max-num-seqs"),
+          ("block_size", "--block-size"),
+          ("kv_cache_dtype", "--kv-cache-dtype"),
+          ("mamba_cache_mode", "--mamba-cache-mode"))
+
+
+def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` -> ``{"ttft": 500.0, "tpot": 50.0}`` (ms), vLLM's
+    ``--goodput`` spelling (keys ttft, tpot, e2el).  Raises ConfigError naming the bad
+    item."""
+    out: dict[str, float] = {}
+    for item in items or ():
+        key, sep, val = str(item).partition(":")
+        key = key.strip().lower()
+        try:
+            ms = float(val)
+        except ValueError:
+            ms = -1.0
+        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0) \
+                or math.isinf(ms):
+            raise ConfigError(f"--goodput {item!r}: expected KEY:MS with KEY one of ttft, "
+                              f"tpot, e2el and MS a positive number of milliseconds "
+                              f"(e.g. ttft:500 tpot:50)", field="goodput", value=item)
+        out[key] = ms
+    return out
+
+
+def _trace_requests(wl: dict[str, Any]) -> list[Any]:
+    """The TraceRequests of a workload dict (random dataset or trace file), with
+    arrivals, as ``kvcore simulate`` builds them."""
+    from kvcore.sim.traces import read_trace
+    from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
+
+    rate = wl.get("request_rate", math.inf)
+    if wl.get("trace"):
+        reqs = read_trace(wl["trace"], wl.get("trace_format", "auto"))
+        if wl.get("limit") is not None:
+            reqs = reqs[:wl["limit"]]
+        if not math.isinf(rate):
+            reqs = with_arrivals(reqs, arrival_times(len(reqs), rate,
+                                                     wl.get("burstiness", 1.0),
+                                                     wl.get("seed", 0)))
+        elif reqs and reqs[0].arrival_ms:
+            t0 = reqs[0].arrival_ms
+            reqs = [type(r)(**{**r.__dict__, "arrival_ms": r.arrival_ms - t0})
+                    for r in reqs]
+        return reqs
+    reqs = random_dataset(wl["num_prompts"], wl["input_len"], wl["output_len"],
+                          wl.get("prefix_len", 0), 0.0, wl.get("seed", 0))
+    if not math.isinf(rate):
+        reqs = with_arrivals(reqs, arrival_times(len(reqs), rate, wl.get("burstiness", 1.0),
+                                                 wl.get("seed", 0)))
+    return reqs
+
+
+def _run_engine(model: Any, kv: Any, config: dict[str, Any]) -> dict[str, Any]:
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.sim.metrics import serving_metrics
+
+    wl = config["workload"]
+    mnbt = int(config["max_num_batched_tokens"])
+    mml = int(kv.max_model_len or config.get("max_model_len") or 0)
+    pc = bool(config.get("enable_prefix_caching", True))
+    mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=pc,
+                         max_num_batched_tokens=mnbt)
+    res = run_engine(mgr, [SimRequest(r) for r in _trace_requests(wl)], model,
+                     max_num_seqs=int(config["max_num_seqs"]), max_num_batched_tokens=mnbt,
+                     max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
+                     record_steps=False)
+    over = float(getattr(model, "request_overhead_s", 0.0) or 0.0)
+    for r in res.requests:
+        if over and r.token_times:
+            r.sent -= over  # the API server's share of every latency
+    fig = serving_metrics(res, goodput=config.get("goodput") or None)
+    fig.pop("kv_usage", None)
+    return fig
+
+
+def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
+    """Plan and simulate one candidate; returns ``{"config": ..., "figures": {...}}``
+    or ``{"config": ..., "error": "..."}`` when the planner refuses it.
+
+    ``config`` keys: ``model``, ``gpu``, ``tensor_parallel_size``,
+    ``pipeline_parallel_size``, ``max_num_batched_tokens``, ``max_num_seqs``,
+    ``block_size`` (None: the planner's), ``kv_cache_dtype``,
+    ``enable_prefix_caching``, ``mamba_cache_mode``, ``max_model_len`` and the workload:
+    ``workload`` (``input_len``, ``output_len``, ``num_prompts``, ``prefix_len``,
+    ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
+    ``trace_format`` / ``limit`` for a trace file), ``goodput`` (ms per SLO key) and
+    ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
+    crosses process and Ray boundaries).
+    """
+    import kvcore
+    from kvcore.models.config import load_model_config
+    from kvcore.sim.fastsim import Workload, run_workload
+    from kvcore.sim.timing import roofline_for
+
+    tp = int(config.get("tensor_parallel_size", 1))
+    pp = int(config.get("pipeline_parallel_size", 1))
+    try:
+        kv = kvcore.plan_model(
+            config["model"], gpu=config["gpu"], tensor_parallel_size=tp,
+            pipeline_parallel_size=pp, max_model_len=config.get("max_model_len"),
+            block_size=config.get("block_size"),
+            kv_cache_dtype=config.get("kv_cache_dtype", "auto"),
+            max_num_batched_tokens=int(config["max_num_batched_tokens"]),
+            max_num_seqs=int(config["max_num_seqs"]),
+            enable_prefix_caching=bool(config.get("enable_prefix_caching", True)),
+            mamba_cache_mode=config.get("mamba_cache_mode", "none"))
+    except KVCoreError as exc:
+        return {"config": config, "error": str(exc.message if hasattr(exc, "message")
+                                               else exc)}
+    model = roofline_for(load_model_config(config["model"]), kv, gpu=config["gpu"],
+                         tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                         kv_cache_dtype=config.get("kv_cache_dtype", "auto"))
+    spec = kv.kv_cache_groups[0].spec
+    attn = [g.spec.block_size for g in kv.kv_cache_groups
+            if g.spec.scales_with_block_size]
+    attn_bs = attn[0] if attn else None
+    try:
+        if config.get("sim", "engine") == "engine":
+            fig = _run_engine(model, kv, config)
+            fig["num_gpus"] = tp * pp
+            fig["num_blocks"] = kv.num_blocks
+            fig["block_size"] = attn_bs
+            return {"config": config, "figures": fig}
+    except KVCoreError as exc:
+        return {"config": config, "error": str(exc)}
+    wl = {k: v for k, v in config["workload"].items()
+          if k not in ("trace", "trace_format", "limit")}
+    if config["workload"].get("trace"):
+        traces = _trace_requests(config["workload"])
+        w = Workload.from_trace(traces, max_concurrency=wl.get("max_concurrency"))
+    else:
+        wl["requests"] = ()
+        w = Workload(**wl)
+    cap = (kv.num_blocks - 1) * spec.block_size if kv.num_blocks else None
+    try:
+        fig = run_workload(model, kv, w, max_num_seqs=int(config["max_num_seqs"]),
+                           max_num_batched_tokens=int(config["max_num_batched_tokens"]),
+                           kv_capacity_tokens=cap,
+                           enable_prefix_caching=bool(config.get("enable_prefix_caching",
+                                                                 True)),
+                           goodput=config.get("goodput") or None)
+    except KVCoreError as exc:
+        return {"config": config, "error": str(exc)}
+    fig["num_gpus"] = tp * pp
+    fig["num_blocks"] = kv.num_blocks
+    fig["block_size"] = attn_bs
+    return {"config": config, "figures": fig}
+
+
+def _has_mamba(model: Any) -> bool:
+    import kvcore
+
+    try:
+        cfg = kvcore.plan_model(model, kv_cache_memory_bytes=1 << 40, max_model_len=4096)
+    except KVCoreError:
+        return False
+    return any(g.spec.kind == "mamba" for g in cfg.kv_cache_groups)
+
+
+def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (1,),
+               max_num_batched_tokens: Sequence[int], max_num_seqs: Sequence[int],
+               block_size: Sequence[int | None], kv_cache_dtype: Sequence[str],
+               prefix_caching: Sequence[bool], mamba_cache_mode: Sequence[str],
+               workload: dict[str, Any], goodput: dict[str, float],
+               max_model_len: int | None = None, sim: str = "engine"
+               ) -> list[dict[str, Any]]:
+    """The cross product of the searched values, as :func:`simulate_once` configs
+    (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill)."""
+    out = []
+    for t, p, b, s, bs, d, pc, mm in itertools.product(
+            tp, pp, max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
+            prefix_caching, mamba_cache_mode):
+        out.append({"model": str(model), "gpu": gpu, "tensor_parallel_size": t,
+                    "pipeline_parallel_size": p, "max_num_batched_tokens": b,
+                    "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
+                    "enable_prefix_caching": pc, "mamba_cache_mode": mm,
+                    "max_model_len": max_model_len, "workload": workload,
+                    "goodput": goodput, "sim": sim})
+    return out
+
+
+def _score(res: dict[str, Any], objective: str) -> tuple[float, float]:
+    f = res["figures"]
+    key = "request_goodput" if objective == "goodput" else objective
+    value = f.get(key) or 0.0
+    return (value / f["num_gpus"], f["output_throughput"] / f["num_gpus"])
+
+
+def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
+         backend: str = "local", workers: int | None = None, address: str | None = None,
+         progress: bool | None = None) -> dict[str, Any]:
+    """Simulate every config and rank them; returns ``{"ranked": [...], "failed":
+    [...]}`` (ranked best first by :func:`_score`)."""
+    from kvcore.sim.backends import run_tasks
+
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--objective: unknown objective {objective!r}; valid: "
+                          f"{', '.join(OBJECTIVES)}", field="objective", value=objective)
+    results = run_tasks(simulate_once, list(configs), backend=backend, workers=workers,
+                        address=address, progress=progress, label="tuning")
+    ok = [r for r in results if "figures" in r]
+    failed = [r for r in results if "figures" not in r]
+    ok.sort(key=lambda r: _score(r, objective), reverse=True)
+    return {"ranked": ok, "failed": failed}
+
+
+def vllm_command(model: str, config: dict[str, Any]) -> str:
+    """The ``vllm serve`` command line of a config (vLLM's flag spelling; defaults left
+    out: pipeline parallel 1, prefix caching on, mamba mode none, and the block size
+    unless it was searched: vLLM then picks it as kvcore's planner did)."""
+    parts = ["vllm", "serve", model]
+    for key, flag in _FLAGS:
+        v = config.get(key)
+        if v is None or (key == "pipeline_parallel_size" and v == 1) or \
+                (key == "mamba_cache_mode" and v == "none"):
+            continue
+        parts += [flag, str(v)]
+    if not config.get("enable_prefix_caching", True):
+        parts.append("--no-enable-prefix-caching")
+    if config.get("max_model_len"):
+        parts += ["--max-model-len", str(config["max_model_len"])]
+    return " ".join(parts)
+
+
+# ---- CLI -------------------------------------------------------------------------------
+
+def _ints(flag: str) -> Any:
+    def parse(text: str) -> list[int]:
+        out = []
+        for part in str(text).split(","):
+            try:
+                v = int(part)
+            except ValueError:
+                v = 0
+            if v < 1:
+                raise argparse.ArgumentTypeError(
+                    f"{flag}: expected positive integers separated by commas, got "
+                    f"{text!r}")
+            out.append(v)
+        return out
+    return parse
+
+
+def add_subparser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``kvcore tune`` on the CLI's subparsers."""
+    p = sub.add_parser("tune", help="search vLLM serving settings by simulated goodput",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="config.json path, folder, or embedded name")
+    p.add_argument("--gpu", required=True, help="catalog GPU (kvcore gpus)")
+    p.add_argument("--tp", type=_ints("--tp"), default=None,
+                   help="tensor-parallel sizes to try (default 1,2,4,8 where the weights "
+                        "fit)")
+    p.add_argument("--pp", type=_ints("--pp"), default=[1])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", help="Mooncake JSONL, Azure CSV or kvcore JSONL")
+    src.add_argument("--dataset", choices=["random"], help="vllm bench serve's dataset")
+    p.add_argument("--random-input-len", type=int, default=1024)
+    p.add_argument("--random-output-len", type=int, default=128)
+    p.add_argument("--random-prefix-len", type=int, default=0)
+    p.add_argument("--num-prompts", type=int, default=500)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--request-rate", type=float, default=math.inf)
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="first N trace requests")
+    p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="SLOs as vLLM's --goodput: ttft:MS tpot:MS e2el:MS")
+    p.add_argument("--objective", choices=OBJECTIVES, default=None,
+                   help="rank by this figure per GPU (default: goodput with --goodput, "
+                        "else output_throughput)")
+    p.add_argument("--max-num-batched-tokens", type=_ints("--max-num-batched-tokens"),
+                   default=[2048, 8192, 16384])
+    p.add_argument("--max-num-seqs", type=_ints("--max-num-seqs"), default=[64, 256, 1024])
+    p.add_argument("--block-size", type=_ints("--block-size"), default=None,
+                   help="block sizes to try (default: the planner's)")
+    p.add_argument("--kv-cache-dtype", default="auto,fp8",
+                   help="comma-separated kv_cache_dtype values (default auto,fp8)")
+    p.add_argument("--prefix-caching", default=None, choices=["on", "off", "both"],
+                   help="default: both with --random-prefix-len or a trace, else on")
+    p.add_argument("--mamba-cache-mode", default=None,
+                   help="comma-separated modes (default: none,align for models with "
+                        "Mamba layers)")
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--top", type=int, default=5, help="runner-ups to print")
+    p.add_argument("--backend", choices=["local", "ray", "serial"], default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--fast", action="store_true",
+                   help="simulate with the token-level loop (kvcore.sim.fastsim) instead "
+                        "of the vLLM-faithful engine: faster, no block manager")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+    return p
+
+
+def _workload(args: argparse.Namespace) -> dict[str, Any]:
+    from kvcore.sim.fastsim import Workload
+
+    w = Workload(args.random_input_len, args.random_output_len, args.num_prompts,
+                 max_concurrency=args.max_concurrency, request_rate=args.request_rate,
+                 burstiness=args.burstiness, prefix_len=args.random_prefix_len,
+                 seed=args.seed)  # validates the numbers
+    d: dict[str, Any] = {k: getattr(w, k) for k in (
+        "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
+        "burstiness", "prefix_len", "seed")}
+    if args.trace:
+        from kvcore.sim.traces import read_trace
+
+        read_trace(args.trace, "auto")  # fail here, once, on a bad file
+        d.update(trace=str(args.trace), trace_format="auto", limit=args.limit)
+    return d
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) < 1e6 else f"{v:.3g}"
+    return str(v)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``kvcore tune`` (returns the exit status)."""
+    from kvcore.deploy.gpus import get_gpu
+
+    gpu = get_gpu(args.gpu).name
+    goodput = parse_goodput(args.goodput)
+    objective = args.objective or ("goodput" if goodput else "output_throughput")
+    if objective == "goodput" and not goodput:
+        raise ConfigError("--objective goodput needs --goodput KEY:MS ...", field="goodput",
+                          value=None)
+    for flag, v in (("--num-prompts", args.num_prompts),
+                    ("--random-input-len", args.random_input_len),
+                    ("--random-output-len", args.random_output_len),
+                    ("--top", args.top)):
+        if v < 1:
+            raise ConfigError(f"{flag} must be a positive int, got {v}", field=flag[2:],
+                              value=v)
+    workload = _workload(args)
+    dtypes = [d.strip() for d in args.kv_cache_dtype.split(",") if d.strip()]
+    shared_prefix = bool(args.trace) or args.random_prefix_len > 0
+    pc_mode = args.prefix_caching or ("both" if shared_prefix else "on")
+    prefix = {"on": [True], "off": [False], "both": [True, False]}[pc_mode]
+    if args.mamba_cache_mode:
+        mamba = [m.strip() for m in args.mamba_cache_mode.split(",") if m.strip()]
+    else:
+        mamba = ["none", "align"] if _has_mamba(args.model) else ["none"]
+    configs = candidates(
+        args.model, gpu, tp=args.tp or [1, 2, 4, 8], pp=args.pp,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        block_size=args.block_size or [None], kv_cache_dtype=dtypes,
+        prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
+        goodput=goodput, max_model_len=args.max_model_len,
+        sim="fast" if args.fast else "engine")
+    res = tune(configs, objective=objective, backend=args.backend, workers=args.workers,
+               address=args.address, progress=None if not args.json else False)
+    ranked = res["ranked"]
+    if not ranked:
+        reasons = sorted({r["error"] for r in res["failed"]})
+        raise ConfigError(f"no candidate could be planned on {gpu}: "
+                          f"{reasons[0] if reasons else 'no candidates'}", field="gpu",
+                          value=gpu)
+    keys = ("request_goodput", "output_throughput", "request_throughput", "median_ttft_ms",
+            "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "preemptions")
+    def entry(r: dict[str, Any]) -> dict[str, Any]:
+        c = {k: r["config"][k] for k, _ in _FLAGS}
+        c["enable_prefix_caching"] = r["config"]["enable_prefix_caching"]
+        f = {k: r["figures"][k] for k in keys if k in r["figures"]}
+        f["planned_block_size"] = r["figures"]["block_size"]
+        f["num_gpus"] = r["figures"]["num_gpus"]
+        f[f"{objective}_per_gpu"] = _score(r, objective)[0]
+        return {"config": c, "figures": f,
+                "vllm_serve": vllm_command(args.model, {**r["config"], **c})}
+    best = entry(ranked[0])
+    runners = [entry(r) for r in ranked[1:1 + args.top]]
+    if args.json:
+        print(json.dumps({"model": args.model, "gpu": gpu, "objective": objective,
+                          "goodput_slo_ms": goodput, "best": best,
+                          "runner_ups": runners, "candidates": len(configs),
+                          "failed": [{"config": {k: f["config"][k] for k, _ in _FLAGS},
+                                      "error": f["error"]} for f in res["failed"]]}))
+        return 0
+    print(f"best of {len(ranked)} candidates on {gpu} (ranked by {objective} per GPU):")
+    print(f"  {best['vllm_serve']}")
+    print("  " + ", ".join(f"{k} {_fmt(v)}" for k, v in best["figures"].items()))
+    headers = ["#", "tp", "mnbt", "max_num_seqs", "block", "kv dtype", "prefix", "mamba",
+               objective + "/gpu", "out tok/s", "med TTFT ms", "med TPOT ms"]
+    rows = []
+    for i, e in enumerate([best, *runners]):
+        c, f = e["config"], e["figures"]
+        rows.append([str(i + 1), str(c["tensor_parallel_size"]),
+                     str(c["max_num_batched_tokens"]), str(c["max_num_seqs"]),
+                     str(c["block_size"] or f["planned_block_size"]), c["kv_cache_dtype"],
+                     "on" if c["enable_prefix_caching"] else "off", c["mamba_cache_mode"],
+                     _fmt(f[f"{objective}_per_gpu"]), _fmt(f["output_throughput"]),
+                     _fmt(f["median_ttft_ms"]), _fmt(f["median_tpot_ms"])])
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="best and runner-ups", title_justify="left")
+        for h in headers:
+            table.add_column(h, justify="right")
+        for r in rows:
+            table.add_row(*r)
+        Console(width=max(120, Console().width)).print(table)
+    except ImportError:  # pragma: no cover
+        for r in [headers, *rows]:
+            print("  ".join(r))
+    if res["failed"]:
+        print(f"{len(res['failed'])} candidates could not be planned (e.g. "
+              f"{res['failed'][0]['error'][:120]})", file=sys.stderr)
+    return 0
