@@ -1,7 +1,10 @@
 # kvcore: the README's two commands and a few helpers.
 #
-#   make demo     install the core (with the `cli` extra) and the five plugins, then run
-#                 the main job: plan the KV cache of Llama-3.1-8B in 20 GiB
+#   make demo     install the core (with the `cli`, `plot` and `hf` extras the README uses)
+#                 and the five plugins, run the main job (plan the KV cache of Llama-3.1-8B
+#                 in 20 GiB), then say how to get the `kvcore` command on PATH
+#   make link     put a `kvcore` link to .venv/bin/kvcore into ~/.local/bin (on PATH on
+#                 most Linux desktops), so `kvcore` works without activating .venv
 #   make test     install everything (test, kernels, dev and plot extras), then run ruff, mypy,
 #                 the core's and every plugin's tests, and the packaging checks (six
 #                 wheels, each installed into a fresh venv); see scripts/run_tests.py
@@ -38,10 +41,11 @@ SCRIPTS_DIR = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("
 export PIP_ROOT_USER_ACTION := ignore
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help demo install install-test test lint typecheck unit packaging vllm wheels bench
+.PHONY: help demo install install-test test lint typecheck unit packaging vllm wheels bench link
 
 help:
 	@echo "make demo    # set up and plan Llama-3.1-8B's KV cache in 20 GiB"
+	@echo "make link    # put the kvcore command into ~/.local/bin"
 	@echo "make test    # set up everything and run every check and test"
 	@echo "make wheels  # build the six wheels into dist/"
 	@echo "make bench   # run the CPU benchmarks"
@@ -51,10 +55,23 @@ help:
 	$(BASE_PYTHON) -m venv .venv
 
 install: $(VENV)
-	$(PIP) install -q -e ".[cli]" $(foreach p,$(PLUGINS),-e plugins/$(p))
+	$(PIP) install -q -e ".[cli,plot,hf]" $(foreach p,$(PLUGINS),-e plugins/$(p))
 
 demo: install
 	"$(SCRIPTS_DIR)/kvcore" plan llama-3.1-8b --kv-cache-memory 20GiB --max-model-len 8192
+	@echo
+	@if [ "$(IN_VENV)" = "0" ]; then \
+	  echo "kvcore is installed in .venv: run  source .venv/bin/activate  (then kvcore ...),"; \
+	  echo "or call .venv/bin/kvcore directly, or  make link  to put kvcore into ~/.local/bin"; \
+	else \
+	  echo "kvcore is installed in the active virtual environment ($(SCRIPTS_DIR)/kvcore)"; \
+	fi
+
+link: install
+	mkdir -p "$(HOME)/.local/bin"
+	ln -sf "$(abspath $(SCRIPTS_DIR))/kvcore" "$(HOME)/.local/bin/kvcore"
+	@case ":$$PATH:" in *":$(HOME)/.local/bin:"*) echo "kvcore -> $(HOME)/.local/bin/kvcore";; \
+	  *) echo "linked $(HOME)/.local/bin/kvcore; add $(HOME)/.local/bin to PATH to use it";; esac
 
 install-test: $(VENV)
 	$(PIP) install -q -c scripts/constraints.txt -e ".[cli,test,kernels,dev,plot]" \

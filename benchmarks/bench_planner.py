@@ -7,7 +7,9 @@ The model: N layers repeating five sliding-window-1,024 layers and one full-atte
 layer, block 16, 8 KV heads x 128, bf16; budget 80 GiB x N / 60; max_model_len 32,768.
 Each figure is the best of ``--repeat`` runs of ``kvcore.plan`` (specs built before the
 clock starts).  The issue's goal: 10,000 layers under 1 s, 20,000 layers at most 2.2x
-that (linear).
+that (linear).  ``--cli [MODEL ...]`` times ``kvcore plan MODEL`` in a fresh interpreter
+(issue 22: < 2 s without ``--workload``); ``--table [--sim]`` prints issue 22's table
+of vLLM's layout against kvcore's (groups, hit alignment, steady capacity, time).
 
 Measured (kvcore 0.1.0, CPython 3.11.7, 2-core VM shared with other jobs)::
 
@@ -58,12 +60,89 @@ def bench(n: int, repeat: int) -> dict:
             "max_concurrency": config.stats.max_concurrency}
 
 
+HYBRIDS = ["gpt-oss-20b", "gpt-oss-120b", "gemma-2-2b-it", "gemma-3-27b-it",
+           "gemma-4-26b-a4b", "llama-4-scout-17b-16e-instruct", "mimo-v2-flash",
+           "qwen3-next-80b-a3b-thinking", "nemotron-3-nano-30b-a3b", "deepseek-v4-flash"]
+
+
+def cli_seconds(model: str, repeat: int) -> float:
+    """``kvcore plan MODEL --kv-cache-memory 40GiB --max-model-len 8192`` in a fresh
+    interpreter (imports included), best of ``repeat``."""
+    import subprocess
+    import sys
+
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "kvcore.cli", "plan", model,
+                        "--kv-cache-memory", "40GiB", "--max-model-len", "8192"],
+                       check=True, capture_output=True)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def notes_table(models: list[str], budgets: list[int], lengths: list[int], mnbt: int,
+                sim: bool) -> None:
+    """The issue-22 table: vLLM's layout vs kvcore's (groups, hit alignment, steady
+    capacity, time to serve the default workload; analytic, and the simulator's with
+    ``--sim``)."""
+    from kvcore.errors import NotEnoughMemoryError
+    from kvcore.models.planner import plan_model
+
+    print(f"max_num_batched_tokens {mnbt}; time: {'simulated (roofline H100-SXM)' if sim else 'analytic proxy'}")
+    print(f"{'model':32} {'budget':>6} {'length':>6}  {'groups v/k':>10} "
+          f"{'align v/k':>13} {'steady v/k':>13} {'time s v/k':>19} {'gain':>7}")
+    for m in models:
+        judge = None
+        if sim:
+            from kvcore.plan_serving import sim_judge
+
+            judge = sim_judge(m, max_requests=24)
+        for b in budgets:
+            for n in lengths:
+                try:
+                    c = plan_model(m, kv_cache_memory_bytes=b << 30, max_model_len=n,
+                                   max_num_batched_tokens=mnbt, judge=judge)
+                except (NotEnoughMemoryError, Exception) as exc:  # noqa: BLE001
+                    print(f"{m:32} {b:>4}Gi {n:>6}  {type(exc).__name__}")
+                    continue
+                w, v = c.stats.serving, c.stats.vllm_layout.figures
+                gain = c.stats.gain_over_vllm
+
+                def f(x):
+                    return "-" if x is None else f"{x:,.1f}"
+                print(f"{m:32} {b:>4}Gi {n:>6}  {v.num_groups:>4}/{w.num_groups:<5} "
+                      f"{v.prefix_hit_alignment_tokens or 0:>6}/{w.prefix_hit_alignment_tokens or 0:<6} "
+                      f"{f(v.steady_capacity_requests):>6}/{f(w.steady_capacity_requests):<6} "
+                      f"{v.time_s:>9.2f}/{w.time_s:<9.2f} "
+                      f"{'-' if gain is None else f'{gain:+.1%}':>7}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, nargs="+", default=[10_000, 20_000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cli", nargs="*", metavar="MODEL",
+                    help="time `kvcore plan MODEL` (default: gemma-3-27b-it, "
+                         "deepseek-v4-flash) instead")
+    ap.add_argument("--table", action="store_true",
+                    help="print the vLLM-vs-kvcore layout table of issue 22 instead")
+    ap.add_argument("--sim", action="store_true", help="--table: simulated times")
+    ap.add_argument("--models", nargs="+", default=HYBRIDS)
+    ap.add_argument("--budgets", type=int, nargs="+", default=[8, 20, 40])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192, 32768])
+    ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     args = ap.parse_args(argv)
+    if args.table:
+        notes_table(args.models, args.budgets, args.lengths, args.max_num_batched_tokens,
+                    args.sim)
+        return 0
+    if args.cli is not None:
+        for m in args.cli or ["gemma-3-27b-it", "deepseek-v4-flash"]:
+            print(f"kvcore plan {m} --kv-cache-memory 40GiB --max-model-len 8192: "
+                  f"{cli_seconds(m, args.repeat):.3f} s (best of {args.repeat})")
+        return 0
     rows = [bench(n, args.repeat) for n in args.layers]
     base = rows[0]["seconds"]
     for r in rows:

@@ -84,13 +84,18 @@ def _add_plan(sub: Any) -> None:
                         "dtype)")
     p.add_argument("--block-size", type=length_arg("block_size"), metavar="N",
                    help="tokens per block")
-    p.add_argument("--tp", type=count_arg("tensor_parallel_size", "--tp"), default=1,
-                   metavar="N[,N]",
+    # vLLM's spellings (--tensor-parallel-size / -tp ...) are accepted as aliases
+    p.add_argument("--tp", "--tensor-parallel-size", "-tp",
+                   type=count_arg("tensor_parallel_size", "--tp"), default=1,
+                   metavar="N[,N]", dest="tp",
                    help="tensor-parallel size")
-    p.add_argument("--pp", type=count_arg("pipeline_parallel_size", "--pp"), default=1,
-                   metavar="N", help="pipeline-parallel size")
+    p.add_argument("--pp", "--pipeline-parallel-size", "-pp",
+                   type=count_arg("pipeline_parallel_size", "--pp"), default=1,
+                   metavar="N", dest="pp", help="pipeline-parallel size")
     p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
-                   default=8192, metavar="N")
+                   default=None, metavar="N",
+                   help="tokens per step (default 8192; with --gpu: the --engine's default "
+                        "for that GPU and --usage)")
     p.add_argument("--max-num-encoder-input-tokens",
                    type=length_arg("max_num_encoder_input_tokens", minimum=0), metavar="N")
     p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"])
@@ -110,6 +115,13 @@ def _add_plan(sub: Any) -> None:
                    metavar="N")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--show-tensors", action="store_true", help="list the KV-cache tensors")
+    p.add_argument("--workload", metavar="FILE",
+                   help="judge the candidate layouts on this trace (Mooncake JSONL, Azure "
+                        "CSV or kvcore JSONL); default: a workload from max_model_len and "
+                        "max_num_batched_tokens (docs/DESIGN.md, serving figures)")
+    p.add_argument("--judge", choices=["auto", "analytic", "sim"], default="auto",
+                   help="who times the best candidates: the analytic proxy or the clocked "
+                        "simulator (auto: the simulator with --workload when installed)")
     add_gpu_arguments(p)  # --gpu, --gpu-memory, ... and the sweep outputs (kvcore.deploy.sweep)
     p.set_defaults(func=_cmd_plan)
 
@@ -156,11 +168,11 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
                 f"file lists its layers explicitly; plan a MODEL instead, or set the "
                 f"fields in the file (per layer, or tensor_parallel_size / stages / "
                 f"kv_cache_memory_bytes in its options)", field="specs")
-        opts = data.get("options")
+        from kvcore.models.config import field_dict
+
+        opts = field_dict(data, "options", None, where=str(args.specs))
         if opts is None:
             opts = data["options"] = {}
-        if not isinstance(opts, dict):
-            raise ConfigError("'options' must be an object", field="options")
         if budget is not None:
             opts["kv_cache_memory_bytes"] = budget
         if max_len is not None:
@@ -171,7 +183,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
                           ("max_num_encoder_input_tokens", "max_num_encoder_input_tokens")):
             if getattr(args, flag) is not None:
                 opts[key] = getattr(args, flag)
-        if args.max_num_batched_tokens != 8192:
+        if args.max_num_batched_tokens is not None:
             opts["max_num_batched_tokens"] = args.max_num_batched_tokens
         if args.mamba_cache_mode != "none":
             opts["mamba_cache_mode"] = args.mamba_cache_mode
@@ -179,7 +191,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             opts["disable_hybrid_kv_cache_manager"] = True
         if args.no_prefix_caching:
             opts["enable_prefix_caching"] = False
-        return plan_from_specs_file(data), None
+        return plan_from_specs_file(data, **_serving_args(args)), None
     if not args.model:
         raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
                           field="model")
@@ -189,9 +201,12 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             extra[opt] = getattr(args, opt)
     if args.disable_hybrid_kv_cache_manager:
         extra["disable_hybrid_kv_cache_manager"] = True
+    extra.update(_serving_args(args))
     from kvcore.deploy.sweep import gpu_plan_kwargs, on_gpu
 
     planner: Any = plan_model
+    if args.max_num_batched_tokens is not None or not on_gpu(args):
+        extra["max_num_batched_tokens"] = args.max_num_batched_tokens or 8192
     if on_gpu(args):  # --gpu / --gpu-memory: the budget comes from the GPU (kvcore.deploy.budget)
         import functools
 
@@ -202,7 +217,6 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         args.model, kv_cache_memory_bytes=budget, max_model_len=max_len,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tp, pipeline_parallel_size=args.pp,
-        max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_encoder_input_tokens=args.max_num_encoder_input_tokens,
         mamba_cache_mode=args.mamba_cache_mode,
         num_speculative_tokens=args.num_speculative_tokens,
@@ -210,6 +224,28 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         mamba_ssm_cache_dtype=args.mamba_ssm_cache_dtype,
         enable_prefix_caching=not args.no_prefix_caching, **extra)
     return config, args.model
+
+
+def _serving_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``workload`` / ``judge`` for :func:`kvcore.plan` from --workload / --judge."""
+    from kvcore.plan_serving import load_workload, make_judge
+
+    out: dict[str, Any] = {}
+    path = getattr(args, "workload", None)
+    if path:
+        out["workload"] = load_workload(path)
+    judge = getattr(args, "judge", "auto") or "auto"
+    if judge == "auto":
+        judge = "sim" if path else "analytic"
+    kw: dict[str, Any] = {"tensor_parallel_size": getattr(args, "tp", 1) or 1,
+                          "pipeline_parallel_size": getattr(args, "pp", 1) or 1}
+    if getattr(args, "gpu", None):
+        kw["gpu"] = args.gpu
+    j = make_judge(judge, getattr(args, "model", None) if not getattr(args, "specs", None)
+                   else None, **kw) if judge != "analytic" else None
+    if j is not None:
+        out["judge"] = j
+    return out
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -228,10 +264,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out["per_rank"] = {"tensor_parallel_size": s.get("tensor_parallel_size", 1),
                            "pipeline_parallel_size": s.get("pipeline_parallel_size", 1)}
         out.update(plan_json_extras(s))
+        from kvcore.plan_serving import serving_json
+
+        out["serving"] = serving_json(s)
         print(json.dumps(out, indent=2))
         return 0
     _print_plan(config, out, model)
-    print_gpu_summary(s)
+    from kvcore.plan_serving import print_serving
+
+    explain = bool(getattr(args, "explain", False))
+    print_serving(s, _table, explain=explain)
+    print_gpu_summary(s, explain=explain)
     if args.show_tensors:
         _print_tensors(out)
     return 0
@@ -538,6 +581,36 @@ def _check_paths(args: argparse.Namespace) -> None:
         check_plot_path(args.plot)  # folder, permissions, a file type matplotlib writes
 
 
+#: vLLM flags (``vllm serve``) and the kvcore option that does the same, for flags a
+#: kvcore command does not accept under vLLM's name
+VLLM_FLAG_ALIASES = {"--tensor-parallel-size": "--tp", "-tp": "--tp",
+                     "--pipeline-parallel-size": "--pp", "-pp": "--pp",
+                     "--data-parallel-size": "--dp", "-dp": "--dp",
+                     "--kv-cache-memory-bytes": "--kv-cache-memory",
+                     "--num-gpu-blocks-override": "--num-blocks"}
+
+
+def suggest_flags(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """`` (did you mean --x?)`` for unknown options close to one of ``parser``'s (edit
+    similarity, difflib) or spelled as vLLM spells a kvcore option; ``""`` when none."""
+    import difflib
+
+    options = [o for o in parser._option_string_actions if o.startswith("--")]
+    hints: list[str] = []
+    for token in unknown:
+        if not token.startswith("-"):
+            continue
+        flag = token.split("=", 1)[0]
+        alias = VLLM_FLAG_ALIASES.get(flag)
+        if alias in parser._option_string_actions:
+            hints.append(f"{flag} is vLLM's spelling of {alias} here")
+            continue
+        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.75)
+        if close:
+            hints.append(f"did you mean {close[0]} (for {flag})?")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 def _command_parser(parser: argparse.ArgumentParser, command: str | None
                     ) -> argparse.ArgumentParser:
     """The subparser of ``command`` (the top-level parser when there is none)."""
@@ -555,8 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # named by the command's own parser, pointing to its --help
-            _command_parser(parser, getattr(args, "command", None)).error(
-                f"unrecognized arguments: {' '.join(unknown)}")
+            sub = _command_parser(parser, getattr(args, "command", None))
+            sub.error(f"unrecognized arguments: {' '.join(unknown)}"
+                      f"{suggest_flags(unknown, sub)}")
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return int(exc.code or 0)
     if not getattr(args, "command", None):
@@ -584,7 +658,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C aborts: one line, exit 130 (128 + SIGINT)
+        from kvcore.plugins import PluginInterrupt
+
+        why = exc.message if isinstance(exc, PluginInterrupt) else "interrupted"
+        print(f"kvcore {args.command}: {why}", file=sys.stderr)
         return 130
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "NotEnoughMemoryError",
     "BlockPoolError",
     "RequestError",
+    "KVEventError",
 ]
 
 
@@ -138,3 +139,12 @@ class RequestError(KVCoreError):
     """A request the planned KV cache cannot serve (e.g. an encoder input longer than
     the plan's ``max_num_encoder_input_tokens``); the message names the field, the
     value and the planned limit."""
+
+
+class KVEventError(KVCoreError):
+    """A KV-cache event a :class:`kvcore.routing.ResidencyIndex` cannot apply: an
+    unknown group, a ``block_size`` other than the group's, the removal of a block the
+    replica never stored, an unknown event type, or a batch whose sequence number is
+    lower than the one expected (out of order or replayed).  ``extra`` carries
+    ``replica``, ``field`` and ``value``; the replica is marked stale (never trusted
+    for a hit) unless nothing was applied."""

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kvcore.errors import ConfigError, SpecMergeError
+from kvcore.errors import ConfigError, SpecError, SpecMergeError
 from kvcore.kv_cache_config import KVCacheGroupSpec
 from kvcore.registry import get_registry
 from kvcore.specs import (
@@ -142,6 +142,12 @@ class GroupingResult:
     runner_up: tuple[str, Score] | None = field(default=None, compare=False)
     candidates_scored: int = field(default=0, compare=False)
     block_outermost: bool = field(default=False, compare=False)
+    #: the serving judgment (issue 22): the winner's figures, vLLM's layout, the
+    #: Pareto front of the judged layouts, the workload (None: not judged)
+    serving: Any = field(default=None, compare=False)
+    vllm_layout: Any = field(default=None, compare=False)
+    pareto_front: tuple[Any, ...] = field(default=(), compare=False)
+    workload: Any = field(default=None, compare=False)
 
     @property
     def layer_names(self) -> list[str]:
@@ -157,11 +163,54 @@ class GroupingResult:
         return max((len(g.layer_names) for g in self.groups), default=0)
 
 
+
+# ---- argument checks of the public entry points ---------------------------------------------
+
+def _arg_groups(groups: Any, fn: str) -> Sequence[KVCacheGroupSpec]:
+    from kvcore.units import shorten
+
+    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence) or \
+            not all(isinstance(g, KVCacheGroupSpec) for g in groups):
+        raise ConfigError(f"{fn}: groups must be a list of KVCacheGroupSpec, got "
+                          f"{shorten(groups)}", field="groups", value=shorten(groups))
+    return groups
+
+
+def _arg_ctx(ctx: Any, fn: str) -> PlanContext:
+    from kvcore.units import shorten
+
+    if not isinstance(ctx, PlanContext):
+        raise ConfigError(f"{fn}: ctx must be a PlanContext, got {shorten(ctx)}",
+                          field="ctx", value=shorten(ctx))
+    return ctx
+
+
+def _arg_count(value: Any, name: str, fn: str, *, minimum: int = 1,
+               optional: bool = True) -> Any:
+    from kvcore.units import check_int
+
+    if value is None and optional:
+        return None
+    return check_int(value, name, minimum=minimum, where=fn)
+
+
+def _arg_bool(value: Any, name: str, fn: str) -> bool:
+    from kvcore.units import shorten
+
+    if not isinstance(value, bool):
+        raise ConfigError(f"{fn}: {name} = {shorten(value)} must be True or False",
+                          field=name, value=shorten(value))
+    return value
+
+
 def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
                        ctx: PlanContext, max_len: int | None = None) -> int:
     """Blocks one request of ``max_len`` tokens needs, summed over the groups, each
     group with its own admission cap (a group of differing layers: the largest of its
     layers)."""
+    _arg_groups(groups, "blocks_per_request")
+    _arg_ctx(ctx, "blocks_per_request")
+    _arg_count(max_len, "max_len", "blocks_per_request")
     total = 0
     for g in groups:
         if g.layer_specs is None:
@@ -175,6 +224,7 @@ def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
 def bytes_per_block_of(groups: Sequence[KVCacheGroupSpec]) -> int:
     """Bytes one block id takes: the largest group's sum of page sizes (vLLM's
     convention; groups use a block id at different times, so their pages overlap)."""
+    _arg_groups(groups, "bytes_per_block_of")
     return max((g.bytes_per_block for g in groups), default=0)
 
 
@@ -326,6 +376,10 @@ def normalize_specs(
     ``kernel_block_size`` and every block size a multiple of the spec's
     ``block_size_alignment``.  Each unique spec is transformed once.
     """
+    layer_specs = check_layer_specs(layer_specs)
+    _arg_count(max_model_len, "max_model_len", "normalize_specs")
+    _arg_bool(disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager",
+              "normalize_specs")
     if kernel_block_size is not None and (not _is_int(kernel_block_size)
                                           or kernel_block_size <= 0):
         raise ConfigError(f"kernel_block_size must be a positive int, got "
@@ -411,7 +465,8 @@ def _commensurate_at_least(block: int, multiple: int, chosen: list[int]) -> int:
 
 def unify_page_sizes(
     specs: list[KVCacheSpec], kernel_block_size: int | None = None, *,
-    commensurate: bool = False, scale: bool = True,
+    commensurate: bool = False, scale: bool = True, fill: bool = False,
+    align_to: int | None = None,
 ) -> tuple[dict[KVCacheSpec, KVCacheSpec], bool, list[str]]:
     """Make every page equal.
 
@@ -423,12 +478,28 @@ def unify_page_sizes(
     with ``commensurate`` the largest factor whose block size divides, or is divided
     by, every other attention block size is taken when one exists (prefix hits align to
     the lcm of the block sizes); with ``scale=False`` smaller pages are only padded
-    (block sizes kept, so layers of one kind can share a block table).  Other pages
-    are padded.
+    (block sizes kept, so layers of one kind can share a block table); with ``fill``
+    each smaller attention page takes the largest block size (a multiple of its
+    alignment, not only of its block size) whose page still fits, so a page is filled
+    as well as it can be (vLLM's one attention block size for a Mamba hybrid's drafter,
+    e.g. 5,120 tokens where the largest whole factor gives 4,480); with ``align_to``
+    each factor is the largest whose block size divides ``align_to`` (divisors, not
+    only multiples: prefix hits then align to at most ``align_to`` tokens).  Other
+    pages are padded.
 
     Returns ``(mapping old spec -> new spec, whole, notes)``; ``whole`` is False when an
-    attention page had to be padded.  Never raises for a non-integer ratio.
+    attention page had to be padded.  Never raises for a non-integer ratio; raises
+    ConfigError for arguments of the wrong type or an empty list.
     """
+    from kvcore.units import shorten
+
+    if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Sequence) or \
+            not specs or not all(isinstance(x, KVCacheSpec) for x in specs):
+        raise ConfigError(f"unify_page_sizes: specs must be a non-empty list of "
+                          f"KVCacheSpec, got {shorten(specs)}", field="specs")
+    _arg_count(kernel_block_size, "kernel_block_size", "unify_page_sizes")
+    _arg_bool(commensurate, "commensurate", "unify_page_sizes")
+    _arg_bool(scale, "scale", "unify_page_sizes")
     notes: list[str] = []
     uniq = list(dict.fromkeys(specs))
     attn = [s for s in uniq if s.scales_with_block_size]
@@ -464,6 +535,25 @@ def unify_page_sizes(
             continue
         if n.scales_with_block_size:
             factor = target // page if scale else 1
+            if fill:
+                page_m = 0
+                for m in (math.lcm(_alignment(s, kernel_block_size), s.block_size),
+                          n.block_size):
+                    try:  # a plugin may need more than the alignment (a compress ratio)
+                        page_m = n.copy_with_new_block_size(m).real_page_size_bytes
+                        break
+                    except SpecError:
+                        continue
+                block = (target // page_m) * m if page_m else n.block_size
+                if block > n.block_size and \
+                        n.copy_with_new_block_size(block).real_page_size_bytes <= target:
+                    notes.append(f"{s.kind} block size {n.block_size} -> {block} tokens "
+                                 f"(fills the {target} B page)")
+                    n = n.copy_with_new_block_size(block)
+                    factor = 1
+            if align_to is not None and factor > 1:
+                factor = max((f for f in range(1, factor + 1)
+                              if align_to % (n.block_size * f) == 0), default=1)
             if commensurate and factor > 1:
                 for f in range(factor, 0, -1):
                     if all(_commensurate(n.block_size * f, b) for b in chosen):
@@ -682,6 +772,12 @@ class SearchEnv:
     limit: int = 1 << 24
     enable_prefix_caching: bool = True
     tolerance: float = 0.005
+    #: the workload layouts are judged on (None: :func:`kvcore.serving.default_workload`)
+    workload: Any = field(default=None, compare=False)
+    #: ``judge(candidates, workload) -> seconds`` for the best few (None: the analytic
+    #: proxy, :func:`kvcore.serving.analytic_judge`)
+    judge: Any = field(default=None, compare=False)
+    judge_top_k: int = 4
 
 
 def _fixed(groups: Sequence[KVCacheGroupSpec]) -> Callable[[], tuple[KVCacheGroupSpec, ...]]:
@@ -733,16 +829,21 @@ def all_as_full(items: Items, env: SearchEnv) -> list[Layout]:
     return out
 
 
-UNIFY_VARIANTS = ("largest factor", "commensurate", "pad only")
+UNIFY_VARIANTS = ("largest factor", "commensurate", "pad only", "fill page")
+#: hit alignments tried as "align N" variants: the lcm of the attention block sizes
+#: before scaling times these (only those below the largest-factor variant's alignment)
+ALIGN_MULTIPLES = (1, 2, 3, 4, 6, 8, 12, 16)
+MAX_HYBRID_LAYOUTS = 600
 
 
 def _unified_mapping(specs: list[KVCacheSpec], env: SearchEnv, variant: str, pad: bool
                      ) -> tuple[dict[int, KVCacheSpec], list[str]] | None:
     """``{id(spec): unified spec}`` of one unification variant (None when a state that
     follows the attention block would break its ``block_size_alignment``)."""
+    align_to = int(variant.split()[1]) if variant.startswith("align ") else None
     mapping, _whole, notes = unify_page_sizes(
         specs, env.kernel_block_size, commensurate=variant == "commensurate",
-        scale=variant != "pad only")
+        scale=variant != "pad only", fill=variant == "fill page", align_to=align_to)
     if not pad:  # block-outermost: keep each page (blocks still raised for states)
         mapping = {s: (m.copy_with_new_block_size(m.block_size)
                        if m.scales_with_block_size else s) for s, m in mapping.items()}
@@ -752,11 +853,36 @@ def _unified_mapping(specs: list[KVCacheSpec], env: SearchEnv, variant: str, pad
         block = next(iter(attn_blocks))
         mapping = {s: (m if m.scales_with_block_size else m.with_attention_block_size(block))
                    for s, m in mapping.items()}
+    elif len(attn_blocks) > 1:
+        mapping = {s: (m if m.scales_with_block_size else _state_beside_blocks(m, attn_blocks))
+                   for s, m in mapping.items()}
     for s, m in mapping.items():
         if m.block_size % _alignment(s, None):
             return None  # a state that follows the attention block breaks its alignment
     by_id = {id(s): mapping[s] for s in specs}
     return by_id, notes
+
+
+def _state_beside_blocks(spec: KVCacheSpec, attn_blocks: set[int]) -> KVCacheSpec:
+    """A state spec beside attention groups of several block sizes (issue 24, item 7).
+
+    A state whose block count grows with the sequence (a Mamba state in ``all`` mode:
+    one state per block boundary, ``cdiv(max_model_len, block_size)`` per request)
+    takes the block size ``lcm(attention block sizes, block_size_alignment)``.  Prefix
+    hits land only on multiples of the lcm of the caching groups' block sizes, and a
+    state block must be a multiple of the SSM chunk (``block_size_alignment``), so no
+    hit can land finer than that lcm: states between its multiples are never read.
+    Every block size that keeps the hit granularity (a multiple of the alignment that
+    divides the lcm) is valid, and the lcm itself is the largest of them, the one with
+    the fewest state blocks per request (keeping the state at its own 16-token block
+    beside 80- and 560-token attention blocks took 35x the state memory).  A state
+    with a fixed block count (``align`` / ``none`` mode), or any other kind, is left
+    as it is."""
+    if getattr(spec, "mamba_cache_mode", None) != "all":
+        return spec
+    target = math.lcm(*attn_blocks, _alignment(spec, None))
+    follow = getattr(spec, "with_attention_block_size", None)
+    return follow(target) if follow is not None else spec
 
 
 def _bucketed(items: Items, key_of: dict[int, Any]) -> list[tuple[list[str],
@@ -767,6 +893,28 @@ def _bucketed(items: Items, key_of: dict[int, Any]) -> list[tuple[list[str],
         names.append(name)
         specs.append(spec)
     return list(out.values())
+
+
+def _align_variants(specs: list[KVCacheSpec], env: SearchEnv, pad: bool
+                    ) -> tuple[str, ...]:
+    """``align N`` unification variants (divisor block sizes): N the lcm of the
+    attention block sizes once raised for states, times :data:`ALIGN_MULTIPLES`, below
+    the hit alignment of the largest-factor unification (none when that is already
+    the smallest)."""
+    if not env.enable_prefix_caching:
+        return ()
+    first = _unified_mapping(specs, env, UNIFY_VARIANTS[0], pad)
+    if first is None:
+        return ()
+    by_id, _ = first
+    sizes = [m.block_size for m in by_id.values() if m.scales_with_block_size]
+    if not sizes:
+        return ()
+    top = math.lcm(*sizes)
+    raised, _, _ = unify_page_sizes(specs, env.kernel_block_size, scale=False)
+    base_sizes = [m.block_size for m in raised.values() if m.scales_with_block_size]
+    base = math.lcm(*base_sizes) if base_sizes else 1
+    return tuple(f"align {base * k}" for k in ALIGN_MULTIPLES if base * k < top)
 
 
 def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
@@ -781,7 +929,7 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
     if len(specs) == 1:
         return out  # one spec: one group (splitting it only trades rounding)
     seen: set[Any] = set()
-    for variant in UNIFY_VARIANTS:
+    for variant in UNIFY_VARIANTS + _align_variants(specs, env, pad):
         unified = _unified_mapping(specs, env, variant, pad)
         if unified is None:
             continue
@@ -811,6 +959,8 @@ def hybrid(items: Items, env: SearchEnv, *, pad: bool = True) -> list[Layout]:
                     tuple(notes + extra),
                     entries=_bucket_entries(buckets, size, not by_table),
                     baseline=i == 0 and variant == UNIFY_VARIANTS[0] and not by_table))
+    if len(out) > MAX_HYBRID_LAYOUTS:  # many variants x group sizes: keep the first
+        out = out[:MAX_HYBRID_LAYOUTS]
     return out
 
 
@@ -856,6 +1006,9 @@ class Score:
     num_groups: int
     max_concurrency: float | None
     bytes_per_request: int
+    num_blocks: int | None = None
+    reserved_blocks: int = 0
+    bytes_per_block: int = 0
 
     @property
     def tie_break(self) -> tuple[int, int, int]:
@@ -880,6 +1033,9 @@ def padding_per_request(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
                         max_len: int) -> int:
     """Padding bytes one request of ``max_len`` holds: per group, its blocks per request
     times the padding of its layers' pages."""
+    _arg_groups(groups, "padding_per_request")
+    _arg_ctx(ctx, "padding_per_request")
+    _arg_count(max_len, "max_len", "padding_per_request", optional=False)
     return _padding(tuple(_entry_of(g) for g in groups), ctx, max_len)
 
 
@@ -976,7 +1132,8 @@ def score_layout(layout: Layout | Sequence[KVCacheGroupSpec], env: SearchEnv) ->
     else:
         value = Fraction(-blocks * bpb)
     return Score(fits, length, value, _padding(entries, ctx, length), align,
-                 sum(e.count for e in entries), conc, blocks * bpb)
+                 sum(e.count for e in entries), conc, blocks * bpb, num_blocks, reserved,
+                 bpb)
 
 
 def _near(value: Fraction, best: Fraction, tol: float) -> bool:
@@ -1027,16 +1184,103 @@ def search_layouts(items: Items, env: SearchEnv, raw_items: Items | None = None
                    ) -> tuple[Layout, Score, list[tuple[Layout, Score]]]:
     """Score every candidate; returns (winner, its score, all scored in order).
     ``raw_items``: the layers before windows >= max_model_len became full attention;
-    when given, vLLM's layout of them is a candidate and the baseline (vLLM does not
-    normalize).  Deterministic: same input, same winner."""
+    vLLM's layout of them (of ``items`` when None) is always a candidate and the
+    baseline.  Deterministic: same input, same winner."""
+    winner, best, scored, _ = _search(items, env, raw_items)
+    return winner, best, scored
+
+
+def _serving_judgment(scored: list[tuple[Layout, Score]], env: SearchEnv) -> Any:
+    """(index of the winner, the judged candidates) by what serving sees
+    (:mod:`kvcore.serving`): among the layouts that fit and keep at least the guarantee
+    of vLLM's layout (the baseline), ranked by the analytic time, the best
+    ``env.judge_top_k`` and vLLM's layout are timed by ``env.judge``; the winner by
+    :func:`kvcore.serving.pick`."""
+    from kvcore import serving
+
+    ctx = env.ctx
+    workload = env.workload or serving.default_workload(ctx.max_model_len,
+                                                        ctx.max_num_batched_tokens)
+    base = [i for i, (lay, _) in enumerate(scored) if lay.baseline]
+    b = base[-1] if base else None
+    idx = [i for i, (_, sc) in enumerate(scored) if sc.fits]
+    if b is not None and scored[b][1].fits and env.budgets is not None:
+        floor = scored[b][1].value
+        idx = [i for i in idx if scored[i][1].value >= floor]
+    if not idx:
+        idx = list(range(len(scored)))
+    if b is not None and b not in idx:
+        idx.append(b)
+    nominal = None
+    if env.budgets is None and b is not None:
+        # no budget (or only a block count): layouts are compared at equal memory,
+        # a nominal pool of vLLM's layout's num_gpu_blocks_override blocks, or of
+        # max_num_seqs / 4 of its requests at max_model_len
+        bsc = scored[b][1]
+        nominal = (env.num_blocks_override * bsc.bytes_per_block
+                   if env.num_blocks_override is not None
+                   else bsc.bytes_per_request * max(1, workload.max_num_seqs // 4))
+    cands = []
+    for i in idx:
+        lay, sc = scored[i]
+        num_blocks = sc.num_blocks if nominal is None or not sc.bytes_per_block else \
+            nominal // sc.bytes_per_block
+        fig = serving.figures_of(
+            [(e.count, e.specs, e.bytes_per_block, e.block_size, e.caching)
+             for e in lay.entries],
+            num_blocks, sc.reserved_blocks,
+            sc.max_concurrency if env.budgets is not None else None, ctx, workload,
+            env.enable_prefix_caching)
+        if not sc.fits:
+            fig = dataclasses.replace(fig, steady_capacity_requests=0.0)
+        fig = dataclasses.replace(fig, time_s=serving.analytic_time(fig, workload, ctx))
+        cands.append(serving.Candidate(lay.strategy, functools.partial(_groups_of, lay),
+                                       fig, sc.num_blocks, ctx, is_vllm_layout=i == b,
+                                       index=i))
+    order = sorted(range(len(cands)), key=lambda k: (
+        cands[k].figures.time_s, -(cands[k].figures.guarantee or 0.0), k))
+    top = [cands[k] for k in order[:max(1, env.judge_top_k)]]
+    if not any(c.is_vllm_layout for c in top):
+        top += [c for c in cands if c.is_vllm_layout]
+    if env.judge is not None:
+        times = list(env.judge(top, workload))
+        if len(times) != len(top):
+            raise ConfigError(f"the plan's judge returned {len(times)} times for "
+                              f"{len(top)} candidates", field="judge")
+        judged_by = getattr(env.judge, "judged_by", getattr(env.judge, "__name__", "judge"))
+        for c, t in zip(top, times):
+            c.figures = dataclasses.replace(c.figures, time_s=float(t),
+                                            judged_by=str(judged_by))
+    w = serving.pick(top)
+    if top[w].is_vllm_layout:  # the same layout under a generator's name, if one has it
+        same = [c for c in top if not c.is_vllm_layout and c.figures == top[w].figures
+                and scored[c.index][0].entries == scored[top[w].index][0].entries]
+        if same:
+            return same[0].index, top, workload
+    return top[w].index, top, workload
+
+
+def _groups_of(lay: Layout) -> tuple[KVCacheGroupSpec, ...]:
+    return lay.groups
+
+
+def _search(items: Items, env: SearchEnv, raw_items: Items | None = None
+            ) -> tuple[Layout, Score, list[tuple[Layout, Score]], Any]:
     layouts = candidate_layouts(items, env)
-    if raw_items is not None:
-        for lay in layouts:
-            lay.baseline = False
-        layouts += vllm_rule_layouts(raw_items, env)
+    for lay in layouts:
+        lay.baseline = False
+    vllm = vllm_rule_layouts(raw_items if raw_items is not None else items, env)[:1]
+    same = [lay for lay in layouts[:8] if vllm and lay.entries == vllm[0].entries]
+    if same:  # vLLM's layout is already a candidate (under a generator's name)
+        same[0].baseline = True
+    else:
+        layouts += vllm
     scored = [(lay, score_layout(lay, env)) for lay in layouts]
-    best = choose(scored, env)
-    return scored[best][0], scored[best][1], scored
+    if env.max_model_len == -1:  # the longest length decides (the former search)
+        best = choose(scored, env)
+        return scored[best][0], scored[best][1], scored, None
+    best, judged, workload = _serving_judgment(scored, env)
+    return scored[best][0], scored[best][1], scored, (judged, workload)
 
 
 def _runner_up(scored: list[tuple[Layout, Score]], winner: Layout, env: SearchEnv
@@ -1095,6 +1339,17 @@ def group_layers(
     if not layer_specs:
         raise ConfigError("no layers to plan: the model has no KV-cache layers",
                           field="layers")
+    if ctx is not None:
+        _arg_ctx(ctx, "group_layers")
+    _arg_count(kernel_block_size, "kernel_block_size", "group_layers")
+    _arg_bool(disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager",
+              "group_layers")
+    if kv_cache_layout is not None and not isinstance(kv_cache_layout, str):
+        raise ConfigError(f"group_layers: kv_cache_layout = {kv_cache_layout!r} must be a "
+                          f"layout name such as LBNHC", field="kv_cache_layout")
+    _arg_count(kv_cache_memory_bytes, "kv_cache_memory_bytes", "group_layers", minimum=0)
+    if env is not None and not isinstance(env, SearchEnv):
+        raise ConfigError("group_layers: env must be a SearchEnv", field="env")
     norm_len: int | None = None
     if env is None:
         norm_len = ctx.max_model_len if ctx is not None and ctx.max_model_len > 0 else None
@@ -1120,16 +1375,46 @@ def group_layers(
         raw_items, _, _ = normalize_specs(
             layer_specs, max_model_len=None, kernel_block_size=env.kernel_block_size,
             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
-    winner, best, scored = search_layouts(items, env, raw_items)
+    winner, best, scored, judgment = _search(items, env, raw_items)
     runner = _runner_up(scored, winner, env)
     distinct = len(scored)
     why = [f"search: {winner.strategy} chosen among {distinct} candidate layouts "
            f"({best.describe()})"]
     if runner is not None:
         why.append(f"runner-up: {runner[0]} ({runner[1].describe()})")
+    serving = vllm_report = workload = None
+    front: tuple[Any, ...] = ()
+    if judgment is not None:
+        from kvcore.serving import LayoutReport, pareto_front
+
+        judged, workload = judgment
+        win = next(c for c in judged if c.index == scored.index(
+            next(p for p in scored if p[0] is winner)))
+        serving = win.figures
+        base = next((c for c in judged if c.is_vllm_layout), None)
+        if base is not None:
+            vllm_report = LayoutReport(base.strategy, base.figures, True)
+            if distinct > 1:
+                why.append(_versus(win, base))
+        front = tuple(LayoutReport(c.strategy, c.figures, c.is_vllm_layout)
+                      for c in pareto_front(judged))
     return GroupingResult(winner.groups, winner.strategy, skipped,
                           tuple(notes) + _dedupe(winner.notes) + tuple(why), runner,
-                          distinct, env.block_outermost)
+                          distinct, env.block_outermost, serving, vllm_report, front,
+                          workload)
+
+
+def _versus(win: Any, base: Any) -> str:
+    """The note comparing the winner with vLLM's layout."""
+    f, v = win.figures, base.figures
+    if win is base:
+        return (f"serving: vLLM's layout kept ({f.num_groups} groups, time {f.time_s:.4g} s "
+                f"on the workload, {f.judged_by}); no candidate was faster")
+    gain = v.time_s / f.time_s - 1 if f.time_s and v.time_s != float("inf") else None
+    return (f"serving: {f.time_s:.4g} s against vLLM's layout's {v.time_s:.4g} s on the "
+            f"workload ({f.judged_by})" + (f", {gain:+.1%}" if gain is not None else "")
+            + f"; groups {f.num_groups} vs {v.num_groups}, hit alignment "
+            f"{f.prefix_hit_alignment_tokens} vs {v.prefix_hit_alignment_tokens} tokens")
 
 
 def _dedupe(notes: Iterable[str]) -> tuple[str, ...]:

@@ -7,9 +7,45 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcore.errors import ConfigError
+from kvcore.serving import LayoutReport, ServingFigures
 from kvcore.specs import KVCacheSpec
 
 __all__ = ["KVCacheGroupSpec", "KVCacheTensor", "KVCacheConfig", "PlanStats"]
+
+
+def _names(value: Any, field_name: str, owner: str) -> tuple[str, ...]:
+    """A tuple of non-empty layer-name strings; raises ConfigError naming the field."""
+    from kvcore.units import shorten
+
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{owner}.{field_name} = {shorten(value)} must be a list of "
+                          f"layer names", field=field_name, value=shorten(value))
+    for v in value:
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"{owner}.{field_name} holds {shorten(v)}: layer names are "
+                              f"non-empty strings", field=field_name, value=shorten(v))
+    return tuple(value)
+
+
+def _items(value: Any, kind: type, field_name: str, owner: str) -> tuple[Any, ...]:
+    from kvcore.units import shorten
+
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{owner}.{field_name} = {shorten(value)} must be a list of "
+                          f"{kind.__name__}", field=field_name, value=shorten(value))
+    for v in value:
+        if not isinstance(v, kind):
+            raise ConfigError(f"{owner}.{field_name} holds {shorten(v)}, not a "
+                              f"{kind.__name__}", field=field_name, value=shorten(v))
+    return tuple(value)
+
+
+def _count(value: Any, field_name: str, owner: str) -> int:
+    from kvcore.units import check_int
+
+    return check_int(value, f"{owner}.{field_name}", minimum=0,
+                     maximum=1 << 50)
 
 
 @dataclass(frozen=True)
@@ -34,10 +70,22 @@ class KVCacheGroupSpec:
     layer_specs: tuple[KVCacheSpec, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layer_names", tuple(self.layer_names))
+        """Checks each field (ConfigError naming it)."""
+        owner = "KVCacheGroupSpec"
+        object.__setattr__(self, "layer_names", _names(self.layer_names, "layer_names",
+                                                       owner))
+        if not isinstance(self.spec, KVCacheSpec):
+            from kvcore.units import shorten
+
+            raise ConfigError(f"{owner}.spec = {shorten(self.spec)} must be a KVCacheSpec",
+                              field="spec", value=shorten(self.spec))
         if self.layer_specs is not None:
-            object.__setattr__(self, "layer_specs", tuple(self.layer_specs))
-            assert len(self.layer_specs) == len(self.layer_names)
+            object.__setattr__(self, "layer_specs", _items(self.layer_specs, KVCacheSpec,
+                                                           "layer_specs", owner))
+            if len(self.layer_specs) != len(self.layer_names):
+                raise ConfigError(f"{owner}: {len(self.layer_specs)} layer_specs for "
+                                  f"{len(self.layer_names)} layer_names (one each)",
+                                  field="layer_specs")
             object.__setattr__(self, "_spec_by_name",
                                dict(zip(self.layer_names, self.layer_specs)))
 
@@ -138,7 +186,11 @@ class KVCacheTensor:
     block_stride: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shared_by", tuple(self.shared_by))
+        """Checks each field (ConfigError naming it)."""
+        owner = "KVCacheTensor"
+        for name in ("size", "offset", "block_stride"):
+            object.__setattr__(self, name, _count(getattr(self, name), name, owner))
+        object.__setattr__(self, "shared_by", _names(self.shared_by, "shared_by", owner))
 
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "shared_by": list(self.shared_by),
@@ -162,10 +214,31 @@ class KVCacheConfig:
     stats: PlanStats = field(default_factory=lambda: PlanStats(), compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kv_cache_tensors", tuple(self.kv_cache_tensors))
-        object.__setattr__(self, "kv_cache_groups", tuple(self.kv_cache_groups))
+        """Checks each field (ConfigError naming it)."""
+        from kvcore.units import shorten
+
+        owner = "KVCacheConfig"
+        if self.num_blocks is not None:
+            object.__setattr__(self, "num_blocks", _count(self.num_blocks, "num_blocks",
+                                                          owner))
+        object.__setattr__(self, "kv_cache_tensors", _items(
+            self.kv_cache_tensors, KVCacheTensor, "kv_cache_tensors", owner))
+        object.__setattr__(self, "kv_cache_groups", _items(
+            self.kv_cache_groups, KVCacheGroupSpec, "kv_cache_groups", owner))
+        for name in ("max_model_len", "bytes_per_block"):
+            object.__setattr__(self, name, _count(getattr(self, name), name, owner))
+        if not isinstance(self.kv_cache_layout, str) or not self.kv_cache_layout:
+            raise ConfigError(f"{owner}.kv_cache_layout = {shorten(self.kv_cache_layout)} "
+                              f"must be a layout name such as LBNHC",
+                              field="kv_cache_layout")
         if isinstance(self.stats, dict):  # older callers passed a plain dict
-            object.__setattr__(self, "stats", PlanStats.from_mapping(self.stats))
+            try:
+                object.__setattr__(self, "stats", PlanStats.from_mapping(self.stats))
+            except AttributeError as exc:
+                raise ConfigError(f"{owner}.stats: {exc}", field="stats") from None
+        elif not isinstance(self.stats, PlanStats):
+            raise ConfigError(f"{owner}.stats = {shorten(self.stats)} must be a PlanStats "
+                              f"(or a dict of its fields)", field="stats")
 
     @property
     def groups(self) -> tuple[KVCacheGroupSpec, ...]:
@@ -240,6 +313,24 @@ class PlanStats:
     strategy, runner_up_strategy, runner_up_score, candidates_scored:
         The layout the search chose, the second best and its score, and how many
         candidate layouts were scored.
+
+    Attributes (serving, issue 22; :mod:`kvcore.serving`)
+    ------------------------------------------------------
+    serving:
+        The chosen layout's figures (:class:`~kvcore.serving.ServingFigures`: groups,
+        block sizes, hit alignment, guarantee, steady capacity, time to serve the
+        workload, who judged it).
+    vllm_layout:
+        vLLM 0.32's own layout of the same layers, judged on the same workload
+        (:class:`~kvcore.serving.LayoutReport`); always reported beside the winner.
+    gain_over_vllm:
+        ``vLLM's time / the chosen layout's time - 1`` (0.0 when vLLM's layout won;
+        None when vLLM's layout does not fit).
+    pareto_front:
+        The judged layouts no other beats on guarantee, steady capacity, groups, hit
+        alignment and time (``kvcore plan --explain``).
+    workload:
+        The workload the layouts were judged on (``Workload.to_dict()``).
     """
 
     # ---- capacity -----------------------------------------------------------------
@@ -275,6 +366,12 @@ class PlanStats:
     runner_up_score: dict[str, Any] | None = None
     candidates_scored: int = 0
     notes: list[str] = field(default_factory=list)
+    # ---- serving (issue 22) -------------------------------------------------------
+    serving: ServingFigures | None = None
+    vllm_layout: LayoutReport | None = None
+    gain_over_vllm: float | None = None
+    pareto_front: list[LayoutReport] = field(default_factory=list)
+    workload: dict[str, Any] | None = None
     # ---- options the plan was made with -------------------------------------------
     max_num_batched_tokens: int = 8192
     max_num_encoder_input_tokens: int = 0
@@ -302,6 +399,16 @@ class PlanStats:
     fits: bool | None = None
     min_tensor_parallel_size_that_fits: int | None = None
     num_gpus: int | None = None  # tensor x pipeline x data parallel sizes
+    # ---- the engine profile (kvcore.deploy.engines / ceilings; issue #23) --------------
+    engine: str | None = None
+    engine_release: str | None = None
+    ledger: dict[str, Any] | None = None
+    ceilings: list[dict[str, Any]] | None = None
+    #: vLLM's own layout beside kvcore's (kvcore.deploy.ceilings.vllm_layout; issue #23)
+    vllm_own_layout: dict[str, Any] | None = None
+    data_parallel_size: int | None = None
+    weights_mtp_bytes: int | None = None  # whole-checkpoint MTP / next-n layers
+    weights_include_mtp: bool | None = None  # loaded per rank (--include-mtp)
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
@@ -338,6 +445,24 @@ class PlanStats:
 
     def __contains__(self, key: object) -> bool:
         return key in self.field_names() and getattr(self, str(key)) is not None
+
+    def __iter__(self) -> Any:
+        """The names of the fields that are set (not None), as ``in`` counts them, so
+        ``list(stats)``, ``dict(stats.items())`` and ``for key in stats`` agree."""
+        return iter([k for k in self.field_names_ordered() if k in self])
+
+    def keys(self) -> list[str]:
+        return list(self)
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self]
+
+    @classmethod
+    def field_names_ordered(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
 
     def get(self, key: str, default: Any = None) -> Any:
         value = getattr(self, key, None) if key in self.field_names() else None

@@ -25,6 +25,8 @@ Conventions (those of vLLM v1's ``get_kv_cache_configs``, and of the planner vec
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ from kvcore.kv_cache_config import (
     PlanStats,
     _json_value,
 )
+from kvcore.serving import Judge, Workload
 from kvcore.specs import KVCacheSpec, PlanContext
 
 __all__ = ["plan", "plan_from_specs_file", "plan_to_dict", "format_bytes",
@@ -76,7 +79,14 @@ def _whole(x: Any) -> Any:
 
 
 def format_bytes(n: float) -> str:
-    """``n`` bytes as a short human string (binary units)."""
+    """``n`` bytes as a short human string (binary units).  Raises ConfigError for a
+    value that is not a finite number of at most 2^80 bytes."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or \
+            isinstance(n, float) and not math.isfinite(n) or abs(n) > 1 << 80:
+        from kvcore.units import shorten
+
+        raise ConfigError(f"format_bytes takes a number of bytes, got {shorten(n)}",
+                          field="n", value=shorten(n))
     for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
@@ -498,13 +508,26 @@ def _report(grouping: GroupingResult, sz: _Sizing, opts: _Options,
         tensor_parallel_size=ctx.tensor_parallel_size,
         pipeline_parallel_size=max(ctx.pipeline_parallel_size, len(stage_layers)),
         plan_context=ctx, max_model_len_limit=opts.limit,
-        max_model_len_limit_source=opts.limit_source)
+        max_model_len_limit_source=opts.limit_source,
+        serving=grouping.serving, vllm_layout=grouping.vllm_layout,
+        gain_over_vllm=_gain(grouping), pareto_front=list(grouping.pareto_front),
+        workload=grouping.workload.to_dict() if grouping.workload is not None else None)
     tensors = _tensors(groups, num_blocks or 0, block_outermost, bytes_per_block)
     layout = (opts.kv_cache_layout or "LBNHC").upper()
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
                          kv_cache_groups=groups, max_model_len=plan_len,
                          bytes_per_block=bytes_per_block, kv_cache_layout=layout,
                          stats=stats)
+
+
+def _gain(grouping: GroupingResult) -> float | None:
+    """vLLM's layout's time over the winner's, minus 1 (None: not judged, or vLLM's
+    layout does not fit)."""
+    won, base = grouping.serving, grouping.vllm_layout
+    if won is None or base is None or base.figures.time_s == float("inf") or \
+            not won.time_s:
+        return None
+    return base.figures.time_s / won.time_s - 1
 
 
 def _empty_plan(grouping: GroupingResult, opts: _Options) -> KVCacheConfig:
@@ -554,6 +577,8 @@ def plan(
     kv_cache_layout: str | None = None,
     stages: Sequence[Sequence[str]] | None = None,
     max_model_len_limit: int | None = None,
+    workload: Workload | None = None,
+    judge: Judge | None = None,
 ) -> KVCacheConfig:
     """Plan a KV cache for ``layer_specs`` (``{layer name: spec}`` in layer order).
 
@@ -576,6 +601,17 @@ def plan(
         bytes per request wins).
     num_gpu_blocks_override:
         Use this many blocks instead of the budget's.
+    workload:
+        The :class:`kvcore.serving.Workload` the candidate layouts are judged on
+        (default :func:`kvcore.serving.default_workload` of ``max_model_len`` and
+        ``max_num_batched_tokens``).
+    judge:
+        ``judge(candidates, workload) -> seconds`` timing the best few candidates
+        (:data:`kvcore.serving.Judge`; default the analytic proxy
+        :func:`kvcore.serving.analytic_judge`; the simulator's judge lives in
+        ``kvcore.sim``, which planning never imports).  vLLM's own layout is always
+        judged; a layout not faster than it does not win (``stats.vllm_layout``,
+        ``stats.gain_over_vllm``, ``stats.pareto_front``).
     Other parameters: see :class:`kvcore.specs.PlanContext` and
     :func:`kvcore.grouping.group_layers`.
 
@@ -627,13 +663,53 @@ def plan(
         budgets=tuple(budgets) if budgets is not None else None,
         stage_layers=tuple(frozenset(s) for s in stage_layers),
         num_blocks_override=opts.override, max_model_len=opts.max_model_len,
-        limit=opts.limit, enable_prefix_caching=opts.ctx.enable_prefix_caching)
+        limit=opts.limit, enable_prefix_caching=opts.ctx.enable_prefix_caching,
+        workload=_check_workload(workload), judge=_check_judge(judge))
+    if env.judge is not None:
+        env = dataclasses.replace(env, judge=_with_configs(env.judge, opts, env,
+                                                           stage_layers))
     grouping = group_layers(specs, env=env, kv_cache_layout=opts.kv_cache_layout,
                             disable_hybrid_kv_cache_manager=opts.disable_hybrid)
     if not grouping.groups:
         return _empty_plan(grouping, opts)
     sizing = _size(grouping.groups, opts, env, stage_layers)
     return _report(grouping, sizing, opts, stage_layers, env.block_outermost)
+
+
+def _with_configs(judge: Judge, opts: _Options, env: SearchEnv,
+                  stage_layers: list[list[str]]) -> Judge:
+    """``judge`` with each candidate's whole plan at hand: ``candidate.extra["config"]()``
+    builds its :class:`KVCacheConfig` (sized like the winner would be; raises
+    NotEnoughMemoryError when one request does not fit), so a judge can run it."""
+    def build(groups: tuple[KVCacheGroupSpec, ...]) -> KVCacheConfig:
+        sizing = _size(groups, opts, env, stage_layers)
+        return _report(GroupingResult(groups, "candidate"), sizing, opts, stage_layers,
+                       env.block_outermost)
+
+    def wrapped(cands: Sequence[Any], workload: Workload) -> Sequence[float]:
+        for c in cands:
+            c.extra["config"] = functools.partial(build, c.groups())
+        return judge(cands, workload)
+
+    wrapped.judged_by = getattr(judge, "judged_by",  # type: ignore[attr-defined]
+                                getattr(judge, "__name__", "judge"))
+    return wrapped
+
+
+def _check_workload(workload: Any) -> Workload | None:
+    if workload is not None and not isinstance(workload, Workload):
+        raise ConfigError(f"workload must be a kvcore.serving.Workload (see "
+                          f"kvcore.serving.workload_from_requests), got "
+                          f"{type(workload).__name__}", field="workload")
+    return workload  # type: ignore[no-any-return]
+
+
+def _check_judge(judge: Any) -> Judge | None:
+    if judge is not None and not callable(judge):
+        raise ConfigError(f"judge must be a callable judge(candidates, workload) -> "
+                          f"seconds per candidate, got {type(judge).__name__}",
+                          field="judge")
+    return judge  # type: ignore[no-any-return]
 
 
 def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
@@ -653,9 +729,11 @@ def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
     return out
 
 
-def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
+def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None = None,
+                         judge: Judge | None = None) -> KVCacheConfig:
     """Plan from a specs file (docs/DESIGN.md section 5): ``{"options": {...}, "layers":
-    {name: spec dict}}``.  Raises ConfigError naming an unknown option or bad layer."""
+    {name: spec dict}}``; ``workload`` / ``judge`` as in :func:`plan`.  Raises
+    ConfigError naming an unknown option or bad layer."""
     from kvcore.specs import KVCacheSpec
 
     if not isinstance(data, Mapping):
@@ -686,11 +764,18 @@ def plan_from_specs_file(data: Mapping[str, Any]) -> KVCacheConfig:
     if "max_model_len" not in opts:
         raise ConfigError("options.max_model_len is required (a positive int, or -1 for "
                           "the longest that fits)", field="max_model_len")
-    return plan(specs, **opts)
+    return plan(specs, workload=workload, judge=judge, **opts)
 
 
 def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
-    """The JSON form of a plan (docs/DESIGN.md section 5)."""
+    """The JSON form of a plan (docs/DESIGN.md section 5).
+
+    Raises ConfigError when ``config`` is not a :class:`KVCacheConfig`."""
+    if not isinstance(config, KVCacheConfig):
+        from kvcore.units import shorten
+
+        raise ConfigError(f"plan_to_dict takes a KVCacheConfig (a plan), got "
+                          f"{shorten(config)}", field="config", value=shorten(config))
     s = config.stats
     groups = []
     for g in config.kv_cache_groups:

@@ -50,6 +50,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "KVCorePluginWarning",
     "PluginInfo",
+    "PluginInterrupt",
     "get_plugin_manager",
     "register",
     "unregister",
@@ -226,12 +227,37 @@ def _check_result(name: str, hook: str, result: Any) -> Any:
     return result
 
 
+class PluginInterrupt(KeyboardInterrupt):
+    """A KeyboardInterrupt (Ctrl-C, or a plugin raising it) while a plugin was being
+    loaded or ran a hook.  It still aborts kvcore (it is a KeyboardInterrupt: the CLI
+    exits 130), but it names the plugin, so the one line printed says where it stopped.
+
+    Attributes: ``plugin`` (entry-point name), ``distribution``, ``version``, ``during``
+    (``"loading"`` or the hook name)."""
+
+    def __init__(self, plugin: str, distribution: str = "", version: str = "",
+                 during: str = "loading") -> None:
+        self.plugin, self.distribution, self.version, self.during = \
+            plugin, distribution, version, during
+        where = f" from {distribution} {version}" if distribution else ""
+        what = "loading it" if during == "loading" else f"in its hook {during}"
+        super().__init__(f"interrupted in kvcore plugin {plugin!r}{where} ({what})")
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
 def _guard_function(fn: Callable[..., Any], name: str, hook: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             result = fn(*args, **kwargs)
-        except (KVCoreError, KeyboardInterrupt, GeneratorExit):
+        except PluginInterrupt:
+            raise
+        except KeyboardInterrupt as exc:
+            raise PluginInterrupt(name, during=hook) from exc
+        except (KVCoreError, GeneratorExit):
             raise
         except BaseException as exc:  # SystemExit too: a plugin must not end kvcore
             raise _failure(name, hook, exc) from exc
@@ -338,7 +364,11 @@ def _load() -> pluggy.PluginManager:
         try:
             obj = ep.load()
             pm.register(obj, name=ep.name)
-        except (KeyboardInterrupt, GeneratorExit):
+        except PluginInterrupt:
+            raise
+        except KeyboardInterrupt as exc:  # Ctrl-C (or a plugin raising it) still aborts
+            raise PluginInterrupt(ep.name, dist_name, version, "loading") from exc
+        except GeneratorExit:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure (SystemExit too) skips it
             _warn(ep.name, dist_name, version, exc)

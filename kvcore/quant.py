@@ -46,6 +46,19 @@ class KVQuantMode(str, enum.Enum):
     NVFP4 = "nvfp4"
     PLUGIN = "plugin"
 
+    @classmethod
+    def _missing_(cls, value: object) -> KVQuantMode:
+        """``KVQuantMode(x)`` for an unknown ``x``: a ConfigError (and a ValueError, as
+        Enum lookups raise) naming the valid modes."""
+        from kvcore.errors import ConfigError
+        from kvcore.units import shorten
+
+        class _Bad(ConfigError, ValueError):
+            pass
+
+        raise _Bad(f"KVQuantMode {shorten(value)} is not a quantization mode; valid: "
+                   f"{', '.join(m.value for m in cls)}", field="mode", value=shorten(value))
+
 
 BytesFn = Callable[[int, str], int]
 

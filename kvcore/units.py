@@ -100,6 +100,9 @@ BOUNDS: dict[str, int] = {
     "decoder_layers": 10_000,
     "encoder_layers": 10_000,
     "num_nextn_predict_layers": 10_000,
+    "mtp_num_hidden_layers": 10_000,
+    "depth": 10_000,
+    "vt_num_hidden_layers": 10_000,
     "first_k_dense_replace": 100_000,
     "max_window_layers": 100_000,
     "sliding_window_pattern": 100_000,
@@ -127,10 +130,32 @@ _UNIT_BOUNDS = (("bytes", MAX_BYTES), ("memory", MAX_BYTES), ("tokens", MAX_TOKE
                 ("dim", 1 << 16), ("heads", 1 << 20), ("layers", 10_000))
 
 
+def _arg_field(field: Any, fn: str) -> str:
+    """The ``field`` argument of the readers below: a non-empty name (ConfigError)."""
+    if not isinstance(field, str) or not field:
+        raise ConfigError(f"{fn}: field = {shorten(field)} must be a field name (a "
+                          f"non-empty string)", field="field", value=shorten(field))
+    return field
+
+
+def _arg_limit(value: Any, name: str, fn: str) -> None:
+    """``minimum`` / ``maximum`` arguments: None or an int (ConfigError)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{fn}: {name} = {shorten(value)} must be an int or None",
+                          field=name, value=shorten(value))
+
+
+def _arg_flag(value: Any, name: str, fn: str) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{fn}: {name} = {shorten(value)} must be True or False",
+                          field=name, value=shorten(value))
+
+
 def bound(field: str) -> int:
     """The plausibility bound (inclusive) of a field: :data:`BOUNDS`, else by the unit
     its name ends with (``*_bytes`` 1 PiB, ``*_tokens`` 2^32, ``*_blocks`` 2^40 ...),
-    else 2^40."""
+    else 2^40.  Raises ConfigError when ``field`` is not a name."""
+    _arg_field(field, "bound")
     key = field.lstrip("-").replace("-", "_").rsplit(".", 1)[-1]
     if key in BOUNDS:
         return BOUNDS[key]
@@ -155,6 +180,13 @@ def check_int(value: Any, field: str, *, minimum: int | None = 1,
     ``1e4``).  bool is refused.  Raises ConfigError naming the field, the value (cut)
     and the valid range; ``where`` (a file or model) prefixes the message.
     """
+    _arg_field(field, "check_int")
+    _arg_limit(minimum, "minimum", "check_int")
+    _arg_limit(maximum, "maximum", "check_int")
+    _arg_flag(allow_integral_float, "allow_integral_float", "check_int")
+    if not isinstance(where, str):
+        raise ConfigError(f"check_int: where = {shorten(where)} must be a string",
+                          field="where", value=shorten(where))
     pre = f"{where}: " if where else ""
     if maximum is None:
         maximum = bound(field)
@@ -215,6 +247,8 @@ def parse_size(text: Any, field: str = "kv_cache_memory", *,
     """
     from decimal import Decimal, InvalidOperation  # lazily: decimal costs ~9 ms at import
 
+    _arg_field(field, "parse_size")
+    _arg_limit(maximum, "maximum", "parse_size")
     limit = bound(field) if maximum is None else maximum
     if isinstance(text, bool):
         raise ConfigError(f"{field}: {text!r} is not a size; {_SIZE_HELP}", field=field,
@@ -261,6 +295,10 @@ def parse_size(text: Any, field: str = "kv_cache_memory", *,
                 f"--gpu-memory-utilization", field=field, value=shown)
         mult = 1
     value = number * mult
+    if mult == 1 and value != value.to_integral_value():
+        raise ConfigError(
+            f"{field}: {shown} is not a whole number of bytes (B is bytes, not billions); "
+            f"write {digits}GB or {digits}GiB for gigabytes", field=field, value=shown)
     if sign == "-" and value != 0:
         raise ConfigError(f"{field}: the size must not be negative, got {shown}",
                           field=field, value=shown)
@@ -289,6 +327,12 @@ def parse_length(text: Any, field: str = "max_model_len", *, allow_auto: bool = 
     """
     from decimal import Decimal
 
+    _arg_field(field, "parse_length")
+    _arg_flag(allow_auto, "allow_auto", "parse_length")
+    _arg_limit(minimum, "minimum", "parse_length")
+    if minimum is None:
+        raise ConfigError("parse_length: minimum must be an int", field="minimum")
+    _arg_limit(maximum, "maximum", "parse_length")
     limit = bound(field) if maximum is None else maximum
     auto = " or auto" if allow_auto else ""
     if not isinstance(text, str):
@@ -348,10 +392,15 @@ def length_arg(field: str, *, allow_auto: bool = False, minimum: int = 1,
                maximum: int | None = None) -> Any:
     """An argparse ``type=`` that reads a length or count with :func:`parse_length`
     (a ConfigError becomes argparse's one-line usage error naming the option)."""
+    _arg_field(field, "length_arg")
+    _arg_flag(allow_auto, "allow_auto", "length_arg")
+    _arg_limit(minimum, "minimum", "length_arg")
+    _arg_limit(maximum, "maximum", "length_arg")
     return _arg_type(lambda t: parse_length(t, field, allow_auto=allow_auto,
                                             minimum=minimum, maximum=maximum), field)
 
 
 def size_arg(field: str) -> Any:
     """An argparse ``type=`` that reads a size with :func:`parse_size`."""
+    _arg_field(field, "size_arg")
     return _arg_type(lambda t: parse_size(t, field), field)

@@ -14,6 +14,16 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # every call, pools up to 4,096 blocks) is on in the test suite
 os.environ.setdefault("KVCORE_CHECK_INVARIANTS", "1")
 
+# no test depends on the machine's speed (issue 24, item 8): hypothesis's per-example
+# deadline (200 ms by default) is off for every test, also those without settings
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("kvcore-no-deadline", deadline=None)
+    _hyp_settings.load_profile("kvcore-no-deadline")
+except ImportError:  # hypothesis is a test extra
+    pass
+
 from kvcore_test_state import StateSpec  # noqa: E402
 
 from kvcore import hookimpl  # noqa: E402

@@ -255,11 +255,25 @@ def test_plan_notes_say_mtp_layers_are_left_out():
     skip_unless_served("deepseek-v3")
     config = plan_on_gpu("deepseek-v3", gpu="H200", tensor_parallel_size=8,
                          max_model_len=32768)
-    assert any("MTP" in n and "--include-mtp" in n for n in config.stats.notes)
+    import io
+
+    from kvcore.deploy.sweep import print_gpu_summary
+
+    s = config.stats
+    assert s.weights_mtp_bytes > 0 and s.weights_include_mtp is False
+    out = io.StringIO()
+    print_gpu_summary(s, file=out)
+    line = out.getvalue()
+    # issue #23 item 5: the whole-model figure leaves the MTP layers out like the per-rank
+    # one, and the MTP layers are named once (not again in the notes)
+    assert line.count("MTP") == 1 and "--include-mtp" in line
+    assert not any("MTP" in n for n in s.notes)
     with_mtp = plan_on_gpu("deepseek-v3", gpu="H200", tensor_parallel_size=8,
                            max_model_len=32768, include_mtp_layers=True)
     assert with_mtp.stats.weights_bytes > config.stats.weights_bytes
-    assert not any("--include-mtp counts" in n for n in with_mtp.stats.notes)
+    out = io.StringIO()
+    print_gpu_summary(with_mtp.stats, file=out)
+    assert "with its MTP layers" in out.getvalue()
 
 
 def test_awq_model_on_an_8gb_gpu_does_not_fit_as_vllm_said():

@@ -160,7 +160,7 @@ def test_unreachable_hub_is_treated_as_offline(hub_cache, monkeypatch):
 
 
 def test_a_missing_json_path_is_not_taken_for_an_id(hub_cache):
-    with pytest.raises(ConfigError, match="neither a config.json path"):
+    with pytest.raises(ConfigError, match="configs/missing.json: no such file"):
         plan_model("configs/missing.json")
     with pytest.raises(ConfigError, match="no such local path"):
         plan_model("configs/missing")

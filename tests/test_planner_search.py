@@ -33,6 +33,7 @@ from kvcore.grouping import (
     group_sizes,
     normalize_specs,
     score_layout,
+    vllm_rule_layouts,
 )
 from kvcore.kv_cache_config import PlanStats
 from kvcore.planning import plan_to_dict
@@ -393,17 +394,18 @@ def test_search_properties(layers, budget, max_len):
     assert sorted(names) == sorted(layers)
     assert config.num_blocks * config.bytes_per_block <= budget
     assert config.blocks_per_request <= config.num_blocks - 1
-    # never worse than the baseline (vLLM's rule / the former ladder), nor than any
-    # candidate by more than the near-tie tolerance (plus one block of rounding)
+    # the guarantee is a floor at vLLM's own layout (issue 22): never below it; the
+    # winner is not slower than vLLM's layout on the workload (it wins only faster,
+    # or equally fast and at least as good on every figure)
     env = SearchEnv(ctx=config.plan_context, budgets=(budget,), max_model_len=max_len,
                     enable_prefix_caching=True)
-    items, _, _ = normalize_specs(layers, max_model_len=max_len)
-    scored = [(lay, score_layout(lay, env)) for lay in candidate_layouts(items, env)]
-    exact = budget / config.bytes_per_block / config.blocks_per_request
-    best = max(float(sc.value) for _, sc in scored)
-    base = max((float(sc.value) for lay, sc in scored if lay.baseline), default=0)
-    assert exact >= base * (1 - 1e-12)
-    assert exact >= best * (1 - env.tolerance) * (1 - 1e-12)
+    raw, _, _ = normalize_specs(layers)  # vLLM does not promote windows >= max_model_len
+    base = max(float(score_layout(lay, env).value) for lay in vllm_rule_layouts(raw, env))
+    assert config.max_concurrency >= base * (1 - 1e-12)
+    vllm, won = config.stats.vllm_layout.figures, config.stats.serving
+    assert won.time_s <= vllm.time_s
+    if won.time_s == vllm.time_s and config.stats.gain_over_vllm:
+        raise AssertionError("a gain at an equal time")
     # deterministic
     again = plan(layers, **opts)
     assert again.kv_cache_groups == config.kv_cache_groups
@@ -552,7 +554,7 @@ def test_never_worse_than_the_former_ladder():
 
     from kvcore.planning import plan_from_specs_file
 
-    checked = better = without_plugin = 0
+    checked = better = without_plugin = traded = 0
     for row, specs, digest in _ladder_cases():
         assert digest == row["specs_sha256"], "the fuzz generator changed: regenerate"
         kinds = {layer["type"] for layer in specs["layers"].values()}
@@ -572,7 +574,14 @@ def test_never_worse_than_the_former_ladder():
         if specs["options"]["max_model_len"] == -1:
             assert config.max_model_len >= row["max_model_len"] or sink, row["name"]
         elif row["max_concurrency"] is not None:
-            assert config.max_concurrency >= row["max_concurrency"] * (1 - 1e-9), row
+            # issue 22: the guarantee is a floor at vLLM's layout, not the objective:
+            # below the ladder's figure only for a layout that serves faster than
+            # vLLM's, or vLLM's own layout kept (never below vLLM's guarantee)
+            vllm, won = config.stats.vllm_layout.figures, config.stats.serving
+            assert config.max_concurrency >= vllm.guarantee * (1 - 1e-9), row
+            if config.max_concurrency < row["max_concurrency"] * (1 - 1e-9):
+                assert won.time_s < vllm.time_s or won == vllm, row
+                traded += 1
             better += config.max_concurrency > row["max_concurrency"] * (1 + 1e-9)
         checked += 1
     assert checked + without_plugin >= 300 and better >= 50

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
+from kvcore_watchdog import run_watched
 
 from kvcore import FullAttentionSpec, KVCacheSpec, hookimpl, plugins
 from kvcore.errors import PluginConflictError
@@ -228,7 +229,6 @@ def test_kernel_tests_skip_cleanly_without_triton(plugin, files):
     """With triton hidden (``sys.modules["triton"] = None``: import and find_spec both
     fail, as in an install with torch and no triton), the Triton tests skip and the
     torch-reference tests still run and pass."""
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -237,8 +237,8 @@ def test_kernel_tests_skip_cleanly_without_triton(plugin, files):
     code = ("import sys; sys.modules['triton'] = None\n"
             "import pytest\n"
             f"sys.exit(pytest.main(['-rs', '-p', 'no:cacheprovider', *{files!r}]))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                         text=True, timeout=600)
+    out = run_watched([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True)
     tail = out.stdout[-2000:]
     assert out.returncode == 0, tail
     assert "ModuleNotFoundError" not in out.stdout, tail

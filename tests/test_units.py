@@ -7,12 +7,12 @@ is there)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_watchdog import run_watched
 
 from kvcore.errors import ConfigError, KVCoreError
 from kvcore.units import (
@@ -107,8 +107,8 @@ def test_lengths_match_vllm():
              "1t", "12", "0.5k", "7.25k", "64K", "4096"]
     code = ("import json,sys\nfrom vllm.utils.argparse_utils import human_readable_int\n"
             "print(json.dumps([human_readable_int(c) for c in json.loads(sys.argv[1])]))")
-    out = subprocess.run([str(VLLM_PY), "-c", code, json.dumps(cases)], capture_output=True,
-                         text=True, timeout=120)
+    out = run_watched([str(VLLM_PY), "-c", code, json.dumps(cases)], capture_output=True,
+                         text=True)
     if out.returncode:
         pytest.skip(f"vLLM reference did not run: {out.stderr[-300:]}")
     theirs = json.loads(out.stdout)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_watchdog import run_watched
 
 from kvcore.deploy.weights import estimate_weights, pp_layer_partition
 from kvcore.errors import ConfigError, KVCoreError
@@ -474,8 +474,8 @@ def transformers_counts():
             items["embedded:" + p.stem] = data
     items.update(_random_config(seed) for seed in range(39))
     items.update(_FIXED_CONFIGS)
-    out = subprocess.run([str(_REF_PY), str(_HF_COUNT)], input=json.dumps(items),
-                         capture_output=True, text=True, timeout=600)
+    out = run_watched([str(_REF_PY), str(_HF_COUNT)], input=json.dumps(items),
+                         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     return items, json.loads(out.stdout)
 

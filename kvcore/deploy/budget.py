@@ -120,20 +120,21 @@ def estimate_overhead(model: str | Path | ModelConfig, *, tensor_parallel_size: 
     pp = _positive_int(pipeline_parallel_size, "pipeline_parallel_size")
     tokens = _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
     seqs = _positive_int(max_num_seqs, "max_num_seqs")
-    raw = cfg.raw
+    v = cfg.view
     from kvcore.dtypes import dtype_size
 
     dt = dtype_size(cfg.dtype) if cfg.dtype else 2
-    hidden = int(raw.get("hidden_size") or raw.get("d_model") or 0)
-    inter = int(raw.get("intermediate_size") or raw.get("encoder_ffn_dim") or 0)
-    experts_inter = int(raw.get("moe_intermediate_size") or 0)
-    top_k = int(raw.get("num_experts_per_tok") or raw.get("experts_per_token")
-                or raw.get("top_k_experts") or 0)
+    hidden = v.get_first_int("hidden_size", "d_model", default=0, minimum=0)
+    inter = v.get_first_int("intermediate_size", "encoder_ffn_dim", default=0, minimum=0)
+    experts_inter = v.get_int("moe_intermediate_size", 0, minimum=0)
+    top_k = v.get_first_int("num_experts_per_tok", "experts_per_token", "top_k_experts",
+                            default=0, minimum=0, maximum=1 << 16)
     if experts_inter and top_k:
-        inter = max(inter if raw.get("first_k_dense_replace") else 0, top_k * experts_inter)
-    elif "d_model" in raw and "n_layer" in raw:  # mamba_ssm: in_proj is the widest
-        inter = 2 * int(raw.get("ssm_cfg", {}).get("expand", 2)) * hidden
-    vocab = int(raw.get("vocab_size") or 0)
+        inter = max(inter if v.get_int("first_k_dense_replace", 0, minimum=0) else 0,
+                    top_k * experts_inter)
+    elif v.has("d_model") and v.has("n_layer"):  # mamba_ssm: in_proj is the widest
+        inter = 2 * cfg.section("ssm_cfg").get_int("expand", 2, maximum=1 << 10) * hidden
+    vocab = v.get_int("vocab_size", 0, minimum=0)
     activation = tokens * dt * (8 * hidden + 2 * inter // tp) + min(seqs, tokens) * vocab * 8
     non_torch = NON_TORCH_BYTES + (NON_TORCH_MULTI_GPU_BYTES if tp * pp > 1 else 0)
     return OverheadEstimate(activation_bytes=int(activation), non_torch_bytes=non_torch,
@@ -178,6 +179,9 @@ class GPUBudget:
     requested_kv_cache_memory_bytes: int | list[int] | None
     fits_memory: bool
     stage_budgets: tuple[int, ...] = field(default=())
+    #: the engine profile's per-rank ledger (:mod:`kvcore.deploy.engines`), when the
+    #: overhead was derived from it
+    ledger: Any = None
 
     @property
     def usable_bytes(self) -> int:
@@ -221,6 +225,25 @@ def _gpu_memory(gpu: str | GPU | None, gpu_memory_bytes: int | None) -> tuple[GP
     return entry, entry.memory_bytes
 
 
+#: the least memory per GPU kvcore accepts (1 GiB): below every GPU vLLM runs on (the
+#: smallest in the catalog, kvcore gpus, has 22.5 GiB), so a smaller figure is a unit slip
+#: (``--gpu-memory 80`` meant 80 GiB, not 80 bytes)
+MIN_GPU_MEMORY_BYTES = 1 << 30
+
+
+def check_gpu_memory(value: int, field: str = "gpu_memory") -> int:
+    """Refuse memory per GPU below :data:`MIN_GPU_MEMORY_BYTES`, saying which unit was
+    likely meant (``--gpu-memory``; the Python API takes exact bytes and accepts small
+    synthetic GPUs).  Raises ConfigError."""
+    if value < MIN_GPU_MEMORY_BYTES:
+        hint = f"; did you mean {value}GiB ({value}G) or {value}GB?" if value < 100_000 \
+            else ""
+        raise ConfigError(f"{field}: {value:,} bytes is below any GPU's memory (at least "
+                          f"1 GiB; sizes are bytes unless they take a unit){hint}",
+                          field=field, value=value, minimum=MIN_GPU_MEMORY_BYTES)
+    return value
+
+
 def _check_bool(value: Any, name: str) -> bool:
     """A real bool (a string such as 'no' is refused, not read as True)."""
     if not isinstance(value, bool):
@@ -250,35 +273,68 @@ def compute_budget(
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     include_mtp_layers: bool = False,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     cuda_graphs: bool = True,
     kv_cache_memory_bytes: int | list[int] | None = None,
     weights: WeightsEstimate | None = None,
+    engine: Any = None,
+    max_model_len: int | None = None,
+    usage: str = "serve",
+    disable_custom_all_reduce: bool = False,
+    flashinfer_sampler: bool = True,
 ) -> GPUBudget:
     """The per-rank KV budget of ``model`` on ``gpu`` (module docstring for the rule).
 
     ``gpu`` is a catalog name or entry; ``gpu_memory_bytes`` overrides its memory (or
-    stands alone).  Returns a :class:`GPUBudget`; raises ConfigError for an unknown GPU,
-    a utilization outside (0, 1], a negative overhead or a bad parallel size.
+    stands alone).  Without ``overhead_bytes`` the overhead comes from the engine
+    profile's ledger (``engine``: ``"vllm==X.Y[.Z]"``, default the newest profile; see
+    :mod:`kvcore.deploy.engines`); ``max_num_batched_tokens`` / ``max_num_seqs`` None
+    take that engine's defaults for the GPU and ``usage`` (``serve`` | ``offline``);
+    ``cuda_graphs=False`` is ``--enforce-eager``; ``disable_custom_all_reduce`` is
+    vLLM's ``--disable-custom-all-reduce`` (also what vLLM does by itself when TP spans
+    nodes or the GPUs lack P2P); ``flashinfer_sampler=False``: no FlashInfer sampler
+    (the PyTorch-native top-k/top-p path).  Returns a :class:`GPUBudget`;
+    raises ConfigError for an unknown GPU or engine, a utilization outside (0, 1], a
+    negative overhead or a bad parallel size.
     """
     cfg = _config(model)
     entry, memory = _gpu_memory(gpu, gpu_memory_bytes)
     util = _check_utilization(gpu_memory_utilization)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
-                       ("include_mtp_layers", include_mtp_layers), ("cuda_graphs", cuda_graphs)):
+                       ("include_mtp_layers", include_mtp_layers), ("cuda_graphs", cuda_graphs),
+                       ("disable_custom_all_reduce", disable_custom_all_reduce),
+                       ("flashinfer_sampler", flashinfer_sampler)):
         _check_bool(flag, name)
     w = weights or estimate_weights(
         cfg, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, include_mtp_layers=include_mtp_layers)
     est = None
+    ledger = None
     if overhead_bytes is None:
-        est = estimate_overhead(cfg, tensor_parallel_size=tensor_parallel_size,
-                                pipeline_parallel_size=pipeline_parallel_size,
-                                max_num_batched_tokens=max_num_batched_tokens,
-                                max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs)
-        overhead = est.total_bytes
+        from kvcore.deploy.engines import engine_ledger
+
+        for name, v in (("max_num_batched_tokens", max_num_batched_tokens),
+                        ("max_num_seqs", max_num_seqs)):
+            if v is not None:
+                _positive_int(v, name)
+        ledger = engine_ledger(
+            cfg, w, engine=engine, gpu=entry, gpu_memory_bytes=memory,
+            gpu_memory_utilization=util, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            data_parallel_size=data_parallel_size,
+            enable_expert_parallel=enable_expert_parallel,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len, enforce_eager=not cuda_graphs, usage=usage,
+            disable_custom_all_reduce=disable_custom_all_reduce,
+            flashinfer_sampler=flashinfer_sampler)
+        est = OverheadEstimate(
+            activation_bytes=ledger.activation_bytes + ledger.sampler_bytes,
+            non_torch_bytes=ledger.non_torch_bytes,
+            cuda_graph_bytes=ledger.cuda_graph_bytes if ledger.cuda_graphs_in_budget
+            else 0)
+        overhead = ledger.overhead_bytes
     else:
         if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, int) or \
                 overhead_bytes < 0:
@@ -302,7 +358,7 @@ def compute_budget(
                      weights=w, overhead_bytes=overhead, overhead=est,
                      kv_cache_memory_bytes=budget,
                      requested_kv_cache_memory_bytes=kv_cache_memory_bytes,
-                     fits_memory=fits, stage_budgets=stages)
+                     fits_memory=fits, stage_budgets=stages, ledger=ledger)
 
 
 def tensor_parallel_candidates(model: str | Path | ModelConfig, limit: int = 128) -> list[int]:
@@ -323,7 +379,7 @@ def tensor_parallel_candidates(model: str | Path | ModelConfig, limit: int = 128
 
 _BUDGET_KEYS = ("gpu", "gpu_memory_bytes", "gpu_memory_utilization", "overhead_bytes",
                 "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
-                "cuda_graphs")
+                "cuda_graphs", "engine", "usage")
 
 
 def _fits(cfg: ModelConfig, tp: int, plan_kwargs: dict[str, Any],
@@ -452,6 +508,23 @@ def _no_tp_hint(cfg: ModelConfig, cause: str, plan_kwargs: dict[str, Any],
             f"memory per GPU or pipeline stages (--pp)")
 
 
+def check_kv_cache_dtype(value: Any) -> None:
+    """Refuse an unknown ``kv_cache_dtype`` before any memory is computed, so that a bad
+    dtype is reported as itself, never as "does not fit" (``auto`` and None pass).
+
+    Raises ConfigError (not a string) or UnknownKVCacheDtypeError / MissingPluginError
+    (kvcore.registry) naming the known dtypes or the plugin to install.
+    """
+    if value is None or value == "auto":
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"kv_cache_dtype = {value!r} must be a dtype name (or auto)",
+                          field="kv_cache_dtype", value=repr(value))
+    from kvcore.registry import get_registry
+
+    get_registry().kv_cache_dtype(value)
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -461,12 +534,22 @@ def plan_on_gpu(
     overhead_bytes: int | None = None,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_seqs: int | None = None,
     cuda_graphs: bool = True,
     raise_if_not_fits: bool = True,
+    engine: Any = None,
+    usage: str = "serve",
+    disable_custom_all_reduce: bool = False,
+    flashinfer_sampler: bool = True,
     **plan_kwargs: Any,
 ) -> Any:
     """Plan ``model`` with the KV budget a GPU leaves (see :func:`compute_budget`).
+
+    ``engine`` (``"vllm==0.10.1"``; default the newest profile, see
+    :mod:`kvcore.deploy.engines`) picks the memory accounting; ``usage`` (``serve`` |
+    ``offline``) its batch defaults; ``max_num_seqs`` None is the engine's default.
+    The stats also carry ``engine``, the ``ledger`` (one line per term, with rule and
+    source) and the ceilings vLLM would hit (:mod:`kvcore.deploy.ceilings`).
 
     ``plan_kwargs`` go to :func:`kvcore.models.planner.plan_model` (an explicit
     ``kv_cache_memory_bytes`` wins over the derived budget).  The returned
@@ -488,6 +571,7 @@ def plan_on_gpu(
     from kvcore.models.planner import plan_model
     from kvcore.planning import format_bytes
 
+    check_kv_cache_dtype(plan_kwargs.get("kv_cache_dtype", "auto"))  # before any budget
     cfg, hub_note = _resolve(model)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
                        ("cuda_graphs", cuda_graphs),
@@ -510,13 +594,23 @@ def plan_on_gpu(
         gpu=gpu, gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization, overhead_bytes=overhead_bytes,
         data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
-        max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs)
+        max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs, engine=engine, usage=usage,
+        disable_custom_all_reduce=disable_custom_all_reduce,
+        flashinfer_sampler=flashinfer_sampler)
+    mml = plan_kwargs.get("max_model_len")
+    if not (isinstance(mml, int) and not isinstance(mml, bool)):
+        mml = cfg.max_position_embeddings if hasattr(cfg, "max_position_embeddings") \
+            else None
     b = compute_budget(
         cfg, tensor_parallel_size=tp,
         pipeline_parallel_size=plan_kwargs.get("pipeline_parallel_size", 1),
         include_mtp_layers=plan_kwargs.get("include_mtp_layers", False),
-        max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens", 8192),
-        kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"), **budget_kwargs)
+        max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens"),
+        kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"),
+        max_model_len=mml if isinstance(mml, int) else None, **budget_kwargs)
+    if b.ledger is not None and plan_kwargs.get("max_num_batched_tokens") is None:
+        # the planner sizes sliding-window blocks by the step: the engine's default
+        plan_kwargs = dict(plan_kwargs, max_num_batched_tokens=b.ledger.max_num_batched_tokens)
     explicit = plan_kwargs.get("kv_cache_memory_bytes") is not None
     pp = plan_kwargs.get("pipeline_parallel_size", 1)
     if isinstance(pp, int) and pp > 1 and "stages" not in plan_kwargs:
@@ -524,6 +618,7 @@ def plan_on_gpu(
         if stages is not None:  # the planner's stages hold the layers the weights do
             plan_kwargs = dict(plan_kwargs, stages=stages)
     config = None
+    longest_that_starts = None
     problem = ""
     cause = "kv"  # what does not fit: "weights" alone, a given "budget", or the "kv" cache
     if b.fits_memory:
@@ -534,6 +629,7 @@ def plan_on_gpu(
             config = plan_model(cfg, **kwargs)
         except NotEnoughMemoryError as exc:
             need = exc.extra.get("min_kv_cache_memory_bytes")
+            longest_that_starts = exc.extra.get("estimated_max_model_len")
             if explicit:
                 given = plan_kwargs["kv_cache_memory_bytes"]
                 amount = "/".join(format_bytes(x) for x in given) if isinstance(
@@ -542,7 +638,10 @@ def plan_on_gpu(
             else:
                 problem = f"the {format_bytes(min(b.stage_budgets))} KV budget left per GPU"
             problem += (" cannot hold one request of max_model_len"
-                        + (f" (needs {format_bytes(float(need))})" if need else ""))
+                        + (f" (needs {format_bytes(float(need))})" if need else "")
+                        + (f"; the longest max_model_len that starts is "
+                           f"{int(longest_that_starts):,} (--max-model-len "
+                           f"{int(longest_that_starts)})" if longest_that_starts else ""))
             if not raise_if_not_fits:
                 config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))
     else:
@@ -561,7 +660,10 @@ def plan_on_gpu(
                 cause = "budget"
         else:
             problem = (f"weights {format_bytes(max(b.weights.per_stage_bytes))} + overhead "
-                       f"{format_bytes(b.overhead_bytes)} = {format_bytes(used)} per GPU "
+                       f"{format_bytes(b.overhead_bytes)}"
+                       + (f" ({b.ledger.engine.name}; --explain itemises it)"
+                          if b.ledger is not None else "")
+                       + f" = {format_bytes(used)} per GPU "
                        f"exceed {format_bytes(b.usable_bytes)} (GPU memory x "
                        f"{b.gpu_memory_utilization:g}) by "
                        f"{format_bytes(b.shortfall_bytes())}")
@@ -590,13 +692,30 @@ def plan_on_gpu(
         "fits": fits,
         "min_tensor_parallel_size_that_fits": min_tp,
         "num_gpus": b.weights.num_gpus,
+        "data_parallel_size": data_parallel_size,
     })
+    if b.ledger is not None:
+        config.stats.update({"engine": b.ledger.engine.name,
+                             "engine_release": b.ledger.engine.release,
+                             "ledger": b.ledger.to_dict()})
+        from kvcore.deploy.ceilings import check_ceilings, vllm_layout
+
+        vl = vllm_layout(cfg, config, dict(plan_kwargs, tensor_parallel_size=tp))
+        config.stats["vllm_own_layout"] = vl
+        ceilings = [c.to_dict() for c in check_ceilings(cfg, config, b.ledger, plan_kwargs,
+                                                        vllm=vl)]
+        for c in ceilings:
+            if c["kind"] == "max_model_len" and longest_that_starts:
+                c["limit"] = int(longest_that_starts)
+                c["message"] = (f"the KV budget cannot hold one request of max_model_len; "
+                                f"the longest that starts is {int(longest_that_starts):,} "
+                                f"tokens (--max-model-len {int(longest_that_starts)})")
+        config.stats["ceilings"] = ceilings
     notes = [hub_note] if hub_note else []
     w = b.weights
-    if w.mtp_bytes and not w.include_mtp_layers:
-        notes.append(f"weights: the checkpoint's MTP / next-n layers "
-                     f"({format_bytes(w.mtp_bytes)}) are not loaded (engines load them "
-                     f"only for speculative decoding; --include-mtp counts them)")
+    # MTP layers: said once, in the GPU summary line (kvcore.deploy.sweep.print_gpu_summary)
+    config.stats.update({"weights_mtp_bytes": w.mtp_bytes,
+                         "weights_include_mtp": w.include_mtp_layers})
     if w.source == "safetensors-index":
         notes.append(f"weights: total from {w.index_path} (metadata.total_size), per rank "
                      f"from the config's breakdown scaled to it")

@@ -70,7 +70,8 @@ def _plan_keywords() -> set[str]:
 
     keys = {k for k in inspect.signature(plan_model).parameters if k not in ("model",)}
     keys.discard("plan_options")
-    return (keys | set(SPECS_FILE_OPTIONS) | set(_BUDGET_ONLY)) - {k for k, _ in SWEEP_AXES}
+    return (keys | set(SPECS_FILE_OPTIONS) | set(_BUDGET_ONLY) | set(_gpu_only())) - \
+        {k for k, _ in SWEEP_AXES}
 
 
 def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
@@ -120,10 +121,13 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
             _check_count(v, key)
     for v in axes["gpu_memory_bytes"]:
         _check_count(v, "gpu_memory_bytes", optional=True)
+    from kvcore.deploy.budget import check_kv_cache_dtype
+
     for v in axes["kv_cache_dtype"]:
         if not isinstance(v, str) or not v:
             raise ConfigError(f"sweep: kv_cache_dtype must be a dtype name (or a list of "
                               f"them), got {v!r}", field="kv_cache_dtype", value=repr(v))
+        check_kv_cache_dtype(v)  # an unknown dtype fails the sweep, not a row
     gpus = [g for g in axes["gpu"] if g is not None]
     memories = [m for m in axes["gpu_memory_bytes"] if m is not None]
     if gpus and memories:
@@ -138,8 +142,9 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
         for u in axes["gpu_memory_utilization"]:
             _check_utilization(u)
     else:
-        given = [k for k in _GPU_ONLY if k in plan_kwargs and not _is_default(
-            plan_kwargs[k], _GPU_ONLY[k])]
+        gpu_only = _gpu_only()
+        given = [k for k in gpu_only if k in plan_kwargs and not _is_default(
+            plan_kwargs[k], gpu_only[k])]
         if given or axes["gpu_memory_utilization"] not in ([0.9], [None]):
             name = given[0] if given else "gpu_memory_utilization"
             raise ConfigError(f"sweep: {name} needs a GPU: give gpu (a catalog name, see "
@@ -220,8 +225,9 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
                                  gpu_memory_utilization=opts["gpu_memory_utilization"],
                                  **kwargs)
         else:
+            gpu_only = _gpu_only()
             config = plan_model(model, **{k: v for k, v in kwargs.items()
-                                          if k not in _BUDGET_ONLY})
+                                          if k not in _BUDGET_ONLY and k not in gpu_only})
     except NotEnoughMemoryError as exc:  # a row that does not fit; invalid input raises
         row["fits"] = False
         row["error"] = exc.message
@@ -250,18 +256,27 @@ def _row(model: Any, opts: dict[str, Any], plan_kwargs: dict[str, Any]) -> dict[
     return row
 
 
-#: keywords that only mean something on a GPU
-_GPU_ONLY = {"overhead_bytes": None, "data_parallel_size": 1, "enable_expert_parallel": False,
-             "max_num_seqs": 256, "cuda_graphs": True}
+def _gpu_only() -> dict[str, Any]:
+    """Keywords that only mean something on a GPU, with their defaults: those of
+    :func:`kvcore.deploy.budget.plan_on_gpu` that the planner's ``plan_model`` lacks (read
+    from the signatures, so a new GPU option cannot be missed here)."""
+    import inspect
+
+    from kvcore.deploy.budget import plan_on_gpu
+    from kvcore.models.planner import plan_model
+
+    planner = inspect.signature(plan_model).parameters
+    return {k: p.default for k, p in inspect.signature(plan_on_gpu).parameters.items()
+            if k not in planner and p.kind is p.KEYWORD_ONLY
+            and k not in ("raise_if_not_fits", "gpu_memory_utilization")}
 
 
 def _is_default(value: Any, default: Any) -> bool:
     return value is default or (type(value) is type(default) and value == default)
 
 
-_BUDGET_ONLY = ("overhead_bytes", "data_parallel_size", "enable_expert_parallel",
-                "max_num_seqs", "cuda_graphs", "gpu", "gpu_memory_bytes",
-                "gpu_memory_utilization")
+#: keywords of the GPU budget only (not the planner's)
+_BUDGET_ONLY = ("gpu", "gpu_memory_bytes", "gpu_memory_utilization")
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -412,7 +427,8 @@ def rows_to_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 #: ``plan --json`` keys the GPU budget adds (issue #16)
 GPU_JSON_KEYS = ("weights_bytes", "weights_bytes_total", "weights_source", "overhead_bytes",
                  "gpu", "gpu_memory_utilization", "fits", "min_tensor_parallel_size_that_fits",
-                 "num_gpus")
+                 "num_gpus", "data_parallel_size", "weights_mtp_bytes", "weights_include_mtp",
+                 "engine", "engine_release", "ledger", "ceilings", "vllm_own_layout")
 
 
 def plan_json_extras(stats: Any) -> dict[str, Any]:
@@ -559,9 +575,11 @@ def parse_utilization(text: Any) -> float:
 
 def add_gpu_arguments(p: Any) -> None:
     """The GPU-budget and sweep flags of ``kvcore plan``."""
+    from kvcore.deploy.budget import check_gpu_memory
     from kvcore.units import parse_size
 
-    gpu_memory = _arg(lambda t: parse_size(t, "gpu_memory"), "gpu_memory")
+    gpu_memory = _arg(lambda t: check_gpu_memory(parse_size(t, "gpu_memory")),
+                      "gpu_memory")
     utilization = _arg(parse_utilization, "gpu_memory_utilization")
     overhead = _arg(lambda t: parse_size(t, "overhead"), "overhead")
     dp = _arg(lambda t: parse_count(t, "data_parallel_size", "--dp"), "data_parallel_size")
@@ -591,10 +609,29 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--overhead", metavar="SIZE", type=overhead,
                    help="activations + CUDA graphs + runtime per rank (default: an "
                         "estimate from the model's shape and --max-num-batched-tokens)")
-    g.add_argument("--dp", metavar="N", type=dp, default=None,
+    g.add_argument("--dp", "--data-parallel-size", "-dp", metavar="N", type=dp,
+                   default=None, dest="dp",
                    help="data-parallel replicas (multiplies GPUs, not per-rank memory)")
     g.add_argument("--enable-expert-parallel", action="store_true",
                    help="split MoE experts whole over TP x DP ranks")
+    g.add_argument("--engine", metavar="vllm==X.Y[.Z]", default=None,
+                   help="the engine release whose memory accounting to use (default: the "
+                        "newest profile, vllm==0.32; see docs/ENGINE_PROFILES.md)")
+    g.add_argument("--usage", choices=["serve", "offline"], default="serve",
+                   help="vLLM's usage context for its batch defaults: serve (vllm serve) "
+                        "or offline (the LLM class)")
+    g.add_argument("--max-num-seqs", metavar="N", type=_arg(
+        lambda t: parse_count(t, "max_num_seqs", "--max-num-seqs"), "max_num_seqs"),
+        default=None, help="sequences per step (default: the engine's for the GPU)")
+    g.add_argument("--enforce-eager", action="store_true",
+                   help="no CUDA graphs (vLLM's --enforce-eager)")
+    g.add_argument("--disable-custom-all-reduce", action="store_true",
+                   help="no custom all-reduce buffers (vLLM's flag; also what vLLM does "
+                        "by itself when TP spans nodes or the GPUs lack P2P)")
+    g.add_argument("--explain", action="store_true",
+                   help="explain the plan: the Pareto front of the judged layouts and, "
+                        "with a GPU, the whole per-rank memory ledger (one line per term, "
+                        "with the rule and source of each)")
     g.add_argument("--csv", metavar="FILE", help="write the sweep table as CSV")
     g.add_argument("--plot", metavar="FILE.png",
                    help="plot max concurrency against max_model_len (kvcore[plot])")
@@ -635,7 +672,8 @@ def on_gpu(args: Any) -> bool:
             ("--gpu-memory-utilization", "gpu_memory_utilization"),
             ("--overhead", "overhead"), ("--dp", "dp"),
             ("--enable-expert-parallel", "enable_expert_parallel"))
-            if getattr(args, attr, None) not in (None, False)]
+            if getattr(args, attr, None) is not None
+            and getattr(args, attr, None) is not False]  # --overhead 0 counts as given
         if given:
             raise ConfigError(f"{', '.join(given)} need(s) a GPU: give --gpu NAME (see "
                               f"kvcore gpus) or --gpu-memory SIZE", field="gpu")
@@ -647,7 +685,11 @@ def gpu_plan_kwargs(args: Any) -> dict[str, Any]:
     return {"gpu": args.gpu, "gpu_memory_bytes": args.gpu_memory,
             "gpu_memory_utilization": _utilization(args),
             "overhead_bytes": args.overhead, "data_parallel_size": args.dp or 1,
-            "enable_expert_parallel": args.enable_expert_parallel}
+            "enable_expert_parallel": args.enable_expert_parallel,
+            "engine": getattr(args, "engine", None), "usage": getattr(args, "usage", "serve"),
+            "max_num_seqs": getattr(args, "max_num_seqs", None),
+            "cuda_graphs": not getattr(args, "enforce_eager", False),
+            "disable_custom_all_reduce": getattr(args, "disable_custom_all_reduce", False)}
 
 
 def cli_plan_kwargs(args: Any) -> dict[str, Any]:
@@ -655,7 +697,7 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
     from kvcore.units import parse_size
 
     kw: dict[str, Any] = {
-        "block_size": args.block_size, "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
         "max_num_encoder_input_tokens": args.max_num_encoder_input_tokens,
         "mamba_cache_mode": args.mamba_cache_mode,
         "num_speculative_tokens": args.num_speculative_tokens,
@@ -665,6 +707,9 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
     for opt in ("kernel_block_size", "kv_cache_layout", "num_gpu_blocks_override"):
         if getattr(args, opt, None) is not None:
             kw[opt] = getattr(args, opt)
+    if args.max_num_batched_tokens is not None or not on_gpu(args):
+        # with a GPU and no flag the engine profile's default applies
+        kw["max_num_batched_tokens"] = args.max_num_batched_tokens or 8192
     if getattr(args, "disable_hybrid_kv_cache_manager", False):
         kw["disable_hybrid_kv_cache_manager"] = True
     if args.kv_cache_memory is not None:
@@ -672,8 +717,28 @@ def cli_plan_kwargs(args: Any) -> dict[str, Any]:
         kw["kv_cache_memory_bytes"] = parts[0] if len(parts) == 1 else parts
     if on_gpu(args):
         kw.update(overhead_bytes=args.overhead, data_parallel_size=args.dp or 1,
-                  enable_expert_parallel=args.enable_expert_parallel)
+                  enable_expert_parallel=args.enable_expert_parallel,
+                  engine=getattr(args, "engine", None),
+                  usage=getattr(args, "usage", "serve"),
+                  max_num_seqs=getattr(args, "max_num_seqs", None),
+                  cuda_graphs=not getattr(args, "enforce_eager", False),
+                  disable_custom_all_reduce=getattr(args, "disable_custom_all_reduce",
+                                                    False))
     return kw
+
+
+def _is_stdout(path: str) -> bool:
+    """Whether ``path`` names standard output (``-``, /dev/stdout, /dev/fd/1, or the same
+    file stdout is open on)."""
+    import os
+
+    if path in ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        return True
+    try:
+        out, target = os.fstat(sys.stdout.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (out.st_dev, out.st_ino) == (target.st_dev, target.st_ino)
 
 
 def run_cli(args: Any) -> int:
@@ -687,6 +752,10 @@ def run_cli(args: Any) -> int:
     if not args.model:
         raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
                           field="model")
+    if args.csv and args.json and _is_stdout(args.csv):
+        raise ConfigError(f"--csv {args.csv} with --json would write the CSV into the JSON "
+                          f"on standard output; write the CSV to a file, or drop --json",
+                          field="csv", value=str(args.csv))
     if args.plot:  # fail before planning anything
         try:
             import matplotlib  # noqa: F401
@@ -717,8 +786,26 @@ def run_cli(args: Any) -> int:
     return 0
 
 
-def print_gpu_summary(stats: Any, file: Any = None) -> None:
-    """The budget lines under a single plan made with --gpu / --gpu-memory."""
+def _whole_weights(stats: Any) -> str:
+    """The whole-model weights on the same footing as the per-rank figure: with MTP layers
+    in both or in neither, said once."""
+    from kvcore.planning import format_bytes
+
+    total = stats["weights_bytes_total"]
+    mtp = stats.get("weights_mtp_bytes") or 0
+    if not mtp:
+        return format_bytes(total)
+    if stats.get("weights_include_mtp"):
+        return f"{format_bytes(total)} with its MTP layers, loaded per rank (--include-mtp)"
+    return (f"{format_bytes(total - mtp)} without its MTP / next-n layers "
+            f"({format_bytes(mtp)}, not loaded: engines load them only for speculative "
+            f"decoding; --include-mtp counts them in both)")
+
+
+def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> None:
+    """The budget lines under a single plan made with --gpu / --gpu-memory: the verdict,
+    the engine profile, the ceilings vLLM would hit, deployment-wide totals under --dp,
+    and with ``explain`` the whole per-rank ledger (one line per term, rule, source)."""
     from kvcore.planning import format_bytes
 
     if stats.get("gpu") is None:
@@ -728,10 +815,51 @@ def print_gpu_summary(stats: Any, file: Any = None) -> None:
     name = g.get("name") or "--gpu-memory"
     util = stats.get("gpu_memory_utilization")
     gpus = stats.get("num_gpus")
+    fatal = [c for c in stats.get("ceilings") or [] if c.get("fatal")]
+    fits = bool(stats.get("fits")) and not fatal
+    engine = stats.get("engine")
     print(f"GPU: {name}, {format_bytes(g['memory_bytes'])} x {util:g} per GPU"
           + (f", {gpus} GPUs (TP x PP x DP)" if gpus and gpus > 1 else "") + "; weights "
           f"per rank {format_bytes(stats['weights_bytes'])} (whole model "
-          f"{format_bytes(stats['weights_bytes_total'])}, from the "
-          f"{stats['weights_source']}); overhead {format_bytes(stats['overhead_bytes'])} "
-          f"(activations, CUDA graphs, runtime); fits: "
-          f"{'yes' if stats.get('fits') else 'no'}", file=out)
+          f"{_whole_weights(stats)}, from the {stats['weights_source']}); overhead per rank "
+          f"{format_bytes(stats['overhead_bytes'])} (activations, sampler, CUDA graphs, "
+          f"non-torch)" + (f"; engine {engine} (release {stats.get('engine_release')})"
+                           if engine else "")
+          + f"; fits: {'yes' if fits else 'no'}", file=out)
+    ledger = stats.get("ledger")
+    if explain and ledger:
+        print(f"memory ledger per rank ({ledger['engine']}; max_num_batched_tokens "
+              f"{ledger['max_num_batched_tokens']:,}, max_num_seqs "
+              f"{ledger['max_num_seqs']:,}):", file=out)
+        for i, line in enumerate(ledger["lines"]):
+            sign = "" if i == 0 or line["name"] == "KV budget" else "- "
+            eq = "= " if line["name"] == "KV budget" else ""
+            print(f"  {eq}{sign}{line['name']:<22} {format_bytes(line['bytes']):>11}  "
+                  f"{line['rule']}  [{line['source']}]", file=out)
+    vl = stats.get("vllm_own_layout")
+    if vl:
+        gs = vl["groups"]
+        from collections import Counter
+
+        kinds = Counter((g["num_layers"], g["kind"], g["block_size"], g["blocks_per_request"])
+                        for g in gs)
+        desc = ", ".join(f"{n} x ({lay} {kind} layers, block_size {bs}, {bpr} blocks per "
+                         f"request)" for (lay, kind, bs, bpr), n in kinds.items())
+        nb = vl.get("num_blocks")
+        print(f"vLLM's own layout: {vl['num_groups']} groups: {desc}"
+              + (f"; {nb:,} blocks" if nb is not None else "")
+              + ("; the same as kvcore's" if vl.get("same_as_kvcore") else
+                 f"; kvcore's layout differs ({stats.get('strategy')}): the ceilings that "
+                 f"predict vLLM use vLLM's"), file=out)
+    for c in stats.get("ceilings") or []:
+        if c["kind"] == "logged_figures" and not explain:
+            continue
+        tag = "does not start" if c.get("fatal") else \
+            "vLLM's log" if c["kind"] == "logged_figures" else "warning"
+        print(f"{tag}: {c['message']} [{c['source']}]", file=out)
+    dp = stats.get("data_parallel_size") or 1
+    if dp > 1 and stats.get("max_concurrency") is not None:
+        print(f"deployment-wide (x {dp} data-parallel replicas): max concurrency "
+              f"{stats['max_concurrency'] * dp:.2f} requests, "
+              f"{(stats.get('kv_cache_capacity_tokens') or 0) * dp:,} tokens of KV cache "
+              f"(the figures above are per rank = per replica)", file=out)

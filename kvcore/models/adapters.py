@@ -83,7 +83,8 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int, where: str = "config") -> int:
 def is_mla_config(model: ModelConfig) -> bool:
     """An MLA model (DeepSeek-V2 family): ``kv_lora_rank`` set and ``use_mla`` not
     false.  Its latent cache is one head replicated on every rank."""
-    return model.get("kv_lora_rank") not in (None, 0) and model.get("use_mla") is not False
+    return bool(model.get_int("kv_lora_rank", 0, minimum=0)) and \
+        model.get_bool("use_mla", True)
 
 
 def check_tensor_parallel(model: ModelConfig, tp: int) -> None:
@@ -236,7 +237,7 @@ def _gemma(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
         pattern = 2
     else:  # HF Gemma3TextConfig: sliding_window_pattern, default 6 (checked even when
         # layer_types, which wins, is present: a present invalid value is an error)
-        key = "sliding_window_pattern" if m.get("sliding_window_pattern") is not None \
+        key = "sliding_window_pattern" if m.has("sliding_window_pattern") \
             else "_sliding_window_pattern"
         pattern = m.get_int(key, 6)
     if m.layer_types:
@@ -281,7 +282,7 @@ def _mimo(m: ModelConfig, c: CacheConfig) -> dict[str, KVCacheSpec]:
     swa_kv = m.get_int("swa_num_key_value_heads", kv)
     swa_hd = m.get_int("swa_head_dim", hd)
     swa_hv = m.get_int("swa_v_head_dim", hv)
-    window_key = "sliding_window" if m.get("sliding_window") is not None \
+    window_key = "sliding_window" if m.has("sliding_window") \
         else "sliding_window_size"
     window = m.get_int(window_key, None)
     heads = m.num_attention_heads or 0

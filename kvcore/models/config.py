@@ -26,8 +26,10 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 
-__all__ = ["ModelConfig", "CacheConfig", "load_model_config", "parse_model_config",
-           "REQUIRED", "field_int", "field_str", "field_bool", "field_dict", "field_list"]
+__all__ = ["ModelConfig", "CacheConfig", "ConfigView", "load_model_config",
+           "parse_model_config", "REQUIRED", "field_int", "field_str", "field_bool",
+           "field_dict", "field_list", "field_float", "ConfigTypoWarning", "resembles",
+           "warn_typos", "edit_distance", "suggest_model_name"]
 
 
 # ---- typed field readers -------------------------------------------------------------------
@@ -204,6 +206,186 @@ def field_list(raw: Any, key: str, default: Any = REQUIRED, *, item: str | None 
     return [int(v) if item == "int" else v for v in value]
 
 
+def field_float(raw: Any, key: str, default: Any = REQUIRED, *, minimum: float | None = None,
+                maximum: float | None = None, exclusive_minimum: bool = False,
+                where: str = "config", path: str | None = None,
+                model_type: str | None = None) -> Any:
+    """``raw[key]`` as a finite number in ``[minimum, maximum]`` (``(minimum, maximum]``
+    with ``exclusive_minimum``); an int counts, a bool or string does not.  Absent:
+    ``default``.  Raises ConfigError naming the field."""
+    if READ_HOOK is not None:
+        READ_HOOK("float", path or key, minimum)
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return default
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _wrong(key, value, "a number", where, path)
+    try:
+        number = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        number = math.inf
+    if not math.isfinite(number):
+        raise _wrong(key, value, "a finite number", where, path)
+    if minimum is not None and (number < minimum or exclusive_minimum and number == minimum):
+        op = ">" if exclusive_minimum else ">="
+        raise _wrong(key, value, f"a number {op} {minimum:g}", where, path)
+    if maximum is not None and number > maximum:
+        raise _wrong(key, value, f"a number <= {maximum:g}", where, path)
+    return number
+
+
+class ConfigView:
+    """Typed, bounded reads of one JSON object of a config (the whole config, or a nested
+    section such as ``vision_config`` or ``quantization_config``).
+
+    This is the only way kvcore code reads config fields (``tests/test_config_reader.py``
+    walks the source to enforce it).  Every reader takes the rule of :func:`field_int`:
+    absent (missing or JSON null) -> ``default`` (an error naming the field when
+    ``REQUIRED``); present but of the wrong type or out of bounds -> ConfigError naming the
+    field by its full path (``vision_config.depth``), the value and what is valid.
+
+    Parameters
+    ----------
+    data:
+        The JSON object (a dict; anything else reads as an empty section).
+    prefix:
+        The section's path in the config (``""`` for the top level).
+    where:
+        The file or model name the messages start with.
+    """
+
+    __slots__ = ("_data", "_prefix", "_where", "_model_type")
+
+    def __init__(self, data: Any, *, prefix: str = "", where: str = "config",
+                 model_type: str | None = None) -> None:
+        self._data = data if isinstance(data, dict) else {}
+        self._prefix = prefix
+        self._where = where
+        self._model_type = model_type
+
+    def _path(self, key: str) -> str | None:
+        return f"{self._prefix}.{key}" if self._prefix else None
+
+    def _kw(self, key: str) -> dict[str, Any]:
+        return {"where": self._where, "path": self._path(key),
+                "model_type": self._model_type}
+
+    @property
+    def prefix(self) -> str:
+        """The section's path in the config (``""`` at the top level)."""
+        return self._prefix
+
+    @property
+    def where(self) -> str:
+        """The file or model name messages start with."""
+        return self._where
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is present and not null."""
+        return self._data.get(key) is not None
+
+    def keys(self) -> list[str]:
+        """The section's keys (for typo checks)."""
+        return [str(k) for k in self._data]
+
+    def is_empty(self) -> bool:
+        return not self._data
+
+    def get_int(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """An int in ``[minimum, maximum]`` (default ``minimum=1``, ``maximum`` the bound
+        of ``key`` in :data:`kvcore.units.BOUNDS`); see :func:`field_int`."""
+        return field_int(self._data, key, default, **kw, **self._kw(key))
+
+    def get_first_int(self, *keys: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """The first present of ``keys`` as :meth:`get_int` (aliases such as
+        ``hidden_size`` / ``d_model``); none present: ``default``."""
+        for key in keys:
+            if self.has(key):
+                return self.get_int(key, **kw)
+        if default is REQUIRED:
+            return self.get_int(keys[0], **kw)
+        return default
+
+    def get_float(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A finite number (see :func:`field_float`)."""
+        return field_float(self._data, key, default, **kw, **self._kw(key))
+
+    def get_bool(self, key: str, default: Any = REQUIRED) -> Any:
+        """``true`` / ``false`` (see :func:`field_bool`)."""
+        return field_bool(self._data, key, default, **self._kw(key))
+
+    def get_str(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A non-empty string, one of ``choices`` when given (see :func:`field_str`)."""
+        return field_str(self._data, key, default, **kw, **self._kw(key))
+
+    def get_list(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A list, entries checked by ``item`` (see :func:`field_list`)."""
+        return field_list(self._data, key, default, **kw, **self._kw(key))
+
+    def get_list_of_int(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A list of ints, each in ``[minimum, maximum]`` (default ``minimum=0``)."""
+        return field_list(self._data, key, default, item="int", **kw, **self._kw(key))
+
+    def get_list_of_str(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A list of non-empty strings."""
+        return field_list(self._data, key, default, item="str", **kw, **self._kw(key))
+
+    def get_int_or_str(self, key: str, default: Any = REQUIRED, *,
+                       choices: Sequence[str], **kw: Any) -> Any:
+        """An int (as :meth:`get_int`) or one of the strings ``choices`` (e.g.
+        ``time_step_rank``: an int or ``"auto"``)."""
+        if isinstance(self._data.get(key), str):
+            return self.get_str(key, default, choices=choices)
+        return self.get_int(key, default, **kw)
+
+    def get_int_or_list(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """An int (as :meth:`get_int`) or a list of ints (e.g. ``moe_layer_freq``)."""
+        if isinstance(self._data.get(key), list):
+            return self.get_list_of_int(key, default)
+        return self.get_int(key, default, **kw)
+
+    def get_dict(self, key: str, default: Any = REQUIRED) -> Any:
+        """A JSON object, returned as a plain dict (for passing on whole: prefer
+        :meth:`section` to read its fields)."""
+        return field_dict(self._data, key, default, **self._kw(key))
+
+    def section(self, key: str, *, required: bool = False) -> ConfigView:
+        """The nested object ``key`` as a view (absent: an empty view, or an error when
+        ``required``); present but not an object: ConfigError naming it."""
+        sub = field_dict(self._data, key, REQUIRED if required else None, **self._kw(key))
+        return ConfigView(sub, prefix=self._path(key) or key, where=self._where,
+                          model_type=self._model_type)
+
+    def merged_with(self, key: str) -> ConfigView:
+        """This section with the nested object ``key`` merged over it (a wrapper's
+        ``language_config`` / ``text_config`` fields win); absent: this view."""
+        sub = field_dict(self._data, key, None, **self._kw(key))
+        if not sub:
+            return self
+        return ConfigView({**self._data, **sub}, prefix=self._prefix, where=self._where,
+                          model_type=self._model_type)
+
+    def sections(self, key: str) -> list[ConfigView]:
+        """The values of the nested object ``key`` (e.g. compressed-tensors'
+        ``config_groups``), each as a view; a value that is not an object is an error."""
+        outer = self.section(key)
+        return [outer.section(k, required=True) for k in outer.keys()]
+
+    def items_list(self, key: str) -> list[ConfigView]:
+        """The entries of the list ``key`` that must each be an object, as views."""
+        values = self.get_list(key, [])
+        out = []
+        for i, v in enumerate(values):
+            name = f"{self._path(key) or key}[{i}]"
+            if not isinstance(v, dict):
+                raise _wrong("v", v, "an object", self._where, name)
+            out.append(ConfigView(v, prefix=name, where=self._where,
+                                  model_type=self._model_type))
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class CacheConfig:
     """The cache settings an adapter sees (frozen).
@@ -291,51 +473,86 @@ class ModelConfig:
     head_dim_derived: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
-        """``raw[key]`` unchecked (prefer the typed readers below)."""
+        """``raw[key]`` unchecked, for callers outside kvcore; kvcore's own code reads
+        through the typed readers below (enforced by tests/test_config_reader.py)."""
         return self.raw.get(key, default)
 
-    def _scope(self, within: str | None) -> tuple[Any, str | None]:
-        if within is None:
-            return self.raw, None
-        return self.get_dict(within, {}), within
+    @property
+    def view(self) -> ConfigView:
+        """The whole (merged text) config as a :class:`ConfigView`."""
+        return ConfigView(self.raw, where=self._where(), model_type=self.model_type)
+
+    def has(self, key: str) -> bool:
+        """Whether the field is present and not null."""
+        return self.view.has(key)
+
+    def section(self, key: str, *, required: bool = False) -> ConfigView:
+        """A nested object (``ssm_cfg``, ``quantization_config`` ...) as a view."""
+        return self.view.section(key, required=required)
+
+    def _scoped(self, within: str | None) -> ConfigView:
+        return self.view if within is None else self.view.section(within)
 
     def get_int(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
                 **kw: Any) -> Any:
         """Typed read of an int field (see :func:`field_int`); ``within`` reads
         ``raw[within][key]`` (``within`` must then be an object when present)."""
-        raw, parent = self._scope(within)
-        return field_int(raw, key, default, where=self._where(),
-                         path=f"{parent}.{key}" if parent else None,
-                         model_type=self.model_type, **kw)
+        return self._scoped(within).get_int(key, default, **kw)
+
+    def get_first_int(self, *keys: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """The first present of ``keys`` (see :meth:`ConfigView.get_first_int`)."""
+        return self.view.get_first_int(*keys, default=default, **kw)
+
+    def get_float(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
+                  **kw: Any) -> Any:
+        """Typed read of a number field (see :func:`field_float`)."""
+        return self._scoped(within).get_float(key, default, **kw)
 
     def get_str(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
                 **kw: Any) -> Any:
         """Typed read of a string field (see :func:`field_str`)."""
-        raw, parent = self._scope(within)
-        return field_str(raw, key, default, where=self._where(),
-                         path=f"{parent}.{key}" if parent else None,
-                         model_type=self.model_type, **kw)
+        return self._scoped(within).get_str(key, default, **kw)
 
     def get_bool(self, key: str, default: Any = REQUIRED, *, within: str | None = None
                  ) -> Any:
         """Typed read of a boolean field (see :func:`field_bool`)."""
-        raw, parent = self._scope(within)
-        return field_bool(raw, key, default, where=self._where(),
-                          path=f"{parent}.{key}" if parent else None,
-                          model_type=self.model_type)
+        return self._scoped(within).get_bool(key, default)
 
     def get_dict(self, key: str, default: Any = REQUIRED) -> Any:
-        """Typed read of an object field (see :func:`field_dict`)."""
-        return field_dict(self.raw, key, default, where=self._where(),
-                          model_type=self.model_type)
+        """Typed read of an object field (see :func:`field_dict`), as a plain dict."""
+        return self.view.get_dict(key, default)
 
     def get_list(self, key: str, default: Any = REQUIRED, *, within: str | None = None,
                  **kw: Any) -> Any:
         """Typed read of a list field (see :func:`field_list`)."""
-        raw, parent = self._scope(within)
-        return field_list(raw, key, default, where=self._where(),
-                          path=f"{parent}.{key}" if parent else None,
-                          model_type=self.model_type, **kw)
+        return self._scoped(within).get_list(key, default, **kw)
+
+    def get_list_of_int(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A list of ints (see :meth:`ConfigView.get_list_of_int`)."""
+        return self.view.get_list_of_int(key, default, **kw)
+
+    def get_list_of_str(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """A list of strings (see :meth:`ConfigView.get_list_of_str`)."""
+        return self.view.get_list_of_str(key, default, **kw)
+
+    def get_int_or_str(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """See :meth:`ConfigView.get_int_or_str`."""
+        return self.view.get_int_or_str(key, default, **kw)
+
+    def get_int_or_list(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
+        """See :meth:`ConfigView.get_int_or_list`."""
+        return self.view.get_int_or_list(key, default, **kw)
+
+    def with_fields(self, **updates: Any) -> ModelConfig:
+        """A copy whose raw config has ``updates`` applied (a key set to None is removed),
+        re-normalized: plugins that rewrite a config (rswa, kpool) build it this way."""
+        raw = dict(self.raw)
+        for k, v in updates.items():
+            if v is None:
+                raw.pop(k, None)
+            else:
+                raw[k] = v
+        return parse_model_config(raw, name=self.name, source=self.source)
 
     def require(self, key: str, kind: type | tuple[type, ...] = int) -> Any:
         """``raw[key]``, checked (an int must be positive and plausible: see
@@ -385,6 +602,97 @@ class ModelConfig:
 
     def _where(self) -> str:
         return self.source or self.name or "config"
+
+
+# ---- typos -----------------------------------------------------------------------------------
+
+class ConfigTypoWarning(UserWarning):
+    """An unknown config key close to a field kvcore reads (``num_key_value_head``): the
+    field it resembles is absent, so its default was used (issue #23: a typo'd
+    ``num_key_value_heads`` silently planned as MHA, 4x the KV)."""
+
+
+#: other projects' names of fields kvcore reads (edit distance does not find them)
+FIELD_ALIASES = {
+    "num_kv_heads": "num_key_value_heads", "n_kv_heads": "num_key_value_heads",
+    "num_kv_head": "num_key_value_heads", "n_kv_head": "num_key_value_heads",
+    "kv_heads": "num_key_value_heads", "num_key_value_groups": "num_key_value_heads",
+    "n_head_kv": "num_key_value_heads", "num_query_groups": "num_key_value_heads",
+    "multi_query_group_num": "num_key_value_heads",
+    "n_head": "num_attention_heads", "num_heads": "num_attention_heads",
+    "n_layers": "num_hidden_layers", "num_layers": "num_hidden_layers",
+    "n_embd": "hidden_size", "dim": "hidden_size", "head_size": "head_dim",
+    "max_seq_length": "max_position_embeddings", "context_length":
+        "max_position_embeddings", "window_size": "sliding_window",
+    "n_experts": "num_experts", "num_experts_per_token": "num_experts_per_tok",
+}
+
+
+def edit_distance(a: str, b: str, limit: int = 3) -> int:
+    """Optimal-string-alignment distance (insertions, deletions, substitutions and
+    adjacent transpositions), capped at ``limit``."""
+    if abs(len(a) - len(b)) >= limit:
+        return limit
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) >= limit:
+            return limit
+        prev2, prev = prev, cur
+    return min(prev[-1], limit)
+
+
+def _max_typo_distance(target: str) -> int:
+    """Edits a typo of ``target`` may have: 1 for names of 5-7 characters, 2 above
+    (shorter names are too close to each other to guess)."""
+    return 0 if len(target) < 5 else 1 if len(target) < 8 else 2
+
+
+def resembles(key: str, present: set[str] | frozenset[str] = frozenset()) -> str | None:
+    """The field kvcore reads that an unknown ``key`` most likely misspells, or None: a
+    known alias (:data:`FIELD_ALIASES`), else the closest field within
+    :func:`_max_typo_distance` that is not ``present``.  Keys kvcore reads or that real
+    configs use (kvcore.models.fields) resemble nothing."""
+    from kvcore.models.fields import READ_FIELDS, SEEN_FIELDS
+
+    if key in READ_FIELDS or key in SEEN_FIELDS or key.startswith("_"):
+        return None
+    alias = FIELD_ALIASES.get(key)
+    if alias is not None:
+        return alias if alias not in present else None
+    best, best_d = None, 3
+    for target in READ_FIELDS:
+        limit = _max_typo_distance(target)
+        if not limit or target in present or abs(len(target) - len(key)) > limit:
+            continue
+        d = edit_distance(key, target, limit + 1)
+        if d <= limit and (d < best_d or d == best_d and best is not None and target < best):
+            best, best_d = target, d
+    return best
+
+
+def warn_typos(data: dict[str, Any], where: str, prefix: str = "") -> list[str]:
+    """Warn (:class:`ConfigTypoWarning`) for each key of ``data`` that resembles an absent
+    field kvcore reads; returns the messages."""
+    import warnings
+
+    present = set(data)
+    out = []
+    for key in data:
+        if not isinstance(key, str):
+            continue
+        target = resembles(key, present)
+        if target is not None:
+            msg = (f"{where}: unknown field {prefix}{key!r} looks like {prefix}{target!r}, "
+                   f"which is absent (its default is used); rename it if it is a typo")
+            warnings.warn(msg, ConfigTypoWarning, stacklevel=3)
+            out.append(msg)
+    return out
 
 
 def _reject_constant(value: str) -> float:
@@ -485,6 +793,9 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
     where = source or name or "config"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a config must be a JSON object")
+    warn_typos(data, where)
+    if isinstance(data.get("text_config"), dict):
+        warn_typos(data["text_config"], where, "text_config.")
     top_type = field_str(data, "model_type", None, where=where)
     text = field_dict(data, "text_config", None, where=where)
     raw = dict(data)
@@ -566,6 +877,26 @@ def parse_model_config(data: dict[str, Any], *, name: str = "", source: str = ""
     )
 
 
+def _squash(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def suggest_model_name(text: str) -> str | None:
+    """The embedded model name ``text`` most likely means (``llama3.1-8b`` ->
+    ``llama-3.1-8b``): equal once punctuation and case are dropped, else the closest by
+    difflib's similarity (at least 0.8); None when none is close."""
+    import difflib
+
+    from kvcore.models.embedded import embedded_names
+
+    names = list(embedded_names())
+    squashed = {_squash(n): n for n in names}
+    if _squash(text) in squashed:
+        return squashed[_squash(text)]
+    close = difflib.get_close_matches(_squash(text), list(squashed), n=1, cutoff=0.8)
+    return squashed[close[0]] if close else None
+
+
 def load_model_config(model: str | Path) -> ModelConfig:
     """Load a config: a path to a config.json, a folder holding one, or an embedded name
     (``kvcore models``).
@@ -593,9 +924,18 @@ def load_model_config(model: str | Path) -> ModelConfig:
     elif not path.exists():
         found = embedded_config_path(text)
         if found is None:
+            if text.endswith(".json") or "/" in text or text.startswith(("."), ) or \
+                    "\\" in text:
+                parent = path.parent
+                where = "" if parent.is_dir() else f" (nor the folder {parent})"
+                raise ConfigError(f"{text}: no such file{where}; give a config.json path, "
+                                  f"a folder holding one, or an embedded model name "
+                                  f"(kvcore models)", model=text, path=text)
+            hint = suggest_model_name(text)
             raise ConfigError(
                 f"{text!r} is neither a config.json path, a folder holding one, nor an "
-                f"embedded model; embedded: {', '.join(embedded_names())}", model=text)
+                f"embedded model" + (f"; did you mean {hint!r}?" if hint else "")
+                + f"; embedded: {', '.join(embedded_names())}", model=text)
         path = found
         name = text
     else:

@@ -72,16 +72,28 @@ def _installed_distributions() -> set[str]:
     return {p.distribution for p in list_plugins()}
 
 
+_LENGTH_KEYS = ("max_target_positions", "max_position_embeddings", "max_seq_len",
+                "seq_length", "n_positions")
+
+
+def _length_key(cfg: ModelConfig) -> str | None:
+    """The config key :func:`default_max_model_len` reads its length from: Whisper's
+    max_target_positions, else the first present of :data:`_LENGTH_KEYS`."""
+    if cfg.model_type == "whisper":
+        return "max_target_positions" if cfg.has("max_target_positions") else None
+    return next((k for k in _LENGTH_KEYS if cfg.has(k)), None)
+
+
 def default_max_model_len(model: ModelConfig) -> int | None:
-    """The config's longest sequence: max_position_embeddings (Whisper:
-    max_target_positions)."""
-    for key in ("max_target_positions", "max_position_embeddings", "max_seq_len",
-                "seq_length", "n_positions"):
-        v = model.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            if key == "max_target_positions" or model.model_type != "whisper":
-                return v
-    return None
+    """The config's longest sequence (tokens): max_position_embeddings (Whisper:
+    max_target_positions).  A present length that is not a positive int is a
+    ConfigError naming it (never skipped: a skipped bound lets any max_model_len
+    through)."""
+    key = _length_key(model)
+    if key is None:
+        return None
+    n: int = model.get_int(key)
+    return n
 
 
 #: RoPE types whose max_position_embeddings is already scaled (vLLM 0.32,
@@ -97,25 +109,14 @@ def derived_max_model_len(cfg: ModelConfig) -> int | None:
     n = default_max_model_len(cfg)
     if n is None:
         return None
-    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if isinstance(rope, dict) and "gemma3" not in str(cfg.model_type):
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        factor = rope.get("factor")
-        if kind not in _SCALED_ROPE_TYPES and isinstance(factor, (int, float)) and \
-                not isinstance(factor, bool) and factor > 0:
+    rope = cfg.section("rope_scaling" if cfg.has("rope_scaling") else "rope_parameters")
+    if not rope.is_empty() and "gemma3" not in str(cfg.model_type):
+        kind = rope.get_str("rope_type", None) or rope.get_str("type", "default")
+        factor = rope.get_float("factor", None, minimum=0, exclusive_minimum=True,
+                                maximum=1 << 20)
+        if kind not in _SCALED_ROPE_TYPES and factor is not None:
             return int(n * factor)
     return n
-
-
-def _length_key(cfg: ModelConfig) -> str:
-    """The config key :func:`default_max_model_len` reads its length from."""
-    for key in ("max_target_positions", "max_position_embeddings", "max_seq_len",
-                "seq_length", "n_positions"):
-        v = cfg.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0 and \
-                (key == "max_target_positions" or cfg.model_type != "whisper"):
-            return key
-    return "max_position_embeddings"
 
 
 def _check_max_model_len(cfg: ModelConfig, max_model_len: Any) -> None:
@@ -129,9 +130,8 @@ def _check_max_model_len(cfg: ModelConfig, max_model_len: Any) -> None:
     derived = derived_max_model_len(cfg)
     if derived is None or max_model_len <= derived:
         return
-    model_max = cfg.get("model_max_length")
-    if isinstance(model_max, int) and not isinstance(model_max, bool) and \
-            max_model_len <= model_max:
+    model_max = cfg.get_float("model_max_length", None, minimum=0)
+    if model_max is not None and max_model_len <= model_max:
         return
     if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in \
             ("1", "true"):
@@ -247,9 +247,7 @@ def plan_model(
     else:
         _check_max_model_len(cfg, max_model_len)
     if max_num_encoder_input_tokens is None:
-        enc = cfg.get("max_source_positions")
-        max_num_encoder_input_tokens = enc if isinstance(enc, int) and \
-            not isinstance(enc, bool) and enc > 0 else 0
+        max_num_encoder_input_tokens = cfg.get_int("max_source_positions", 0, minimum=0)
     is_enc_dec = any(s.kind == "cross_attention" for s in specs.values())
     config = plan(
         specs,

@@ -66,6 +66,15 @@ class KVCacheBlock:
         h = self.block_hash.hex()[:8] if self.block_hash else None
         return f"KVCacheBlock(id={self.block_id}, ref_cnt={self.ref_cnt}, hash={h})"
 
+    # pickle / deepcopy: the free-queue links are left out (a block's state is flat, so
+    # copying never recurses along the list); :class:`FreeBlockQueue` restores them
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.block_id, self.ref_cnt, self.block_hash, self.group_id, self.is_null)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.block_id, self.ref_cnt, self.block_hash, self.group_id, self.is_null = state
+        self.prev_free = self.next_free = None
+
 
 class FreeBlockQueue:
     """Doubly linked list of free blocks with O(1) ``remove``, ``append``,
@@ -101,6 +110,31 @@ class FreeBlockQueue:
             self.num_free_blocks += self._end - self._next_id
         prev.next_free = self.tail
         self.tail.prev_free = prev
+
+    # pickle / deepcopy (any length): the queue is saved as the list of its nodes in
+    # order, head and tail sentinels and the placeholder of never-used blocks included,
+    # and relinked on load (blocks save no links); a linked list copied link by link
+    # recursed once per block (RecursionError at about 900 blocks)
+    def __getstate__(self) -> tuple[Any, ...]:
+        nodes = []
+        b: KVCacheBlock | None = self.head
+        while b is not None:
+            nodes.append(b)
+            b = b.next_free
+        return (nodes, self.num_free_blocks, self._virgin, self._next_id, self._end,
+                self._make)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        nodes, self.num_free_blocks, self._virgin, self._next_id, self._end, \
+            self._make = state
+        self.head, self.tail = nodes[0], nodes[-1]
+        prev = None
+        for b in nodes:
+            b.prev_free = prev
+            if prev is not None:
+                prev.next_free = b
+            prev = b
+        self.tail.next_free = None
 
     def popleft(self) -> KVCacheBlock:
         return self.popleft_n(1)[0]

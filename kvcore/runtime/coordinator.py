@@ -11,10 +11,19 @@
   until all groups agree (the settled ``L`` is a multiple of the least common multiple
   of the groups' block sizes).
 
-With EAGLE the last hit block is recomputed, so the search first asks windowed groups
-to hold one alignment unit more, then drops that unit once at the end (vLLM dropped a
-block inside each group's search every round, so a full + sliding-window model resending
-a 320-token prompt fell from 288 hit tokens to 0).
+With EAGLE the last matched block is dropped (the drafter recomputes its hidden
+states), by vLLM 0.32's multi-group rule (``HybridKVCacheCoordinator.
+find_longest_cache_hit`` with ``eagle_proof_margin``): each EAGLE group searches one
+block past the candidate length and drops its last matched block, at most once per
+candidate length (a group that shortens the hit without dropping makes the others drop
+again: vLLM issue #32802, where a block was dropped per group per round and a full +
+sliding-window resend fell to 0 hit tokens).  Full attention (a left-to-right,
+downward-closed search) searches once and is trimmed; a sliding window asks for one
+contiguous block more and pops it; another windowed kind (chunked local attention,
+which vLLM 0.32 refuses with EAGLE) drops by searching again one block shorter, so the
+recomputed block's chunk is held; a recurrent state (``eagle_drops_hit_block = False``)
+takes no margin and never drops.  One caching group: its own search, then the drop (no
+margin, as vLLM's ``UnitaryKVCacheCoordinator``).
 
 Each group's manager class comes from the registry: ``get_registry().manager_class(
 group.spec)``.
@@ -27,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
-from kvcore.runtime.managers import SingleTypeManager
+from kvcore.runtime.managers import SingleTypeManager, SlidingWindowManager
 
 __all__ = [
     "KVCacheCoordinator",
@@ -165,7 +174,8 @@ class NoPrefixCacheCoordinator(KVCacheCoordinator):
 
 
 class UnitaryCoordinator(KVCacheCoordinator):
-    """One caching group: its own search (EAGLE drops the last hit block)."""
+    """One caching group: its own search (EAGLE drops the last hit block, except for
+    a group whose ``eagle_drops_hit_block`` is False)."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -176,7 +186,7 @@ class UnitaryCoordinator(KVCacheCoordinator):
                                ) -> tuple[list[list[KVCacheBlock]], int]:
         m = self._m
         bs = m.block_size
-        if self.use_eagle:
+        if self.use_eagle and m.eagle_drops_hit_block:
             blocks = m.find_longest_cache_hit(block_hashes, max_length, bs)
             if blocks:
                 length = (len(blocks) - 1) * bs
@@ -220,10 +230,68 @@ class HybridCoordinator(KVCacheCoordinator):
                                ) -> tuple[list[list[KVCacheBlock]], int]:
         if not self.use_eagle:
             return self._settle(block_hashes, max_length, 0)
-        out, length = self._settle(block_hashes, max_length, self.alignment)
-        if length == 0:
-            return out, 0
-        return self._settle(block_hashes, length - self.alignment, 0)
+        return self._eagle_search(block_hashes, max_length)
+
+    def _eagle_search(self, block_hashes: Sequence[bytes], max_length: int,
+                      ) -> tuple[list[list[KVCacheBlock]], int]:
+        """vLLM 0.32's EAGLE fixed point (module docstring).  Each group's length is
+        rounded down to the alignment (the lcm of the caching groups' block sizes;
+        vLLM's ``alignment_tokens``), so with block sizes that differ the settled
+        length is still one every group serves."""
+        align = self.alignment
+        same_sizes = all(m.block_size == align for m in self.caching_managers)
+        # full attention first (its left-to-right search bounds the others); stable
+        base_find = SingleTypeManager.find_longest_cache_hit
+        order = sorted(self.caching_managers,
+                       key=lambda m: type(m).find_longest_cache_hit is not base_find)
+        hashed = len(block_hashes) * self.hash_block_size
+        hit = max_length
+        found: dict[int, tuple[list[KVCacheBlock], int]] = {}
+        verified: set[int] = set()
+        while True:
+            curr = hit
+            for m in order:
+                gid, bs = m.group_id, m.block_size
+                downward = type(m).find_longest_cache_hit is base_find
+                if downward and gid in found:
+                    curr = min(curr, found[gid][1])
+                    continue
+                drop = gid not in verified
+                drops = drop and getattr(m, "eagle_drops_hit_block", True)
+                limit = min(curr + bs, hashed) if drops else curr
+                sliding = isinstance(m, SlidingWindowManager)
+                blocks = m.find_longest_cache_hit(block_hashes, limit,
+                                                  bs if drops and sliding else 0)
+                if drops and blocks:
+                    if downward or sliding:
+                        blocks = blocks[:-1]
+                    else:  # another windowed kind: its rule must hold one block shorter
+                        blocks = m.find_longest_cache_hit(
+                            block_hashes, (len(blocks) - 1) * bs, 0)
+                got = len(blocks) * bs // align * align
+                if got < len(blocks) * bs:
+                    blocks = blocks[:got // bs] if downward else \
+                        m.find_longest_cache_hit(block_hashes, got, 0)
+                    got = len(blocks) * bs // align * align
+                if drop:
+                    verified.add(gid)
+                elif got < curr:
+                    verified.clear()
+                curr = got
+                found[gid] = (blocks, got)
+            if curr >= hit:
+                break
+            hit = curr
+            if same_sizes and len(order) == 2 and \
+                    type(order[0]).find_longest_cache_hit is base_find:
+                break  # one full-attention group and one other: one round suffices
+        out = self._empty_hit()
+        for m in order:
+            blocks = found[m.group_id][0]
+            if type(m).find_longest_cache_hit is base_find:
+                blocks = blocks[:-(-hit // m.block_size)]
+            out[m.group_id] = blocks
+        return out, hit
 
 
 def make_coordinator(kv_cache_config: Any, block_pool: BlockPool, *, max_model_len: int,

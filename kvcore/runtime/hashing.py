@@ -16,7 +16,19 @@ were plain strings in one tuple).  Sources:
 * ``salt``: the request's ``cache_salt``, on the first block only (it changes every
   later hash through the chain);
 * ``mm``: the identifier of each multimodal input whose placeholder tokens overlap the
-  block (``mm_features``: ``(offset, length, identifier)`` in prompt positions).
+  block (``mm_features``: ``(offset, length, identifier)`` in prompt positions);
+* ``enc``: the **encoder input's identity** (``encoder_id`` and ``num_encoder_tokens``),
+  on every block of a request that brings an encoder input (an encoder-decoder model
+  such as Whisper).  Every decoder layer's K/V depends on the encoder output (through
+  the cross-attention of the layers below it), so the same decoder prompt over
+  different audio, or over the same audio cut to another length, must never share a
+  block (issue 24: a request with other audio reused 64 tokens of another's decoder
+  self-attention).  A request with an encoder input but no ``encoder_id`` cannot be
+  told apart from another: its blocks carry a key no other request has (a random
+  nonce), and :class:`~kvcore.runtime.KVCacheManager` gives it no prefix hit (a
+  request object of another class computes its own hashes: it must key such blocks
+  apart itself) (vLLM 0.32 turns prefix caching off for encoder-decoder models instead;
+  with an identity kvcore keeps the hits that are safe: same audio, same prompt).
 
 Encoding (all integers little-endian): ``parent (32 B) | u32 n | n x i64 token ids |
 for each extra key: u8 tag | u32 len | utf-8 bytes``; a key value that is not a string
@@ -51,7 +63,7 @@ BlockHash = bytes
 #: the parent hash of block 0 (fixed, so hashes agree across processes)
 ROOT_HASH: BlockHash = hashlib.sha256(b"kvcore.runtime.ROOT_HASH").digest()
 
-_TAGS = {"lora": 1, "salt": 2, "mm": 3}
+_TAGS = {"lora": 1, "salt": 2, "mm": 3, "enc": 4}
 
 
 def _sha256(data: bytes) -> bytes:
@@ -74,11 +86,12 @@ def get_hash_function(hash: str | Callable[[bytes], bytes]) -> Callable[[bytes],
     Raises :class:`~kvcore.errors.ConfigError` for an unknown name (listing the known)."""
     if callable(hash):
         return hash
-    fn = _HASH_FUNCTIONS.get(hash)
+    fn = _HASH_FUNCTIONS.get(hash) if isinstance(hash, str) else None
     if fn is None:
         from kvcore.errors import ConfigError
+        from kvcore.units import shorten
 
-        raise ConfigError(f"unknown block hash {hash!r}; known: "
+        raise ConfigError(f"unknown block hash {shorten(hash)}; known: "
                           f"{', '.join(_HASH_FUNCTIONS)} or a callable bytes -> bytes",
                           field="hash", value=hash)
     return fn
@@ -146,12 +159,24 @@ def hash_block_tokens(hash_fn: Callable[[bytes], bytes], parent: BlockHash,
                    + _encode_extra(extra_keys))
 
 
+def encoder_key(encoder_id: Any, num_encoder_tokens: int) -> str | None:
+    """The ``enc`` extra key of a request's blocks: its encoder input's identity and
+    length (``"<type>:<repr>|<tokens>"``, so ``5`` and ``"5"`` differ), or None when
+    the request brings no encoder input or no identity for it."""
+    if not num_encoder_tokens or encoder_id is None:
+        return None
+    return f"{type(encoder_id).__qualname__}:{encoder_id!r}|{int(num_encoder_tokens)}"
+
+
 def block_extra_keys(start: int, end: int, *, lora_name: str | None = None,
                      cache_salt: str | None = None,
                      mm_features: Sequence[tuple[int, int, str]] | None = None,
-                     ) -> list[tuple[str, str]]:
-    """The tagged extra keys of the block covering token positions ``[start, end)``."""
+                     encoder: str | None = None) -> list[tuple[str, str]]:
+    """The tagged extra keys of the block covering token positions ``[start, end)``
+    (``encoder``: :func:`encoder_key`, on every block)."""
     keys: list[tuple[str, str]] = []
+    if encoder is not None:
+        keys.append(("enc", encoder))
     if lora_name is not None:
         keys.append(("lora", lora_name))
     if cache_salt is not None and start == 0:
@@ -196,13 +221,17 @@ class BlockHasher:
         lora = getattr(request, "lora_name", None)
         salt = getattr(request, "cache_salt", None)
         mm = getattr(request, "mm_features", None)
-        simple_extra = _encode_extra([("lora", lora)]) if lora is not None else b""
+        enc = getattr(request, "_enc_key", None) if type(request) is Request else \
+            encoder_key(getattr(request, "encoder_id", None),
+                        getattr(request, "num_encoder_tokens", 0) or 0)
+        simple_extra = _encode_extra(block_extra_keys(0, 0, lora_name=lora, encoder=enc))
         header = bs.to_bytes(4, "little")
         for i in range(start_block, end_block):
             s = i * bs
             if (salt is not None and i == 0) or mm:
                 extra = _encode_extra(block_extra_keys(
-                    s, s + bs, lora_name=lora, cache_salt=salt, mm_features=mm))
+                    s, s + bs, lora_name=lora, cache_salt=salt, mm_features=mm,
+                    encoder=enc))
             else:
                 extra = simple_extra
             try:
@@ -214,6 +243,43 @@ class BlockHasher:
                 raise
             parent = hash_fn(parent + header + toks.tobytes() + extra)
             hashes.append(parent)
+
+
+_MM_ID_TYPES = (str, bytes, int, float)  # bool is an int
+
+
+def _check_mm_features(request_id: Any, mm_features: Any) -> list[tuple[int, int, Any]] | None:
+    """``mm_features`` as a list of ``(offset, length, identifier)`` (offset and length
+    ints >= 0 in prompt positions, identifier a str, bytes or number), or None when
+    empty; RequestError (field ``mm_features``) naming the entry otherwise."""
+    if mm_features is None:
+        return None
+    from kvcore.errors import RequestError
+    from kvcore.units import shorten
+
+    def bad(what: str) -> RequestError:
+        return RequestError(
+            f"request {shorten(request_id)}: mm_features {what}; expected a list of "
+            f"(offset, length, identifier) per multimodal input (offset and length: "
+            f"ints >= 0 in prompt token positions; identifier: a str, bytes or number)",
+            field="mm_features", value=shorten(mm_features))
+
+    if isinstance(mm_features, (str, bytes)) or not hasattr(mm_features, "__iter__"):
+        raise bad(f"must be a sequence, got {type(mm_features).__name__}")
+    out = []
+    for i, f in enumerate(mm_features):
+        if isinstance(f, (str, bytes)) or not hasattr(f, "__len__") or len(f) != 3:
+            raise bad(f"entry {i} is {shorten(f)}, not an (offset, length, identifier) "
+                      f"triple")
+        offset, length, ident = f
+        for name, v in (("offset", offset), ("length", length)):
+            if type(v) is not int or v < 0:
+                raise bad(f"entry {i}: {name} {shorten(v)} is not an int >= 0")
+        if not isinstance(ident, _MM_ID_TYPES):
+            raise bad(f"entry {i}: identifier {shorten(ident)} is a "
+                      f"{type(ident).__name__}")
+        out.append((offset, length, ident))
+    return out or None
 
 
 class Request:
@@ -235,6 +301,9 @@ class Request:
         ``mm_features`` lists ``(offset, length, identifier)`` per multimodal input
         (``mm_hashes`` gives the identifiers).
     num_encoder_tokens: encoder output length (cross-attention; int >= 0), 0 if none.
+    encoder_id: the identity of the encoder input (e.g. the audio's hash; a str, bytes
+        or number), hashed with ``num_encoder_tokens`` into every block (module
+        docstring); without it a request with an encoder input gets no prefix hit.
 
     Raises :class:`~kvcore.errors.RequestError` naming the argument when one has the
     wrong type or range.
@@ -242,14 +311,15 @@ class Request:
 
     __slots__ = ("request_id", "all_token_ids", "num_prompt_tokens", "max_tokens",
                  "num_computed_tokens", "block_hashes", "lora_name", "cache_salt",
-                 "mm_features", "num_encoder_tokens", "_hasher", "_bs", "__weakref__")
+                 "mm_features", "num_encoder_tokens", "encoder_id", "_enc_key", "_hasher",
+                 "_bs", "__weakref__")
 
     def __init__(self, request_id: str, prompt_token_ids: Sequence[int], *,
                  max_tokens: int = 0, block_size: int = 16,
                  hash: str | Callable[[bytes], bytes] | BlockHasher = "sha256",
                  lora_name: str | None = None, cache_salt: str | None = None,
                  mm_features: Sequence[tuple[int, int, str]] | None = None,
-                 num_encoder_tokens: int = 0) -> None:
+                 num_encoder_tokens: int = 0, encoder_id: Any = None) -> None:
         from kvcore.errors import RequestError
         from kvcore.units import shorten
 
@@ -281,8 +351,29 @@ class Request:
         self.block_hashes: list[BlockHash] = []
         self.lora_name = lora_name
         self.cache_salt = cache_salt
-        self.mm_features = list(mm_features) if mm_features else None
+        self.mm_features = _check_mm_features(request_id, mm_features)
+        for key, text in (("lora_name", lora_name), ("cache_salt", cache_salt)):
+            if text is not None and not isinstance(text, str):
+                raise RequestError(f"request {shorten(request_id)}: {key} must be a str "
+                                   f"or None, got {shorten(text)} ({type(text).__name__})",
+                                   field=key, value=repr(text))
         self.num_encoder_tokens = num_encoder_tokens
+        if encoder_id is not None and (isinstance(encoder_id, bool)
+                                       or not isinstance(encoder_id, _MM_ID_TYPES)):
+            raise RequestError(f"request {shorten(request_id)}: encoder_id must be a "
+                               f"str, bytes or number identifying the encoder input, got "
+                               f"{shorten(encoder_id)} ({type(encoder_id).__name__})",
+                               field="encoder_id", value=shorten(encoder_id))
+        self.encoder_id = encoder_id
+        self._enc_key = encoder_key(encoder_id, num_encoder_tokens)
+        if self._enc_key is None and num_encoder_tokens:
+            # an encoder input nothing identifies: a key no other request has, so no
+            # block of it is ever a hit for another request (with or without encoder)
+            import os
+
+            self._enc_key = f"unidentified:{os.urandom(16).hex()}|{num_encoder_tokens}"
+        if not isinstance(hash, BlockHasher):
+            get_hash_function(hash)  # ConfigError naming ``hash`` for a bad one
         self._hasher = hash if isinstance(hash, BlockHasher) else BlockHasher(block_size,
                                                                                  hash)
         self._bs = self._hasher.block_size
@@ -325,6 +416,8 @@ class Request:
         new.cache_salt = self.cache_salt
         new.mm_features = list(self.mm_features) if self.mm_features else None
         new.num_encoder_tokens = self.num_encoder_tokens
+        new.encoder_id = self.encoder_id
+        new._enc_key = self._enc_key
         new._hasher = self._hasher
         new._bs = self._bs
         return new

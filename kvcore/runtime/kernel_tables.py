@@ -68,11 +68,26 @@ def _type_error(b: Any) -> Exception:
                        f"got {b!r}", field="block_table", value=repr(b))
 
 
+def _iterable(value: Any, field: str, what: str) -> Iterable[Any]:
+    """``value`` when it can be iterated (not a str or bytes), else KVCoreError naming
+    ``field``."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        from kvcore.errors import KVCoreError
+        from kvcore.units import shorten
+
+        raise KVCoreError(f"{field} must be {what}, got {shorten(value)} "
+                          f"({type(value).__name__})", field=field, value=shorten(value))
+    return value  # type: ignore[no-any-return]
+
+
 def block_table_ids(table: Iterable[Any]) -> list[int]:
     """Kernel ids of one block table (KVCacheBlocks or int ids): the null block (id 0)
     and None become -1, negative ids stay -1.  ``[null, null, block 7] -> [-1, -1, 7]``.
+    Raises :class:`~kvcore.errors.KVCoreError` (field ``block_table``) for a table that
+    is not a sequence or an entry that is neither a block nor an int id.
     """
-    return [_kernel_id(b) for b in table]
+    return [_kernel_id(b) for b in _iterable(
+        table, "block_table", "a sequence of KVCacheBlocks or int block ids")]
 
 
 def _as_int32(rows: list[list[int]], device: Any) -> Any:
@@ -94,8 +109,11 @@ def block_tables(tables: Sequence[Iterable[Any]], *, width: int | None = None,
     as_tensor: return ``torch.int32 [num_reqs, width]`` on ``device`` instead of lists.
 
     Returns ``list[list[int]]`` or the tensor; the null block and padding are -1.
+    Raises :class:`~kvcore.errors.KVCoreError` naming ``tables``, ``block_table`` or
+    ``width`` for an argument of the wrong type.
     """
-    rows = [block_table_ids(t) for t in tables]
+    rows = [block_table_ids(t) for t in _iterable(
+        tables, "tables", "a sequence of block tables (one per request)")]
     w = max((len(r) for r in rows), default=0) if width is None else width
     if not isinstance(w, int) or isinstance(w, bool) or w < 0:
         from kvcore.errors import KVCoreError
@@ -125,7 +143,7 @@ def slot_mapping(table: Iterable[Any], positions: Iterable[int], block_size: int
                           f"{block_size!r}", field="block_size", value=repr(block_size))
     ids = block_table_ids(table)
     out = []
-    positions = list(positions)
+    positions = list(_iterable(positions, "positions", "a sequence of int token positions"))
     for p in positions:
         if type(p) is not int:
             if isinstance(p, bool) or not hasattr(p, "__index__"):
@@ -160,7 +178,14 @@ def request_block_tables(manager: Any, requests: Sequence[Any], group_id: int = 
     """The block tables of ``requests`` (Request objects or ids) in group ``group_id``
     of a :class:`~kvcore.runtime.manager.KVCacheManager`, as :func:`block_tables`.
     A request without blocks gives a row of -1."""
-    managers = manager.managers
+    managers = getattr(manager, "managers", None)
+    if not isinstance(managers, list):
+        from kvcore.errors import KVCoreError
+        from kvcore.units import shorten
+
+        raise KVCoreError(f"manager must be a kvcore KVCacheManager, got "
+                          f"{shorten(manager)} ({type(manager).__name__})",
+                          field="manager", value=shorten(manager))
     if not isinstance(group_id, int) or not 0 <= group_id < len(managers):
         from kvcore.errors import KVCoreError
 
@@ -168,6 +193,15 @@ def request_block_tables(manager: Any, requests: Sequence[Any], group_id: int = 
                           f"(0..{len(managers) - 1})", field="group_id",
                           value=repr(group_id))
     m = managers[group_id]
-    rids = [r if isinstance(r, str) else r.request_id for r in requests]
+    rids = [r if isinstance(r, str) else getattr(r, "request_id", None)
+            for r in _iterable(requests, "requests", "a sequence of requests or ids")]
+    for r, rid in zip(requests, rids):
+        if not isinstance(rid, str):
+            from kvcore.errors import KVCoreError
+            from kvcore.units import shorten
+
+            raise KVCoreError(f"requests must hold Request objects or request ids "
+                              f"(str), got {shorten(r)}", field="requests",
+                              value=shorten(r))
     return block_tables([m.get_blocks(rid) for rid in rids], width=width,
                         as_tensor=as_tensor, device=device)

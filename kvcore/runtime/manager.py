@@ -225,6 +225,9 @@ class KVCacheManager:
             _bool_arg(where, name, flag, err=ConfigError)
         if check_invariants is not None:
             _bool_arg(where, "check_invariants", check_invariants, err=ConfigError)
+        from kvcore.runtime.hashing import get_hash_function
+
+        get_hash_function(hash)  # ConfigError naming ``hash`` (a name or a callable)
         stats = getattr(kv_cache_config, "stats", None) or {}
         if max_num_encoder_input_tokens is None:
             max_num_encoder_input_tokens = stats.get("max_num_encoder_input_tokens") or None
@@ -311,10 +314,21 @@ class KVCacheManager:
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None
         if self.check_invariants:
-            for name in ("get_computed_blocks", "allocate_slots", "free",
-                         "reset_prefix_cache"):
-                setattr(self, name, self._checked(getattr(self, name)))
+            wrap_checked(self)
             self.check_consistency()
+
+    # ---- pickle / deepcopy ---------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without the debug switch's wrappers (closures over this object:
+        a copy re-wraps its own methods) and with no owner thread (the copy belongs to
+        the thread that first calls it).  The block pool flattens its free queue, so
+        any pool size pickles and deep-copies (:class:`~kvcore.runtime.BlockPool`)."""
+        return checked_state(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.check_invariants:
+            wrap_checked(self)
 
     # ---- requests ------------------------------------------------------------------
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
@@ -327,7 +341,9 @@ class KVCacheManager:
         """The longest cached prefix of the request: ``(blocks per group, tokens)``.
 
         At most ``num_tokens - 1`` tokens hit (the last prompt token is recomputed to
-        produce logits).  Counts one lookup in :meth:`prefix_cache_stats`.  Changes no
+        produce logits); none for a request with an encoder input
+        (``num_encoder_tokens`` > 0) but no ``encoder_id`` (its decoder K/V depends on
+        an encoder input nothing identifies).  Counts one lookup in :meth:`prefix_cache_stats`.  Changes no
         block state: pass the blocks to :meth:`allocate_slots`.  Raises
         :class:`~kvcore.errors.RequestError` when ``request`` is not a request object.
         """
@@ -340,6 +356,11 @@ class KVCacheManager:
         if not self.enable_caching:
             return self._empty, 0
         limit = num_tokens - 1
+        if getattr(request, "num_encoder_tokens", 0) and \
+                getattr(request, "encoder_id", None) is None:
+            # an encoder input without an identity: its decoder K/V cannot be told
+            # apart from another request's with other audio (kvcore.runtime.hashing)
+            limit = 0
         for m in self._hit_cappers:
             cap = m.max_cache_hit_tokens(request)
             if cap is not None and cap < limit:
@@ -1016,6 +1037,28 @@ class KVCacheManager:
         """Cache events since the last call (BlockStored, BlockRemoved,
         AllBlocksCleared), oldest first; empty unless ``enable_events``."""
         return self.block_pool.take_events()
+
+
+#: the methods the debug switch wraps (:func:`wrap_checked`)
+CHECKED_METHODS = ("get_computed_blocks", "allocate_slots", "free", "reset_prefix_cache")
+
+
+def wrap_checked(mgr: Any) -> None:
+    """Put the debug switch's wrapper (:func:`owner_checked`) around each of
+    :data:`CHECKED_METHODS` of ``mgr`` (instance attributes)."""
+    for name in CHECKED_METHODS:
+        setattr(mgr, name, owner_checked(mgr, getattr(type(mgr), name).__get__(mgr)))
+
+
+def checked_state(mgr: Any) -> dict[str, Any]:
+    """``mgr.__dict__`` without the wrappers of :func:`wrap_checked` and with no owner
+    thread: what a manager pickles or deep-copies (the copy wraps its own methods)."""
+    state = dict(mgr.__dict__)
+    for name in CHECKED_METHODS:
+        state.pop(name, None)
+    if "_owner_thread" in state:
+        state["_owner_thread"] = None
+    return state
 
 
 def owner_checked(mgr: Any, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -126,6 +126,11 @@ class SingleTypeManager:
     #: state: draft models have no state layers and the kind keeps its own speculative
     #: blocks, so a lookahead on one call and none on the next must not move its state)
     excludes_lookahead_tokens: ClassVar[bool] = False
+    #: with EAGLE the hit search drops this group's last matched block (every
+    #: attention kind; vLLM 0.32's ``eagle_proof_margin`` rule).  False for a recurrent
+    #: state, whose search never drops (draft models have no state layers; its
+    #: checkpoints already sit one block back): it then takes no margin either
+    eagle_drops_hit_block: ClassVar[bool] = True
 
     def __init__(self, spec: Any, block_pool: BlockPool, group_id: int, *,
                  enable_caching: bool, max_model_len: int, hash_block_size: int,

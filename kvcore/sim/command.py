@@ -19,6 +19,17 @@ token expansion: :mod:`kvcore.sim.traces`.
 ``allocate_slots_calls_per_s``, ``wall_seconds``, the plan (``num_blocks``,
 ``block_size``, ``max_model_len``, ``max_num_seqs``) and, for Mooncake traces,
 ``ideal_prefix_hit_ratio`` (infinite cache at the trace's 512-token granularity).
+
+**With a clock** (any flag of the "clocked simulation" group, or ``--scheduler vllm``):
+the workload is the trace (arrivals from its timestamps, or ``--request-rate`` /
+``--burstiness``) or ``--dataset random`` (:mod:`kvcore.sim.workload`); the loop is
+:mod:`kvcore.sim.engine` (vLLM's Scheduler, with ``--max-concurrency``); the step-time
+model comes from :func:`make_time_model`; ``--json`` prints the figures of
+:mod:`kvcore.sim.metrics` (``vllm bench serve --save-result``'s names) plus the run's
+settings (:func:`simulate_clocked`), the text output vLLM's "Serving Benchmark Result"
+block.  With ``--gpu`` the KV budget is :func:`kvcore.deploy.budget.plan_on_gpu`'s and
+``--max-num-seqs`` / ``--max-num-batched-tokens`` default to ``vllm serve``'s for that
+GPU (:func:`vllm_serve_defaults`).
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ from typing import Any
 from kvcore.sim.traces import TRACE_FORMATS
 from kvcore.units import length_arg, parse_size
 
-__all__ = ["add_subparser", "run", "simulate", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
+__all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
+           "time_model_note", "vllm_serve_defaults", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
 
 #: budget per rank when neither --kv-cache-memory nor --num-blocks is given (16 GiB)
 DEFAULT_KV_CACHE_MEMORY_BYTES = 16 << 30
@@ -438,7 +450,8 @@ def run(args: argparse.Namespace) -> int:
 # ---- the clocked run (kvcore.sim.engine) -------------------------------------------------
 #: flags that ask for the clocked engine (any of them, or --scheduler vllm)
 CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "goodput", "gpu",
-               "time_model", "long_prefill_token_threshold")
+               "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
+               "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 
@@ -460,6 +473,20 @@ def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
 
     convert.__name__ = field
     return convert
+
+
+def _seconds_arg(text: str) -> float:
+    """An argparse ``type=``: a finite number of seconds >= 0 (``--event-delay``)."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"event_delay must be a finite number of seconds >= 0, got {text!r}")
+    return v
 
 
 def _ratio_arg(text: str) -> float:
@@ -486,6 +513,23 @@ def _goodput_arg(text: str) -> str:
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
     return text
+
+
+def _percentiles_arg(text: str) -> list[float]:
+    import argparse
+
+    out: list[float] = []
+    for item in str(text).split(","):
+        try:
+            v = float(item)
+        except ValueError:
+            v = float("nan")
+        if not 0.0 <= v <= 100.0:
+            raise argparse.ArgumentTypeError(
+                f"metric_percentiles: each percentile must be a number in [0, 100], got "
+                f"{item!r} (e.g. 50,90,99)")
+        out.append(v)
+    return out
 
 
 def add_clock_arguments(p: Any) -> None:
@@ -520,6 +564,19 @@ def add_clock_arguments(p: Any) -> None:
                    help="most outstanding requests (closed loop, vllm bench serve's)")
     g.add_argument("--goodput", nargs="+", type=_goodput_arg, default=None,
                    metavar="KEY:MS", help="SLOs for request_goodput: ttft:MS tpot:MS e2el:MS")
+    g.add_argument("--metric-percentiles", type=_percentiles_arg, default=[99.0],
+                   metavar="P[,P]", help="percentiles of TTFT, TPOT, ITL, E2EL to report "
+                                         "(comma list, default 99, vLLM's)")
+    g.add_argument("--save-result", action="store_true",
+                   help="also write the report to a JSON file named as vllm bench serve "
+                        "names it ({label}-{rate}qps[-concurrency{N}]-{model}-{date}.json)")
+    g.add_argument("--save-detailed", action="store_true",
+                   help="with --save-result: per-request input_lens, output_lens, ttfts, "
+                        "itls, start_times too")
+    g.add_argument("--result-dir", default=None, help="folder for --save-result")
+    g.add_argument("--result-filename", default=None, help="file name for --save-result")
+    g.add_argument("--label", default="kvcore-simulate",
+                   help="the label of --save-result's file name (vLLM's --label)")
     g.add_argument("--long-prefill-token-threshold",
                    type=length_arg("long_prefill_token_threshold", minimum=0), default=None)
     g.add_argument("--gpu", default=None, metavar="NAME",
@@ -532,13 +589,79 @@ def add_clock_arguments(p: Any) -> None:
                    help="a step-time model by name (constant, or one registered under the "
                         "kvcore.time_models entry points); default: the roofline with "
                         "--gpu, else a constant 10 ms a step")
+    g.add_argument("--replicas", type=length_arg("replicas"), default=None,
+                   help="simulate a fleet of N replicas of the plan behind --router "
+                        "(kvcore.sim.fleet; default 1)")
+    g.add_argument("--router", default=None, metavar="NAME",
+                   help="round-robin (default), least-loaded, prefix-aware, "
+                        "prefix-aware-attention-only, or one registered under the "
+                        "kvcore.routers entry points")
+    g.add_argument("--event-delay", type=_seconds_arg,
+                   default=None, metavar="S",
+                   help="seconds before a replica's KV events reach the router (default 0)")
 
 
 def clocked(args: argparse.Namespace) -> bool:
     """Whether ``args`` ask for the clocked engine (``--scheduler``, or any clock flag)."""
     if args.scheduler != "auto":
         return bool(args.scheduler == "vllm")
-    return any(getattr(args, f, None) is not None for f in CLOCK_FLAGS)
+    return bool(getattr(args, "save_result", False)) or any(
+        getattr(args, f, None) is not None for f in CLOCK_FLAGS)
+
+
+def result_path(args: argparse.Namespace, when: Any = None) -> str:
+    """``--save-result``'s file: vLLM's ``compute_result_filename`` (``{label}-{rate}qps
+    [-concurrency{N}]-{model}-{%Y%m%d-%H%M%S}.json``, ``--result-filename`` instead,
+    inside ``--result-dir``).  Raises ConfigError (field ``result_dir``) for a folder
+    that exists as a file or cannot be written."""
+    import datetime
+
+    from kvcore.errors import ConfigError
+
+    now = when or datetime.datetime.now()
+    rate = args.request_rate if args.request_rate is not None else math.inf
+    conc = f"-concurrency{args.max_concurrency}" if args.max_concurrency is not None else ""
+    model = str(args.model).rstrip("/").split("/")[-1]
+    name = args.result_filename or (
+        f"{args.label}-{rate}qps{conc}-{model}-{now.strftime('%Y%m%d-%H%M%S')}.json")
+    folder = Path(args.result_dir) if args.result_dir else Path(name).parent
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--result-dir {folder}: is a file, not a folder",
+                          field="result_dir", value=str(folder))
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"--result-dir {folder}: {str(probe)!r} is not writable",
+                          field="result_dir", value=str(folder))
+    return str(Path(args.result_dir) / name) if args.result_dir else name
+
+
+def _save_result(args: argparse.Namespace, path: str, report: dict[str, Any],
+                 res: Any) -> None:
+    import datetime
+
+    from kvcore.errors import ConfigError
+
+    out = {"date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
+           "backend": args.label, "label": args.label, "model_id": str(args.model),
+           **report}
+    reqs = res.requests
+    out["latencies"] = [r.latency if r.finish >= 0 else 0.0 for r in reqs]
+    if args.save_detailed:
+        out["input_lens"] = [r.prompt_len for r in reqs]
+        out["output_lens"] = [len(r.token_times) for r in reqs]
+        out["ttfts"] = [r.ttft if r.token_times else 0.0 for r in reqs]
+        out["itls"] = [r.itl for r in reqs]
+        out["start_times"] = [r.sent for r in reqs]
+    try:
+        if args.result_dir:
+            os.makedirs(args.result_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(out, f)
+    except OSError as exc:
+        raise ConfigError(f"--save-result {path}: cannot write ({exc.strerror or exc})",
+                          field="result_dir", value=path) from exc
 
 
 def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
@@ -592,7 +715,11 @@ def time_model_note(args: argparse.Namespace, model: Any) -> str:
                if getattr(args, "gpu", None) else "no --gpu given")
         return (f"constant {model.step_s * 1000:g} ms a step + {model.token_s * 1e6:g} us "
                 f"a token (placeholder: {why}; latencies count steps, not GPU time)")
-    return getattr(model, "description", None) or type(model).__name__
+    for attr in ("description", "name"):
+        text = getattr(model, attr, None)
+        if isinstance(text, str) and text:
+            return text
+    return type(model).__name__
 
 
 def _model_config(model: Any) -> Any:
@@ -701,12 +828,30 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          max_num_batched_tokens=mnbt)
     time_model = make_time_model(args, _model_config(args.model), cfg)
     sims = [SimRequest(r) for r in reqs]
-    res = run_engine(mgr, sims, time_model, max_num_seqs=max_num_seqs,
-                     max_num_batched_tokens=mnbt,
-                     long_prefill_token_threshold=args.long_prefill_token_threshold or 0,
-                     max_model_len=mml, max_concurrency=args.max_concurrency,
-                     progress=progress)
-    m = serving_metrics(res, goodput=goodput or None)
+    fleet = getattr(args, "replicas", None) is not None or \
+        getattr(args, "router", None) is not None
+    res: Any
+    if fleet:
+        from kvcore.sim.fleet import fleet_metrics, run_fleet
+
+        res = run_fleet(cfg, sims, time_model, replicas=args.replicas or 1,
+                        router=args.router or "round-robin", max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=mnbt,
+                        long_prefill_token_threshold=args.long_prefill_token_threshold
+                        or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
+                        event_delay_s=args.event_delay or 0.0,
+                        enable_caching=not args.no_prefix_caching, progress=progress)
+        m = fleet_metrics(res, goodput=goodput or None)
+    else:
+        res = run_engine(mgr, sims, time_model, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=mnbt,
+                         long_prefill_token_threshold=args.long_prefill_token_threshold
+                         or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
+                         progress=progress)
+        m = serving_metrics(res, goodput=goodput or None,
+                            percentiles=args.metric_percentiles,
+                            request_overhead_s=float(
+                                getattr(time_model, "request_overhead_s", 0.0) or 0.0))
     rate = args.request_rate
     if rate is None:
         rate = math.inf if args.dataset else None
@@ -777,20 +922,40 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     """The clocked branch of :func:`run` (prints the report; returns the exit status)."""
     from kvcore.sim.metrics import format_summary
 
+    path = result_path(args) if args.save_result else None  # checked before the run
     report, res = simulate_clocked(args, budget=budget, progress=progress)
+    if path is not None:
+        _save_result(args, path, report, res)
+        report["result_file"] = path
+    fleet = "replicas" in report
     if args.plot:
-        _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
+        if fleet:
+            from kvcore.sim.fleet import plot_fleet
+
+            plot_fleet(res, args.plot, f"{args.model}: simulated fleet")
+        else:
+            _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
         report["plot"] = args.plot
     if args.json:
         print(json.dumps(report))
         return 0
     rate = report["request_rate"]
     extra = [("Time model:", report["time_model"]),
-             ("KV cache:", f"{report['num_blocks']:,} blocks of {report['block_size']} "
-                           f"tokens, {report['num_kv_cache_groups']} groups"),
+             ("KV cache:", f"{report['num_blocks']:,} blocks, "
+                           f"{report['num_kv_cache_groups']} groups, block_size "
+                           f"{report['block_size']}"),
              ("Wall time (s):", f"{report['wall_seconds']:.2f}")]
+    if fleet:
+        extra[2:2] = [
+            ("Fleet:", f"{report['replicas']} replicas, router {report['router']}, "
+                       f"event delay {report['event_delay_s']:g} s"),
+            ("Requests per replica:", " ".join(map(str, report["requests_per_replica"]))),
+            ("Imbalance (max/mean):", f"requests {report['request_imbalance']:.2f}, busy "
+                                      f"time {report['busy_imbalance']:.2f}")]
     if args.plot:
         extra.append(("Plot:", args.plot))
+    if path is not None:
+        extra.append(("Result file:", path))
     print(format_summary(report, max_concurrency=args.max_concurrency,
                          request_rate=math.inf if rate in (None, "inf") else float(rate),
                          extra=extra))

@@ -212,9 +212,11 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     waiting: deque[SimRequest] = deque()
     running: list[SimRequest] = []
     SR = ScheduledRequest
+    decode_srs: dict[int, ScheduledRequest] = {}
     now = 0.0
     step = 0
     n_done = 0
+    idle_steps = 0
     rec = record_steps
     s_end, s_use, s_run, s_wait, s_tok = (res.step_end, res.step_usage, res.step_running,
                                           res.step_waiting, res.step_tokens)
@@ -271,18 +273,23 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             nc = req.num_computed_tokens
             num_tokens = len(req.all_token_ids)
             n = num_tokens - nc
-            if 0 < lpt < n:
-                n = lpt
-            if n > token_budget:
-                n = token_budget
-            if n > mml - nc - 1:
-                n = mml - nc - 1
-            prefill = nc < num_tokens - 1 or nc < r.prompt_len
-            if prefill and capped and n > 0:
-                n = chunk_cap(req, n)
-            if n <= 0:
-                i += 1
-                continue
+            if n == 1 and nc >= r.prompt_len:
+                # a decode: one token (never capped: num_tokens < max_model_len while
+                # it runs, and the budget is > 0)
+                prefill = False
+            else:
+                if 0 < lpt < n:
+                    n = lpt
+                if n > token_budget:
+                    n = token_budget
+                if n > mml - nc - 1:
+                    n = mml - nc - 1
+                prefill = True
+                if capped and n > 0:
+                    n = chunk_cap(req, n)
+                if n <= 0:
+                    i += 1
+                    continue
             while True:
                 out = alloc(req, n) if not lookahead else alloc(
                     req, n, num_lookahead_tokens=lookahead)
@@ -302,7 +309,13 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             if out is None:
                 break
             sched.append((r, n))
-            batch_reqs.append(SR(n, nc, prefill))
+            if prefill:
+                batch_reqs.append(SR(n, nc, True))
+            else:  # decodes share one frozen ScheduledRequest per context length
+                sr = decode_srs.get(nc)
+                if sr is None:
+                    sr = decode_srs[nc] = SR(1, nc, False)
+                batch_reqs.append(sr)
             token_budget -= n
             i += 1
         if not preempted:
@@ -349,6 +362,14 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             waiting.remove(lone)
             _reject(lone, res, slots, now, keep_requests)
             n_done += 1
+        if sched or preempted or lone is not None:
+            idle_steps = 0
+        else:
+            idle_steps += 1
+            if idle_steps > 1 and not (pending and pending[0].arrival > now):
+                raise RuntimeError(  # pragma: no cover - a scheduler bug, not input
+                    f"engine: step {step} scheduled nothing with {len(running)} running "
+                    f"and {len(waiting)} waiting; nothing would ever change")
         # 3. run the step
         dt = step_time(describe_batch(kvcfg, batch_reqs))
         if not (dt >= 0.0) or dt == float("inf"):
@@ -359,12 +380,13 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
         finished: list[SimRequest] = []
         for r, n in sched:
             req = r.request
-            req.num_computed_tokens += n
-            if req.num_computed_tokens >= len(req.all_token_ids):
-                req.append_output_token_ids(r.outputs[r.num_out])  # type: ignore[index]
-                r.num_out += 1
+            nc = req.num_computed_tokens = req.num_computed_tokens + n
+            num_out = r.num_out
+            if nc >= r.prompt_len + num_out:  # (the request's token count)
+                req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
+                r.num_out = num_out = num_out + 1
                 r.token_times.append(now)
-                if r.num_out >= r.output_len or len(req.all_token_ids) >= mml:
+                if num_out >= r.output_len or r.prompt_len + num_out >= mml:
                     free(req)
                     r.finish = now
                     finished.append(r)

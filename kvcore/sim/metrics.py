@@ -109,10 +109,13 @@ def _stats(prefix: str, xs: list[float], percentiles: Sequence[float]
 
 
 def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
-                    percentiles: Sequence[float] = (99.0,)) -> dict[str, Any]:
+                    percentiles: Sequence[float] = (99.0,),
+                    request_overhead_s: float = 0.0) -> dict[str, Any]:
     """The figures of the module docstring for an
     :class:`~kvcore.sim.engine.EngineResult` (times in s, latencies in ms, throughputs
-    per s, usage as fractions)."""
+    per s, usage as fractions).  ``request_overhead_s`` (the step-time model's time
+    outside engine steps per request: API server, tokenisation, transport) is added to
+    each TTFT and E2EL, as :mod:`kvcore.sim.fastsim` adds it."""
     done = [r for r in result.requests if not r.rejected and r.finish >= 0]
     failed = sum(1 for r in result.requests if r.rejected)
     dur = result.duration
@@ -125,8 +128,8 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
     for r in done:
         tt = r.token_times
         n = len(tt)
-        ttft = tt[0] - r.sent
-        lat = tt[-1] - r.sent
+        ttft = tt[0] - r.sent + request_overhead_s
+        lat = tt[-1] - r.sent + request_overhead_s
         tpot = 0.0
         if n > 1:
             tpot = (lat - ttft) / (n - 1)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
+from kvcore_watchdog import run_watched
 
 pytest.importorskip("torch")
 
@@ -30,10 +30,9 @@ def load_script():
 def test_cpu_quick_run_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     env = {**os.environ, "TRITON_INTERPRET": "0"}  # CPU: the torch references
-    proc = subprocess.run(
+    proc = run_watched(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--plugins", "none",
-         "--verify", "--out", str(out)], capture_output=True, text=True, env=env,
-        timeout=240)
+         "--verify", "--out", str(out)], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "verify: skipped" in proc.stdout  # no Triton path on a CPU without interpreter
     assert "GB/s" in proc.stdout and "% of copy" in proc.stdout

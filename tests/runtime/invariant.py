@@ -583,6 +583,10 @@ class ShadowRequest:
     step: StepContext | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     admitted: bool = False
+    #: the key before token 0: the decoder's K/V depends on the encoder input, so a
+    #: request with one starts from its audio's identity (a fresh key when it has
+    #: none): a hit across audio then holds foreign K/V, which the shadows report
+    root: int = ROOT
 
 
 class World:
@@ -690,9 +694,14 @@ class World:
         if self.max_enc and rng.random() < 0.05:  # over the planned limit: refused
             enc = self.max_enc + rng.randrange(1, 20)
         name = f"r{self._counter}"
+        # the encoder input: one of three audios (same audio, same prompt may hit), or
+        # none identified (never hits)
+        audio = rng.choice(["a0", "a1", "a2", None]) if enc else None
         req = self.mgr.make_request(name, toks, max_tokens=rng.randrange(1, 24),
-                                    num_encoder_tokens=enc)
-        sr = ShadowRequest(req, name, chain(ROOT, toks), req.max_tokens, enc)
+                                    num_encoder_tokens=enc, encoder_id=audio)
+        root = ROOT if not enc else hash(("root", audio, enc)) if audio is not None \
+            else hash(("root", "unidentified", name))
+        sr = ShadowRequest(req, name, chain(root, toks), req.max_tokens, enc, root=root)
         self.waiting.append(sr)
         return sr
 
@@ -758,7 +767,7 @@ class World:
         req = sr.req
         # inputs: real tokens of positions c .. c + n - 1 - len(drafts), then drafts
         real = req.all_token_ids[c:c + n - len(drafts)]
-        parent = sr.true_keys[c - 1] if c > 0 else ROOT
+        parent = sr.true_keys[c - 1] if c > 0 else sr.root
         in_keys = chain(parent, list(real) + list(drafts))
         keys = sr.true_keys[:c] + in_keys
         # after verification: accepted drafts and a bonus token, or a prefill chunk
@@ -777,7 +786,7 @@ class World:
         ctx.extra["drafts"] = len(drafts)
         # true keys must cover c_next (the tokens appended below)
         if new_toks:
-            sr.true_keys.extend(chain(sr.true_keys[-1] if sr.true_keys else ROOT,
+            sr.true_keys.extend(chain(sr.true_keys[-1] if sr.true_keys else sr.root,
                                       new_toks))
         for sh in self.shadows:
             sh.pre_check(ctx)

@@ -73,6 +73,18 @@ def _mamba(mode: str, S: int, blocks: int = 80, chunk: int | None = None,
     return cfg, {"num_spec": S, "max_model_len": mml}
 
 
+def _mamba_two_sizes(S: int, blocks: int = 80) -> Any:
+    from kvcore_mamba.spec import MambaSpec
+
+    layers = {"attn.0": FullAttentionSpec(block_size=4, num_kv_heads=4, head_size=8),
+              "attn.1": _swa(16, 4),
+              "ssm.0": MambaSpec(block_size=4, shapes=((1, 4), (1, 2, 2)),
+                                 dtypes=("bfloat16", "float32"), mamba_cache_mode="all",
+                                 mamba_chunk_size=2)}
+    cfg = _plan(layers, blocks, 128, mamba_cache_mode="all", num_speculative_tokens=S)
+    return cfg, {"num_spec": S, "max_model_len": 128}
+
+
 def _mla(blocks: int) -> Any:
     from kvcore_mla.specs import MLAAttentionSpec
 
@@ -102,6 +114,11 @@ def _turboquant(blocks: int) -> Any:
 
     return _one(TurboQuantFullAttentionSpec(block_size=4, num_kv_heads=1, head_size=16),
                 blocks), {}
+
+
+def _eagle(case: Any) -> Any:
+    cfg, opts = case
+    return cfg, {**opts, "use_eagle": True}
 
 
 def _gemma_like(blocks: int, eagle: bool = False) -> Any:
@@ -166,6 +183,24 @@ PLANS: list[PlanCase] = [
     PlanCase("mamba-all-chunk4-spec2", lambda: _mamba("all", 2, chunk=4), "kvcore_mamba"),
     PlanCase("mamba-all-nochunk", lambda: _mamba("all", 0), "kvcore_mamba"),
     PlanCase("mamba-align-tiny", lambda: _mamba("align", 1, blocks=14, mml=32), "kvcore_mamba"),
+    # EAGLE on every hybrid layout (issue 24, item 6: vLLM 0.32's multi-group drop)
+    PlanCase("gpt-oss-like-eagle-spec2", lambda: (_gpt_oss_like(40)[0],
+                                                  {"use_eagle": True, "num_spec": 2})),
+    PlanCase("tiny-hybrid-full+sliding-eagle", lambda: (_groups(
+        15, KVCacheGroupSpec(("f0",), _full(4)),
+        KVCacheGroupSpec(("s0", "s1"), _swa(8, 4))),
+        {"max_model_len": 32, "use_eagle": True, "num_spec": 1})),
+    PlanCase("llama4-like-chunked+full-eagle", lambda: (_groups(
+        48, KVCacheGroupSpec(("c0", "c1", "c2"), ChunkedLocalAttentionSpec(
+            block_size=4, num_kv_heads=1, head_size=8, attention_chunk_size=16)),
+        KVCacheGroupSpec(("f0",), _full(4))), {"use_eagle": True, "num_spec": 1})),
+    PlanCase("mixed-block-sizes-eagle", lambda: (_groups(
+        40, KVCacheGroupSpec(("f0",), _full(8)),
+        KVCacheGroupSpec(("s0",), _swa(12, 4))), {"use_eagle": True})),
+    PlanCase("mamba-align-eagle-spec2", lambda: _eagle(_mamba("align", 2)), "kvcore_mamba"),
+    PlanCase("mamba-all-eagle", lambda: _eagle(_mamba("all", 0, chunk=2)), "kvcore_mamba"),
+    # Mamba all beside two attention block sizes: the state takes their lcm (item 7)
+    PlanCase("mamba-all-two-attention-sizes", lambda: _mamba_two_sizes(1), "kvcore_mamba"),
 ]
 
 

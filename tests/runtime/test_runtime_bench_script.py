@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers_runtime import DATA
+from kvcore_watchdog import run_watched
 
 ROOT = Path(__file__).parents[2]
 
@@ -72,10 +73,10 @@ def test_bench_runtime_side_by_side_with_vllm(tmp_path):
     """vLLM 0.32's own manager on the same replay: the per-request hits agree (the
     conformance claim), and both figures are reported."""
     workload = _small(tmp_path, 40)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_runtime.py"),
+    proc = run_watched([sys.executable, str(ROOT / "benchmarks" / "bench_runtime.py"),
                            "--workload", str(workload), "--layout", "full,full+sliding",
                            "--vllm", "--json"], capture_output=True, text=True,
-                          check=True, timeout=600)
+                          check=True)
     runs = json.loads(proc.stdout)["runs"]
     assert [(r["engine"], r["layout"]) for r in runs] == [
         ("kvcore", "full"), ("kvcore", "full+sliding"), ("vllm", "full"),

@@ -111,7 +111,13 @@ def test_different_images_at_same_placeholders_miss():
 
 
 # ---- 3. hybrid + EAGLE: drop one block once, not once per group per round ----------
-def test_full_plus_sliding_window_eagle_resend_320_tokens_hits_288():
+def test_full_plus_sliding_window_eagle_resend_320_tokens_hits_304():
+    """vLLM 0.32's hybrid rule (issue 24 item 6; integrations/vllm/tests/
+    test_runtime_eagle_vs_vllm.py checks it against vLLM itself): each EAGLE group
+    matches one block past the candidate (319 + 16 tokens, capped at the 320 hashed)
+    and drops its last matched block: 320 -> 304, the same as without EAGLE here (the
+    prompt's last block is recomputed anyway).  (vLLM's old per-round drop fell to 0;
+    kvcore's earlier rule, no margin, gave 288.)"""
     mgr = KVCacheManager(config(200, full(16), swa(128, 16)), max_model_len=1024,
                          use_eagle=True)
     prompt = list(range(1000, 1320))
@@ -119,16 +125,21 @@ def test_full_plus_sliding_window_eagle_resend_320_tokens_hits_288():
     run_to_completion(mgr, a, num_outputs=3)  # decodes free blocks that left the window
     b = mgr.make_request("b", prompt)
     hit, n = mgr.get_computed_blocks(b)
-    assert n == 288
+    assert n == 304
     full_ids, swa_ids = hit.get_block_ids()
-    assert len(full_ids) == len(swa_ids) == 18 and 0 not in full_ids
-    # the window before token 288 (cdiv(127, 16) = 8 blocks) is real, the rest null
-    assert swa_ids[:10] == [0] * 10 and 0 not in swa_ids[10:]
+    assert len(full_ids) == len(swa_ids) == 19 and 0 not in full_ids
+    # the window before token 304 (cdiv(127, 16) = 8 blocks) is real, the rest null
+    assert swa_ids[:11] == [0] * 11 and 0 not in swa_ids[11:]
     assert mgr.allocate_slots(b, 320 - n, n, hit) is not None
+    # a sibling that extends the prompt matches all 20 blocks, then drops one
+    c = mgr.make_request("c", prompt + [7] * 40)
+    assert mgr.get_computed_blocks(c)[1] == 304
 
 
 def test_eagle_without_window_drops_exactly_one_block():
-    for specs, expected in (((full(16),), 288), ((full(16), full(16)), 288),
+    # one group: vLLM's UnitaryKVCacheCoordinator searches up to 319 tokens and drops
+    # (288); two groups: its hybrid search takes one block of margin first (304)
+    for specs, expected in (((full(16),), 288), ((full(16), full(16)), 304),
                             ((swa(128, 16),), 288)):
         mgr = KVCacheManager(config(200, *specs), max_model_len=1024, use_eagle=True)
         prompt = list(range(1000, 1320))
@@ -208,11 +219,19 @@ def test_cross_attention_spec_sizes_by_longest_request_encoder_input():
 
 
 def test_cross_attention_does_not_disable_decoder_prefix_caching():
+    """Same audio (encoder_id) and decoder prompt: the decoder's blocks hit; other
+    audio, or no identity for it, never (issue 24, item 5: the decoder's K/V depends
+    on the encoder input)."""
     mgr = KVCacheManager(config(400, full(16), cross(16)), max_model_len=448)
     prompt = list(range(1, 40))
-    run_to_completion(mgr, mgr.make_request("a", prompt, num_encoder_tokens=1500))
-    b = mgr.make_request("b", prompt, num_encoder_tokens=1500)
+    run_to_completion(mgr, mgr.make_request("a", prompt, num_encoder_tokens=1500,
+                                            encoder_id="audio-1"))
+    b = mgr.make_request("b", prompt, num_encoder_tokens=1500, encoder_id="audio-1")
     hit, n = mgr.get_computed_blocks(b)
     assert n == 32
     assert mgr.allocate_slots(b, 39 - n, n, hit) is not None
     assert len(mgr.get_block_ids(b)[1]) == 94
+    for kw in ({"encoder_id": "audio-2"}, {"encoder_id": None}, {"encoder_id": 1},
+               {"encoder_id": "audio-1", "num_encoder_tokens": 1499}):
+        kw = {"num_encoder_tokens": 1500, **kw}
+        assert mgr.get_computed_blocks(mgr.make_request("c", prompt, **kw))[1] == 0, kw

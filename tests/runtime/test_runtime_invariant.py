@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from invariant import World
 from invariant_plans import PLANS, available_plans
+from kvcore_watchdog import run_watched
 
 from kvcore.errors import BlockPoolError
 from kvcore.runtime.block_pool import BlockPool
@@ -114,7 +114,9 @@ STATEFUL_PLANS = ["full-spec2", "full-eagle", "sliding-w8", "chunked-local-c8",
                   "sink-full", "cross-attention", "gemma-like-eagle-spec1",
                   "packed-two-windows", "tiny-hybrid-full+sliding", "mla", "rswa",
                   "kpool-spec2", "turboquant", "mamba-none-spec2", "mamba-align-spec2",
-                  "mamba-all-chunk4-spec2", "mamba-align-tiny"]
+                  "mamba-all-chunk4-spec2", "mamba-align-tiny",
+                  "gpt-oss-like-eagle-spec2", "llama4-like-chunked+full-eagle",
+                  "mixed-block-sizes-eagle", "mamba-align-eagle-spec2"]
 
 
 def _machine(plan_name):
@@ -136,10 +138,10 @@ for _name in STATEFUL_PLANS:
 # ---- the CI slice of the seeded driver ----------------------------------------------
 def test_driver_slice_every_plan_zero_violations():
     """A bounded slice of the driver (the full run: 500,000 calls; see the README)."""
-    proc = subprocess.run(
+    proc = run_watched(
         [sys.executable, str(ROOT / "benchmarks" / "invariant_driver.py"), "--ops",
          "40000", "--seed", "7", "--worlds-per-plan", "2", "--show", "10"],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()
     summary = next(line for line in last if line.startswith("calls:"))

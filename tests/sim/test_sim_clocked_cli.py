@@ -32,6 +32,8 @@ def _json(capsys, argv):
 
 @pytest.mark.parametrize("load", [["--max-concurrency", "64"], ["--request-rate", "10"]])
 def test_done_when_commands(capsys, load):
+    """The issue's commands; the first is the README's example (its 500 requests and
+    512000 input tokens are asserted here)."""
     out = _json(capsys, [*DONE_WHEN, *load, "--json"])
     for k in VLLM_KEYS + KVCORE_KEYS:
         assert k in out, k
@@ -39,6 +41,7 @@ def test_done_when_commands(capsys, load):
     assert out["total_input_tokens"] == 500 * 1024  # range ratio 0: every prompt 1024
     assert out["total_output_tokens"] == 500 * 128
     assert out["gpu"] == "H100-SXM" and out["max_num_batched_tokens"] == 8192
+    assert "placeholder" not in out["time_model"]  # --gpu: the roofline model
     assert out["output_throughput"] == pytest.approx(64000 / out["duration"])
     if "--request-rate" in load:
         # open loop at 10 req/s: the last request is sent at 500 / 10 = 50 s
@@ -112,9 +115,19 @@ def _one_line_error(capsys, argv, field=None):
     (["--random-range-ratio", "1"], "random_range_ratio"),
     (["--num-prompts", "0"], "num_prompts"), (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
     (["--time-model", "nosuch"], "nosuch"), (["--trace", "x.jsonl"], "not both"),
-    (["--gpu-memory-utilization", "0.9"], "--gpu")])
+    (["--gpu-memory-utilization", "0.9"], "--gpu"),
+    (["--metric-percentiles", "101"], "metric_percentiles"),
+    (["--metric-percentiles", "50,x"], "metric_percentiles")])
 def test_bad_clock_flags(capsys, extra, needle):
     assert needle in _one_line_error(capsys, [*BASE, *extra])
+
+
+def test_metric_percentiles_as_vllm_names_them(capsys):
+    out = _json(capsys, [*BASE, "--metric-percentiles", "50,90,99.9", "--json"])
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        assert {f"p50_{m}_ms", f"p90_{m}_ms", f"p99.9_{m}_ms"} <= set(out)
+        assert f"p99_{m}_ms" not in out
+        assert out[f"p50_{m}_ms"] == pytest.approx(out[f"median_{m}_ms"])
 
 
 def test_burstiness_on_a_trace_needs_a_rate(capsys, tmp_path):
@@ -132,7 +145,8 @@ TEXT = st.one_of(st.sampled_from(["0", "-1", "inf", "nan", "1e400", "", "1.5", "
 FLAGS = ["--request-rate", "--burstiness", "--max-concurrency", "--goodput",  # (not
          # --num-prompts: a generated 999999 would make a long run)
          "--random-range-ratio", "--random-input-len",
-         "--random-prefix-len", "--long-prefill-token-threshold", "--seed"]
+         "--random-prefix-len", "--long-prefill-token-threshold", "--seed",
+         "--metric-percentiles"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -153,3 +167,83 @@ def test_fuzz_clock_flags(capsys, pairs):
         assert obj["completed"] + obj["failed"] <= obj["num_prompts"]
     else:
         assert set(obj) == {"error"}
+
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_mooncake_timestamps_are_the_arrivals(capsys):
+    # the first 200 rows of the conversation trace span 72 s (row 200: timestamp 72000)
+    out = _json(capsys, ["simulate", "llama-3.1-8b", "--trace",
+                         str(DATA / "mooncake_conversation_trace.jsonl.gz"), "--limit",
+                         "200", "--kv-cache-memory", "80GiB", "--max-model-len", "131072",
+                         "--scheduler", "vllm", "--json"])
+    assert out["completed"] == 200 and out["num_prompts"] == 200
+    assert out["duration"] > 72.0
+    assert out["request_rate"] is None  # the trace's own clock
+    # conversations share prefixes; never above the slice's ideal (infinite cache at
+    # 512-token granularity, 5.93 % for these 200 rows)
+    assert 0.0 < out["prefix_hit_ratio"] <= 0.0593
+
+
+def test_azure_with_a_rate_replaces_the_timestamps(capsys):
+    out = _json(capsys, ["simulate", "llama-3.1-8b", "--trace",
+                         str(DATA / "azure_code_head200.csv"), "--limit", "50",
+                         "--kv-cache-memory", "40GiB", "--max-model-len", "32768",
+                         "--request-rate", "5", "--seed", "1", "--json"])
+    assert out["completed"] == 50 and out["request_rate"] == 5.0
+    assert out["duration"] > 50 / 5  # the last request is sent at n / rate = 10 s
+    assert out["prefix_hit_ratio"] == 0.0  # Azure prompts are unique
+
+
+def test_make_time_model_uses_the_roofline_factory_when_present(monkeypatch):
+    """The contract with kvcore.sim.timing: --gpu selects roofline_for(model_config,
+    kv_cache_config, gpu=..., tensor_parallel_size=...) once it exists; --time-model
+    names one; otherwise the constant placeholder, which the note calls one."""
+    import argparse
+
+    from kvcore.sim import command, timing
+
+    args = argparse.Namespace(gpu="H100", time_model=None, tensor_parallel_size=2,
+                              pipeline_parallel_size=1)
+    calls = []
+
+    def roofline_for(model_config, kv_cache_config, **kw):
+        calls.append((model_config, kv_cache_config, kw))
+        return timing.ConstantTimeModel(step_s=0.5)
+
+    monkeypatch.delattr(timing, "roofline_for", raising=False)
+    m = command.make_time_model(args, "MC", "KV")
+    assert isinstance(m, timing.ConstantTimeModel) and m.step_s == command.PLACEHOLDER_STEP_S
+    assert "placeholder" in command.time_model_note(args, m)
+    monkeypatch.setattr(timing, "roofline_for", roofline_for, raising=False)
+    m = command.make_time_model(args, "MC", "KV")
+    assert m.step_s == 0.5
+    assert calls == [("MC", "KV", {"gpu": "H100", "tensor_parallel_size": 2})]
+    args.time_model = "constant"
+    assert command.make_time_model(args, "MC", "KV") == timing.ConstantTimeModel()
+
+
+def test_save_result_as_vllm_names_and_fills_it(capsys, tmp_path):
+    out = _json(capsys, [*BASE, "--max-concurrency", "2", "--save-result", "--save-detailed",
+                         "--result-dir", str(tmp_path / "res"), "--json"])
+    (f,) = (tmp_path / "res").iterdir()
+    # vLLM: {label}-{request_rate}qps-concurrency{N}-{model}-{date}.json
+    assert f.name.startswith("kvcore-simulate-infqps-concurrency2-llama-3.1-8b-")
+    assert out["result_file"] == str(f)
+    saved = json.loads(f.read_text())
+    assert saved["completed"] == 3 and saved["backend"] == "kvcore-simulate"
+    assert saved["input_lens"] == [20, 20, 20] and saved["output_lens"] == [3, 3, 3]
+    assert len(saved["itls"]) == 3 and all(len(x) == 2 for x in saved["itls"])
+    assert saved["mean_ttft_ms"] == pytest.approx(out["mean_ttft_ms"])
+    named = tmp_path / "mine.json"
+    _json(capsys, [*BASE, "--save-result", "--result-filename", str(named), "--json"])
+    assert "input_lens" not in json.loads(named.read_text())  # not --save-detailed
+
+
+def test_save_result_into_a_file_path_fails_before_the_run(capsys, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    line = _one_line_error(capsys, [*BASE, "--save-result", "--result-dir", str(f)],
+                           field="result_dir")
+    assert "is a file" in line

@@ -7,6 +7,8 @@
   (:mod:`kvcore_vllm.planner`);
 * :class:`KVCacheManager`: a drop-in for vLLM's, backed by kvcore's runtime
   (:mod:`kvcore_vllm.manager`);
+* :func:`residency_index_from_vllm`: a :class:`kvcore.routing.ResidencyIndex` that
+  answers vLLM's own hit rule from vLLM's KV events (:mod:`kvcore_vllm.routing`);
 * :func:`install` / :func:`uninstall`: make vLLM use them; the ``vllm.general_plugins``
   entry point does it when ``KVCORE_VLLM=1`` (:mod:`kvcore_vllm.plugin`).
 
@@ -29,6 +31,7 @@ __all__ = [
     "uninstall",
     "installed",
     "SUPPORTED_VLLM",
+    "residency_index_from_vllm",
 ]
 
 _WHERE = {
@@ -42,6 +45,7 @@ _WHERE = {
     "uninstall": "kvcore_vllm.installer",
     "installed": "kvcore_vllm.installer",
     "SUPPORTED_VLLM": "kvcore_vllm.installer",
+    "residency_index_from_vllm": "kvcore_vllm.routing",
 }
 
 

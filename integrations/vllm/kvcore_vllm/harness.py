@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcore_vllm.installer import require_vllm
+
 __all__ = ["Workload", "make_scheduler", "run", "canon_output", "canon_event", "LLAMA"]
 
 LLAMA = {
@@ -57,6 +59,13 @@ class Workload:
     num_spec_tokens: ngram speculative tokens per step (0 = off); drafts are random
         tokens, accepted with probability ``accept``.
     planner: ``"vllm"`` or ``"kvcore"`` (:func:`kvcore_vllm.get_kv_cache_configs`).
+    eagle: the Scheduler runs as with an EAGLE drafter (``num_spec_tokens`` > 0): its
+        speculative method reads ``"eagle"``, so vLLM's own rules follow (the manager
+        gets ``use_eagle=True`` and drops the last matched block of a hit; one
+        lookahead slot per draft token; one prefill lookahead token; Mamba checkpoints
+        one block back).  No draft model is loaded: the drafts are still the seeded
+        random tokens, which is all the KV-cache manager sees of a drafter.
+    prefix_caching: vLLM's ``enable_prefix_caching``.
     """
 
     seed: int
@@ -82,6 +91,8 @@ class Workload:
     log_stats: bool = True
     events: bool = True
     planner: str = "vllm"
+    eagle: bool = False
+    prefix_caching: bool = True
 
     @classmethod
     def shared_prefixes(cls, seed: int, n: int = 24, **kw: Any) -> Workload:
@@ -183,6 +194,7 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
     """vLLM's Scheduler for a workload; ``manager="kvcore"`` builds it with
     :class:`kvcore_vllm.KVCacheManager` (patched into the scheduler module for the
     construction only)."""
+    require_vllm("harness.make_scheduler()")
     from vllm.config import (
         CacheConfig,
         ModelConfig,
@@ -198,7 +210,7 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
 
     mc = ModelConfig(model=_model_dir(), skip_tokenizer_init=True,
                      max_model_len=w.max_model_len, dtype="bfloat16")
-    cc = CacheConfig(block_size=w.block_size, enable_prefix_caching=True,
+    cc = CacheConfig(block_size=w.block_size, enable_prefix_caching=w.prefix_caching,
                      mamba_cache_mode="align" if any(k == "mamba" for k, _ in w.layers)
                      else "none")
     sc = SchedulerConfig(max_num_batched_tokens=w.max_num_batched_tokens,
@@ -212,6 +224,12 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
             method="ngram", num_speculative_tokens=w.num_spec_tokens,
             prompt_lookup_max=4, prompt_lookup_min=2)
     vc = VllmConfig(**kw)
+    if w.eagle:
+        if not w.num_spec_tokens:
+            raise ValueError("Workload.eagle needs num_spec_tokens > 0")
+        # vLLM's EAGLE rules without a draft model: the method name is what the
+        # Scheduler, the lookahead properties and the manager's use_eagle read
+        object.__setattr__(vc.speculative_config, "method", "eagle")
     register_all_kvcache_specs(vc)
     cc.kv_cache_layout = "LBNHC"
     specs = {f"model.layers.{i}.self_attn.attn": _spec(k, p, w.block_size)
@@ -284,6 +302,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     stats, KV events, prefix-cache resets ``(step, reset_running_requests, result)``,
     the number of steps, wall seconds and seconds inside the KV-cache manager's
     methods."""
+    require_vllm("harness.run()")
     from vllm import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

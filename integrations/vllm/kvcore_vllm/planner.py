@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from kvcore.errors import ConfigError
+from kvcore_vllm.installer import check_type, require_vllm
 
-__all__ = ["get_kv_cache_configs", "plan_options", "KERNEL_BLOCK_SIZE"]
+__all__ = ["get_kv_cache_configs", "plan_options", "check_vllm_runnable",
+           "KERNEL_BLOCK_SIZE"]
 
 #: tokens; attention block sizes kvcore picks are multiples of it
 KERNEL_BLOCK_SIZE = 16
@@ -30,6 +32,11 @@ def plan_options(vllm_config: Any) -> dict[str, Any]:
     """kvcore :func:`~kvcore.plan` options from a vLLM ``VllmConfig`` (max_model_len,
     batch budget, prefix caching, hybrid manager switch, Mamba cache mode, block-count
     override, parallel sizes, speculative tokens, layout)."""
+    require_vllm("plan_options()")
+    from vllm.config import VllmConfig
+
+    check_type("plan_options()", "vllm_config", vllm_config, VllmConfig,
+               "a vLLM 0.32 VllmConfig")
     mc = vllm_config.model_config
     sc = vllm_config.scheduler_config
     cc = vllm_config.cache_config
@@ -52,6 +59,59 @@ def plan_options(vllm_config: Any) -> dict[str, Any]:
     )
 
 
+def check_vllm_runnable(vcfg: Any, vllm_config: Any) -> None:
+    """Raise :class:`~kvcore.errors.ConfigError` unless vLLM 0.32's own managers run
+    ``vcfg`` (a vLLM ``KVCacheConfig``).
+
+    What vLLM's engine core does with a planned config (``vllm.v1.engine.core``): the
+    scheduler sees each ``UniformTypeKVCacheSpecs`` group as its first layer's spec
+    (``generate_scheduler_kv_cache_config``), so such a group must hold layers of one
+    type (``UniformTypeKVCacheSpecs.is_uniform_type``: one block size, one spec class,
+    one sliding window / chunk, as vLLM's own planner groups them) needing the same
+    block-table width (``max_num_blocks_per_req``, asserted by vLLM); and every group's
+    spec needs a manager in vLLM's ``KVCacheSpecRegistry``
+    (``get_manager_for_kv_cache_spec``, which otherwise fails with "No manager
+    registered for KVCacheSpec ...").  A group of sliding-window and full-attention
+    layers would be managed as its first layer's kind: the other layers' blocks freed
+    too early or never."""
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+    max_len = vllm_config.model_config.max_model_len
+    for gi, g in enumerate(vcfg.kv_cache_groups):
+        spec = g.kv_cache_spec
+        first = spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            kinds = sorted({f"{type(s).__name__}"
+                            f"{_window_text(s)}" for s in spec.kv_cache_specs.values()})
+            if not UniformTypeKVCacheSpecs.is_uniform_type(spec.kv_cache_specs):
+                raise ConfigError(
+                    f"kvcore's plan puts layers of {', '.join(kinds)} in one block table "
+                    f"(group {gi}, {len(g.layer_names)} layers); vLLM 0.32's own managers "
+                    "run one kind per group, so this plan needs kvcore's KV-cache manager: "
+                    "set KVCORE_VLLM=1 with KVCORE_VLLM_PLANNER=1, or leave "
+                    "KVCORE_VLLM_PLANNER unset", field="kv_cache_groups", value=gi)
+            widths = {s.max_num_blocks_per_req(vllm_config, max_len)
+                      for s in spec.kv_cache_specs.values()}
+            if len(widths) > 1:
+                raise ConfigError(
+                    f"kvcore's plan puts layers needing {sorted(widths)} blocks per request "
+                    f"in one block table (group {gi}); vLLM 0.32 needs one width per group: "
+                    "use kvcore's KV-cache manager (KVCORE_VLLM=1)",
+                    field="kv_cache_groups", value=gi)
+            first = spec.first_spec
+        if KVCacheSpecRegistry.get_manager_class(first, None) is None:
+            raise ConfigError(
+                f"group {gi}: vLLM 0.32 has no manager for {type(first).__name__}; this plan "
+                "needs kvcore's KV-cache manager (KVCORE_VLLM=1)",
+                field="kv_cache_groups", value=gi)
+
+
+def _window_text(spec: Any) -> str:
+    w = getattr(spec, "sliding_window", None) or getattr(spec, "attention_chunk_size", None)
+    return f" (window {w})" if w else ""
+
+
 def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
                          available_memory: list[int]) -> list[Any]:
     """One vLLM ``KVCacheConfig`` per worker, planned by kvcore.
@@ -59,18 +119,34 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
     kv_cache_specs: per worker, ``{layer name: vLLM KVCacheSpec}``.
     available_memory: per worker, KV-cache bytes.
 
-    Raises :class:`~kvcore.errors.ConfigError` when the two lists differ in length or a
-    budget is not a non-negative int, :class:`~kvcore.errors.SpecError` for a kind kvcore
+    Every returned config is one vLLM's own KV-cache managers run
+    (:func:`check_vllm_runnable`, checked here).
+
+    Raises :class:`~kvcore.errors.ConfigError` when the two lists differ in length, a
+    budget is not a non-negative int, or the plan is not one vLLM's managers run
+    (:func:`check_vllm_runnable`), :class:`~kvcore.errors.SpecError` for a kind kvcore
     does not have, and kvcore's :class:`~kvcore.errors.NotEnoughMemoryError` (a
     ``ValueError``, like vLLM's) when a worker's budget cannot hold one request.
     With ``max_model_len=-1`` the longest length that fits is written back into
     ``vllm_config.model_config.max_model_len``, as vLLM does.
     """
+    require_vllm("get_kv_cache_configs()")
     import dataclasses
+
+    from vllm.config import VllmConfig
 
     import kvcore
     from kvcore_vllm.specs import from_vllm_spec, to_vllm_config
 
+    where = "get_kv_cache_configs()"
+    check_type(where, "vllm_config", vllm_config, VllmConfig, "a vLLM 0.32 VllmConfig")
+    check_type(where, "kv_cache_specs", kv_cache_specs, (list, tuple),
+               "a list (one {layer name: vLLM KVCacheSpec} dict per worker)")
+    check_type(where, "available_memory", available_memory, (list, tuple),
+               "a list (one KV-cache budget in bytes per worker)")
+    for specs in kv_cache_specs:
+        check_type(where, "kv_cache_specs", specs, dict,
+                   "a list of {layer name: vLLM KVCacheSpec} dicts")
     if len(kv_cache_specs) != len(available_memory) or not kv_cache_specs:
         raise ConfigError(f"get_kv_cache_configs: {len(kv_cache_specs)} spec dicts and "
                           f"{len(available_memory)} memory budgets; give one of each per "
@@ -101,6 +177,7 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
         if any(f.name == "prefix_cache_retention_interval"
                for f in dataclasses.fields(vcfg)):
             vcfg.prefix_cache_retention_interval = interval
+        check_vllm_runnable(vcfg, vllm_config)
         out.append(vcfg)
     if opts["max_model_len"] == -1:
         vllm_config.model_config.max_model_len = min(p.max_model_len for _, p in plans)

@@ -44,6 +44,7 @@ import dataclasses
 from typing import Any
 
 from kvcore.errors import SpecError
+from kvcore_vllm.installer import check_int, check_type, require_vllm
 
 __all__ = [
     "to_vllm_spec",
@@ -147,6 +148,10 @@ def to_vllm_spec(spec: Any) -> Any:
 
     Raises :class:`~kvcore.errors.SpecError` for a kind vLLM 0.32 does not have
     (``kpool_tail``) or one whose page vLLM would size differently."""
+    require_vllm("to_vllm_spec()")
+    from kvcore.specs import KVCacheSpec
+
+    check_type("to_vllm_spec()", "spec", spec, KVCacheSpec, "a kvcore KVCacheSpec")
     kind = spec.kind
     if kind in KVCORE_ONLY_KINDS:
         raise SpecError(f"kind {kind!r} exists only in kvcore (vLLM 0.32 has no spec "
@@ -229,6 +234,7 @@ def from_vllm_spec(vspec: Any) -> Any:
 
     Raises :class:`~kvcore.errors.SpecError` for a vLLM-only spec class (naming it) or
     a page kvcore would size differently."""
+    require_vllm("from_vllm_spec()")
     from kvcore.registry import get_registry
 
     kvi = _kvi()
@@ -335,7 +341,12 @@ def from_vllm_config(vcfg: Any, *, max_model_len: int = 0) -> Any:
     the layers (of different groups) placed there, with vLLM's ``block_stride`` and,
     for a block-outermost layout (``layer_stride < block_stride``), the in-block
     ``offset``."""
+    require_vllm("from_vllm_config()")
     from kvcore.kv_cache_config import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+
+    check_type("from_vllm_config()", "kv_cache_config", vcfg, _kvi().KVCacheConfig,
+               "a vLLM 0.32 KVCacheConfig (vllm.v1.kv_cache_interface)")
+    check_int("from_vllm_config()", "max_model_len", max_model_len, 0)
 
     groups: list[Any] = []
     for g in vcfg.kv_cache_groups:
@@ -401,7 +412,12 @@ def to_vllm_config(kcfg: Any) -> Any:
     Raises :class:`~kvcore.errors.SpecError` for a kind vLLM does not have, and
     :class:`~kvcore.errors.ConfigError` when the plan has no ``num_blocks`` or a layer
     is in no tensor entry."""
+    require_vllm("to_vllm_config()")
     from kvcore.errors import ConfigError
+    from kvcore.kv_cache_config import KVCacheConfig
+
+    check_type("to_vllm_config()", "kv_cache_config", kcfg, KVCacheConfig,
+               "a kvcore KVCacheConfig (kvcore.plan / kvcore.plan_model)")
 
     kvi = _kvi()
     if kcfg.num_blocks is None:

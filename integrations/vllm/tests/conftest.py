@@ -14,6 +14,16 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 # kvcore's whole-state check (pools of at most 4,096 blocks)
 os.environ.setdefault("KVCORE_CHECK_INVARIANTS", "1")
 
+# no test depends on the machine's speed (issue 24, item 8): hypothesis's per-example
+# deadline (200 ms by default) is off for every test, also those without settings
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("kvcore-no-deadline", deadline=None)
+    _hyp_settings.load_profile("kvcore-no-deadline")
+except ImportError:  # hypothesis is a test extra
+    pass
+
 try:
     import vllm  # noqa: F401
 

@@ -32,7 +32,6 @@ from typing import Any
 
 from kvcore.errors import ConfigError, SpecError
 from kvcore.models.adapters import kv_heads_per_rank
-from kvcore.models.config import field_int
 from kvcore.specs import FullAttentionSpec, KVCacheSpec
 from kvcore_kpool.spec import KPoolTailSpec
 
@@ -51,22 +50,18 @@ def _where(model_config: Any) -> str:
 def find_index_kpool(model_config: Any) -> int | None:
     """``index_kpool`` (top level or ``text_config``/``language_config``), or None when
     absent, null, 0 or 1; raises ConfigError for a value that is not an int >= 0."""
-    raw = model_config.raw
-    value = raw.get("index_kpool")
+    top = model_config.view
+    src = top
     for nested in ("text_config", "language_config"):
-        sub = raw.get(nested)
-        if value is None and isinstance(sub, dict):
-            value = sub.get("index_kpool")
-    if value is None:
-        return None
-    kpool: int = field_int({"index_kpool": value}, "index_kpool", minimum=0,
-                           maximum=1 << 16, where=_where(model_config))
-    return kpool if kpool > 1 else None
+        if not src.has("index_kpool") and top.section(nested).has("index_kpool"):
+            src = top.section(nested)
+    kpool: int | None = src.get_int("index_kpool", None, minimum=0, maximum=1 << 16)
+    return kpool if kpool is not None and kpool > 1 else None
 
 
-def _int_field(raw: dict[str, Any], key: str, default: int, where: str) -> int:
+def _int_field(model_config: Any, key: str, default: int) -> int:
     """A positive, bounded int (kvcore's typed reader; absent -> ``default``)."""
-    value: int = field_int(raw, key, default, where=where)
+    value: int = model_config.get_int(key, default)
     return value
 
 
@@ -93,7 +88,7 @@ def _may_fall_back(model_config: Any) -> bool:
     types = {model_config.model_type, getattr(model_config, "text_model_type", None)}
     if types & set(KNOWN_PLUGIN_MODEL_TYPES):
         return False
-    return model_config.raw.get("kv_lora_rank") in (None, 0)
+    return not model_config.get_int("kv_lora_rank", 0, minimum=0)
 
 
 def add_kpool_tails(model_config: Any, cache_config: Any,
@@ -113,8 +108,7 @@ def add_kpool_tails(model_config: Any, cache_config: Any,
         if not _may_fall_back(model_config):
             return None  # let the core say which plugin serves it
         layer_specs = _base_layers(model_config, cache_config)
-    raw = dict(model_config.raw)
-    head_size = _int_field(raw, "index_head_dim", 128, where)
+    head_size = _int_field(model_config, "index_head_dim", 128)
     num_spec = getattr(cache_config, "num_speculative_tokens", 0) or 0
 
     indexer_layers = {name for name, s in layer_specs.items() if s.kind == "mla_indexer"}

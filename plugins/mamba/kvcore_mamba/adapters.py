@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvcore.errors import ConfigError
-from kvcore.models.config import REQUIRED, field_dict, field_int, field_list
+from kvcore.models.config import REQUIRED, ConfigView
 from kvcore.specs import FullAttentionSpec, KVCacheSpec
 from kvcore_mamba.shapes import (
     gated_delta_net_state_shapes,
@@ -68,23 +68,19 @@ def _where(mc: Any) -> str:
     return getattr(mc, "source", "") or getattr(mc, "name", "") or "config"
 
 
-def _int(raw: dict[str, Any], key: str, mc: Any, default: int | None = None,
+def _int(v: ConfigView, key: str, mc: Any, default: int | None = None,
          within: str | None = None) -> int:
     """A positive, plausibly bounded int field (kvcore's typed reader: absent -> the
-    default, present but invalid -> ConfigError naming the field); ``within`` names the
-    sub-object ``raw`` is (``ssm_cfg``, ``attn_cfg``) for the message."""
-    value: int = field_int(raw, key, REQUIRED if default is None else default,
-                           where=_where(mc), path=f"{within}.{key}" if within else None,
-                           model_type=mc.model_type)
+    default, present but invalid -> ConfigError naming the field by its path, e.g.
+    ``ssm_cfg.d_state``)."""
+    value: int = v.get_int(key, REQUIRED if default is None else default)
     return value
 
 
-def _obj(raw: dict[str, Any], key: str, mc: Any) -> dict[str, Any]:
-    """A sub-object field (``ssm_cfg``, ``attn_cfg``): absent -> {}, not an object ->
+def _obj(v: ConfigView, key: str, mc: Any) -> ConfigView:
+    """A sub-object field (``ssm_cfg``, ``attn_cfg``): absent -> empty, not an object ->
     ConfigError."""
-    value: dict[str, Any] = field_dict(raw, key, {}, where=_where(mc),
-                                       model_type=mc.model_type)
-    return value
+    return v.section(key)
 
 
 def _kv_heads_per_rank(kv_heads: int, tp: int, mc: Any) -> int:
@@ -103,10 +99,9 @@ class _Ctx:
 
     def __init__(self, mc: Any, cc: Any) -> None:
         self.mc = mc
-        self.raw: dict[str, Any] = mc.raw
-        override = getattr(cc, "mamba_ssm_cache_dtype", None)
-        if override:  # the engine's --mamba-ssm-cache-dtype wins over the config
-            self.raw = {**mc.raw, "mamba_ssm_cache_dtype": override}
+        self.view: ConfigView = mc.view
+        # the engine's --mamba-ssm-cache-dtype wins over the config
+        self.ssm_override = getattr(cc, "mamba_ssm_cache_dtype", None) or None
         self.tp = int(getattr(cc, "tensor_parallel_size", 1) or 1)
         self.mode = getattr(cc, "mamba_cache_mode", "none") or "none"
         self.num_spec = int(getattr(cc, "num_speculative_tokens", 0) or 0)
@@ -128,12 +123,17 @@ class _Ctx:
         transformers ``Mamba2Config`` and mamba_ssm ``Mamba2``; NemotronH 128,
         ``NemotronHConfig``; gated DeltaNet 64, the FLA chunk kernels' ``FLA_CHUNK_SIZE``
         in vLLM; Mamba1 none: its scan has no chunks)."""
-        ssm = self.raw.get("ssm_cfg")
-        for src, key in ((self.raw, "mamba_chunk_size"), (self.raw, "chunk_size"),
-                         (ssm if isinstance(ssm, dict) else {}, "chunk_size")):
-            if src.get(key) is not None:
+        v = self.view
+        for src, key in ((v, "mamba_chunk_size"), (v, "chunk_size"),
+                         (v.section("ssm_cfg"), "chunk_size")):
+            if src.has(key):
                 return _int(src, key, self.mc)
         return None
+
+    def ssm_dtype(self, default: str | None = None) -> str:
+        """The recurrent-state dtype (see :func:`kvcore_mamba.shapes.ssm_state_dtype`);
+        the engine's override first."""
+        return ssm_state_dtype(self.view, self.dtype, default, override=self.ssm_override)
 
     @property
     def state_block(self) -> int:
@@ -158,8 +158,8 @@ class _Ctx:
         """Attention from the normalized fields (num_key_value_heads, head_dim)."""
         mc = self.mc
         kv = mc.num_key_value_heads
-        head = _int(self.raw, "head_dim", mc, default=0) or \
-            _int(self.raw, "attention_head_dim", mc, default=0) or mc.head_dim
+        head = _int(self.view, "head_dim", mc, default=0) or \
+            _int(self.view, "attention_head_dim", mc, default=0) or mc.head_dim
         if kv is None or head is None:
             missing = "num_key_value_heads" if kv is None else "head_dim"
             raise ConfigError(f"{_where(mc)}: missing field {missing!r} for the attention "
@@ -169,13 +169,13 @@ class _Ctx:
 
 # ---- Mamba1 / Mamba2 --------------------------------------------------------------------
 
-def _is_mamba_ssm_schema(raw: dict[str, Any]) -> bool:
-    return "d_model" in raw and "n_layer" in raw
+def _is_mamba_ssm_schema(v: ConfigView) -> bool:
+    return v.has("d_model") and v.has("n_layer")
 
 
 def _mamba1_state(c: _Ctx, *, d_inner: int, d_state: int, d_conv: int) -> MambaSpec:
     shapes = mamba1_state_shapes(d_inner=d_inner, d_state=d_state, d_conv=d_conv, tp=c.tp)
-    return c.state(shapes, (c.dtype, ssm_state_dtype(c.raw, c.dtype)))
+    return c.state(shapes, (c.dtype, c.ssm_dtype()))
 
 
 def _mamba2_state(c: _Ctx, *, d_inner: int, n_groups: int, n_heads: int, head_dim: int,
@@ -184,23 +184,22 @@ def _mamba2_state(c: _Ctx, *, d_inner: int, n_groups: int, n_heads: int, head_di
     shapes = mamba2_state_shapes(d_inner=d_inner, n_groups=n_groups, n_heads=n_heads,
                                  head_dim=head_dim, d_state=d_state, d_conv=d_conv,
                                  tp=c.tp, num_spec=c.num_spec)
-    return c.state(shapes, (c.dtype, ssm_state_dtype(c.raw, c.dtype, ssm_default)),
+    return c.state(shapes, (c.dtype, c.ssm_dtype(ssm_default)),
                    chunk_default)
 
 
 def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
     """mamba_ssm schema: ``n_layer`` blocks, attention at ``attn_layer_idx``."""
-    raw, mc = c.raw, c.mc
-    n = _int(raw, "n_layer", mc)
-    attn_idx = field_list(raw, "attn_layer_idx", [], item="int", minimum=0, maximum=n - 1,
-                          where=_where(mc), model_type=mc.model_type)
+    v, mc = c.view, c.mc
+    n = _int(v, "n_layer", mc)
+    attn_idx = v.get_list("attn_layer_idx", [], item="int", minimum=0, maximum=n - 1)
     if len(set(attn_idx)) != len(attn_idx):
         raise ConfigError(f"{_where(mc)}: field 'attn_layer_idx' lists a layer twice",
                           field="attn_layer_idx")
     attn = None
     if attn_idx:
-        cfg = _obj(raw, "attn_cfg", mc)
-        if "num_heads" not in cfg:
+        cfg = _obj(v, "attn_cfg", mc)
+        if not cfg.has("num_heads"):
             raise ConfigError(f"{_where(mc)}: field 'attn_cfg' must give num_heads for the "
                               f"attention layers {attn_idx}", field="attn_cfg")
         heads = _int(cfg, "num_heads", mc, within="attn_cfg")
@@ -214,7 +213,7 @@ def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
                               f"by tensor_parallel_size {c.tp} (vLLM requires the size to "
                               f"divide the attention heads)", field="tensor_parallel_size",
                               value=c.tp)
-        d_model = _int(raw, "d_model", mc)
+        d_model = _int(v, "d_model", mc)
         head = _int(cfg, "head_dim", mc, default=max(1, d_model // heads),
                     within="attn_cfg")
         attn = c.attention(kv, head)
@@ -227,29 +226,29 @@ def _mamba_ssm_layers(c: _Ctx, state: MambaSpec) -> dict[str, KVCacheSpec]:
 
 
 def _mamba1(c: _Ctx) -> dict[str, KVCacheSpec]:
-    raw, mc = c.raw, c.mc
-    if _is_mamba_ssm_schema(raw):
-        ssm = _obj(raw, "ssm_cfg", mc)
-        d_model = _int(raw, "d_model", mc)
+    v, mc = c.view, c.mc
+    if _is_mamba_ssm_schema(v):
+        ssm = _obj(v, "ssm_cfg", mc)
+        d_model = _int(v, "d_model", mc)
         expand = _int(ssm, "expand", mc, default=2, within="ssm_cfg")
         state = _mamba1_state(c, d_inner=expand * d_model,
                               d_state=_int(ssm, "d_state", mc, default=16, within="ssm_cfg"),
                               d_conv=_int(ssm, "d_conv", mc, default=4, within="ssm_cfg"))
         return _mamba_ssm_layers(c, state)
-    hidden = _int(raw, "hidden_size", mc)
-    d_inner = _int(raw, "intermediate_size", mc,
-                   default=_int(raw, "expand", mc, default=2) * hidden)
-    state = _mamba1_state(c, d_inner=d_inner, d_state=_int(raw, "state_size", mc, default=16),
-                          d_conv=_int(raw, "conv_kernel", mc, default=4))
-    n = _int(raw, "num_hidden_layers", mc)
+    hidden = _int(v, "hidden_size", mc)
+    d_inner = _int(v, "intermediate_size", mc,
+                   default=_int(v, "expand", mc, default=2) * hidden)
+    state = _mamba1_state(c, d_inner=d_inner, d_state=_int(v, "state_size", mc, default=16),
+                          d_conv=_int(v, "conv_kernel", mc, default=4))
+    n = _int(v, "num_hidden_layers", mc)
     return {f"backbone.layers.{i}.mixer": state for i in range(n)}
 
 
 def _mamba2(c: _Ctx) -> dict[str, KVCacheSpec]:
-    raw, mc = c.raw, c.mc
-    if _is_mamba_ssm_schema(raw):
-        ssm = _obj(raw, "ssm_cfg", mc)
-        d_model = _int(raw, "d_model", mc)
+    v, mc = c.view, c.mc
+    if _is_mamba_ssm_schema(v):
+        ssm = _obj(v, "ssm_cfg", mc)
+        d_model = _int(v, "d_model", mc)
         d_inner = _int(ssm, "expand", mc, default=2, within="ssm_cfg") * d_model
         d_ssm = _int(ssm, "d_ssm", mc, default=d_inner, within="ssm_cfg")
         head_dim = _int(ssm, "headdim", mc, default=64, within="ssm_cfg")
@@ -262,34 +261,33 @@ def _mamba2(c: _Ctx) -> dict[str, KVCacheSpec]:
                               d_state=_int(ssm, "d_state", mc, default=128, within="ssm_cfg"),
                               d_conv=_int(ssm, "d_conv", mc, default=4, within="ssm_cfg"))
         return _mamba_ssm_layers(c, state)
-    hidden = _int(raw, "hidden_size", mc)
-    d_inner = _int(raw, "intermediate_size", mc,
-                   default=_int(raw, "expand", mc, default=2) * hidden)
-    state = _mamba2_state(c, d_inner=d_inner, n_groups=_int(raw, "n_groups", mc, default=8),
-                          n_heads=_int(raw, "num_heads", mc, default=128),
-                          head_dim=_int(raw, "head_dim", mc, default=64),
-                          d_state=_int(raw, "state_size", mc, default=128),
-                          d_conv=_int(raw, "conv_kernel", mc, default=4))
-    n = _int(raw, "num_hidden_layers", mc)
+    hidden = _int(v, "hidden_size", mc)
+    d_inner = _int(v, "intermediate_size", mc,
+                   default=_int(v, "expand", mc, default=2) * hidden)
+    state = _mamba2_state(c, d_inner=d_inner, n_groups=_int(v, "n_groups", mc, default=8),
+                          n_heads=_int(v, "num_heads", mc, default=128),
+                          head_dim=_int(v, "head_dim", mc, default=64),
+                          d_state=_int(v, "state_size", mc, default=128),
+                          d_conv=_int(v, "conv_kernel", mc, default=4))
+    n = _int(v, "num_hidden_layers", mc)
     return {f"backbone.layers.{i}.mixer": state for i in range(n)}
 
 
 # ---- Jamba --------------------------------------------------------------------------
 
 def _jamba(c: _Ctx) -> dict[str, KVCacheSpec]:
-    raw, mc = c.raw, c.mc
-    n = _int(raw, "num_hidden_layers", mc, default=32)
-    period = _int(raw, "attn_layer_period", mc, default=8)
-    offset = field_int(raw, "attn_layer_offset", 4, minimum=0, maximum=period - 1,
-                       where=_where(mc), model_type=mc.model_type)
+    v, mc = c.view, c.mc
+    n = _int(v, "num_hidden_layers", mc, default=32)
+    period = _int(v, "attn_layer_period", mc, default=8)
+    offset = v.get_int("attn_layer_offset", 4, minimum=0, maximum=period - 1)
     if not 0 <= offset < period:
         raise ConfigError(f"{_where(mc)}: field 'attn_layer_offset' = {offset!r} must be an "
                           f"int in [0, attn_layer_period={period})",
                           field="attn_layer_offset")
-    hidden = _int(raw, "hidden_size", mc)
-    state = _mamba1_state(c, d_inner=_int(raw, "mamba_expand", mc, default=2) * hidden,
-                          d_state=_int(raw, "mamba_d_state", mc, default=16),
-                          d_conv=_int(raw, "mamba_d_conv", mc, default=4))
+    hidden = _int(v, "hidden_size", mc)
+    state = _mamba1_state(c, d_inner=_int(v, "mamba_expand", mc, default=2) * hidden,
+                          d_state=_int(v, "mamba_d_state", mc, default=16),
+                          d_conv=_int(v, "mamba_d_conv", mc, default=4))
     attn = c.std_attention()
     out: dict[str, KVCacheSpec] = {}
     for i in range(n):
@@ -305,16 +303,15 @@ def _jamba(c: _Ctx) -> dict[str, KVCacheSpec]:
 _NEMOTRON_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
-def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[str]:
+def nemotron_h_layer_kinds(config: ConfigView | dict[str, Any],
+                           where: str = "config") -> list[str]:
     """Per-layer block types of a Nemotron-H config: ``mamba`` / ``attention`` / ``mlp``
     / ``moe``, from ``hybrid_override_pattern`` or ``layers_block_type``.  Raises
     ConfigError for an unknown character or type, or a pattern whose length disagrees
     with ``num_hidden_layers``."""
-    pattern = raw.get("hybrid_override_pattern")
+    v = config if isinstance(config, ConfigView) else ConfigView(config, where=where)
+    pattern = v.get_str("hybrid_override_pattern", None)
     if pattern is not None:
-        if not isinstance(pattern, str) or not pattern:
-            raise ConfigError(f"{where}: field 'hybrid_override_pattern' must be a "
-                              f"non-empty string", field="hybrid_override_pattern")
         if len(pattern) > 10_000:
             raise ConfigError(f"{where}: hybrid_override_pattern has {len(pattern):,} "
                               f"layers, implausibly many (at most 10,000)",
@@ -327,8 +324,8 @@ def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[s
                 field="hybrid_override_pattern")
         kinds = [_NEMOTRON_CHARS[ch] for ch in pattern]
     else:
-        listed = raw.get("layers_block_type")
-        if not isinstance(listed, list) or not listed:
+        listed = v.get_list("layers_block_type", None)
+        if not listed:
             raise ConfigError(f"{where}: a nemotron_h config needs hybrid_override_pattern "
                               f"or layers_block_type", field="hybrid_override_pattern")
         if len(listed) > 10_000:
@@ -341,7 +338,7 @@ def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[s
                               f"valid: mamba, attention, mlp, moe",
                               field="layers_block_type")
         kinds = [str(k) for k in listed]
-    n = field_int(raw, "num_hidden_layers", None, where=where)
+    n = v.get_int("num_hidden_layers", None)
     if n is not None and n != len(kinds):
         raise ConfigError(f"{where}: num_hidden_layers {n} but the layer pattern has "
                           f"{len(kinds)} entries", field="num_hidden_layers")
@@ -349,14 +346,14 @@ def nemotron_h_layer_kinds(raw: dict[str, Any], where: str = "config") -> list[s
 
 
 def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
-    raw, mc = c.raw, c.mc
-    kinds = nemotron_h_layer_kinds(raw, _where(mc))
-    heads = _int(raw, "mamba_num_heads", mc)
-    head_dim = _int(raw, "mamba_head_dim", mc)
-    state = _mamba2_state(c, d_inner=heads * head_dim, n_groups=_int(raw, "n_groups", mc),
+    v, mc = c.view, c.mc
+    kinds = nemotron_h_layer_kinds(v, _where(mc))
+    heads = _int(v, "mamba_num_heads", mc)
+    head_dim = _int(v, "mamba_head_dim", mc)
+    state = _mamba2_state(c, d_inner=heads * head_dim, n_groups=_int(v, "n_groups", mc),
                           n_heads=heads, head_dim=head_dim,
-                          d_state=_int(raw, "ssm_state_size", mc),
-                          d_conv=_int(raw, "conv_kernel", mc, default=4),
+                          d_state=_int(v, "ssm_state_size", mc),
+                          d_conv=_int(v, "conv_kernel", mc, default=4),
                           ssm_default="float32", chunk_default=128)
     attn = c.std_attention() if "attention" in kinds else None
     out: dict[str, KVCacheSpec] = {}
@@ -366,8 +363,8 @@ def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
         elif k == "attention":
             out[f"model.layers.{i}.mixer.attn"] = attn  # type: ignore[assignment]
     if c.include_mtp:
-        mtp = field_list(raw, "mtp_layers_block_type", [], item="str",
-                         choices=tuple(_NEMOTRON_CHARS.values()), where=_where(mc))
+        mtp = v.get_list("mtp_layers_block_type", [], item="str",
+                         choices=tuple(_NEMOTRON_CHARS.values()))
         for j, k in enumerate(mtp):
             if k == "attention":
                 out[f"mtp.layers.{j}.mixer.attn"] = c.std_attention()
@@ -379,9 +376,9 @@ def _nemotron_h(c: _Ctx) -> dict[str, KVCacheSpec]:
 # ---- Qwen3-Next / Qwen3.5 (gated DeltaNet) -----------------------------------------------
 
 def _qwen_layer_types(c: _Ctx) -> list[str]:
-    raw, mc = c.raw, c.mc
-    n = _int(raw, "num_hidden_layers", mc)
-    types = field_list(raw, "layer_types", None, item="str", where=_where(mc))
+    v, mc = c.view, c.mc
+    n = _int(v, "num_hidden_layers", mc)
+    types = v.get_list("layer_types", None, item="str")
     if types is not None:
         if len(types) != n:
             raise ConfigError(f"{_where(mc)}: layer_types has {len(types)} entries but "
@@ -391,22 +388,22 @@ def _qwen_layer_types(c: _Ctx) -> list[str]:
             raise ConfigError(f"{_where(mc)}: layer_types has unknown type(s) {bad}; valid: "
                               f"linear_attention, full_attention", field="layer_types")
         return list(types)
-    interval = _int(raw, "full_attention_interval", mc)
+    interval = _int(v, "full_attention_interval", mc)
     return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
             for i in range(n)]
 
 
 def _gated_delta_net(c: _Ctx) -> dict[str, KVCacheSpec]:
-    raw, mc = c.raw, c.mc
+    v, mc = c.view, c.mc
     types = _qwen_layer_types(c)
     shapes = gated_delta_net_state_shapes(
-        num_k_heads=_int(raw, "linear_num_key_heads", mc),
-        num_v_heads=_int(raw, "linear_num_value_heads", mc),
-        head_k_dim=_int(raw, "linear_key_head_dim", mc),
-        head_v_dim=_int(raw, "linear_value_head_dim", mc),
-        conv_kernel=_int(raw, "linear_conv_kernel_dim", mc, default=4),
+        num_k_heads=_int(v, "linear_num_key_heads", mc),
+        num_v_heads=_int(v, "linear_num_value_heads", mc),
+        head_k_dim=_int(v, "linear_key_head_dim", mc),
+        head_v_dim=_int(v, "linear_value_head_dim", mc),
+        conv_kernel=_int(v, "linear_conv_kernel_dim", mc, default=4),
         tp=c.tp, num_spec=c.num_spec)
-    state = c.state(shapes, (c.dtype, ssm_state_dtype(raw, c.dtype)), chunk_default=64)
+    state = c.state(shapes, (c.dtype, c.ssm_dtype()), chunk_default=64)
     attn = c.std_attention() if "full_attention" in types else None
     out: dict[str, KVCacheSpec] = {}
     for i, t in enumerate(types):
@@ -415,9 +412,9 @@ def _gated_delta_net(c: _Ctx) -> dict[str, KVCacheSpec]:
         else:
             out[f"model.layers.{i}.linear_attn"] = state
     if c.include_mtp:
-        key = "mtp_num_hidden_layers" if raw.get("mtp_num_hidden_layers") is not None \
+        key = "mtp_num_hidden_layers" if v.has("mtp_num_hidden_layers") \
             else "num_nextn_predict_layers"
-        n_mtp = field_int(raw, key, 0, minimum=0, where=_where(mc), model_type=mc.model_type)
+        n_mtp = v.get_int(key, 0, minimum=0)
         for j in range(n_mtp):
             out[f"mtp.layers.{j}.self_attn.attn"] = c.std_attention()
     return out

@@ -172,6 +172,9 @@ class MambaManager(SingleTypeManager):
     """
 
     excludes_lookahead_tokens = True
+    #: EAGLE: the state's search never drops a block (vLLM 0.32's MambaManager; its
+    #: checkpoints are placed one block back instead, :func:`align_prefill_chunk`)
+    eagle_drops_hit_block = False
 
     def __init__(self, spec: Any, block_pool: BlockPool, group_id: int, **kw: Any) -> None:
         super().__init__(spec, block_pool, group_id, **kw)

@@ -36,6 +36,7 @@ from typing import Any
 
 from kvcore.dtypes import normalize_dtype
 from kvcore.errors import ConfigError, UnknownDtypeError
+from kvcore.models.config import ConfigView
 
 __all__ = [
     "Shape",
@@ -135,13 +136,24 @@ def _dtype(value: Any, field: str) -> str:
         raise ConfigError(f"field {field!r}: {exc}", field=field, value=repr(value)) from exc
 
 
-def ssm_state_dtype(raw: dict[str, Any], model_dtype: str,
-                    default: str | None = None) -> str:
-    """The recurrent-state dtype: ``mamba_ssm_cache_dtype`` or ``mamba_ssm_dtype`` from
-    the config (``auto`` = ``model_dtype``), else ``default``, else ``model_dtype``.
-    Raises ConfigError for an unknown dtype name."""
-    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
-        value = raw.get(key)
+def _view(config: ConfigView | dict[str, Any]) -> ConfigView:
+    if isinstance(config, ConfigView):
+        return config
+    if not isinstance(config, dict):
+        raise ConfigError(f"a config must be a dict, got {type(config).__name__}")
+    return ConfigView(config)
+
+
+def ssm_state_dtype(config: ConfigView | dict[str, Any], model_dtype: str,
+                    default: str | None = None, *, override: str | None = None) -> str:
+    """The recurrent-state dtype: ``override`` (vLLM ``--mamba-ssm-cache-dtype``), else
+    ``mamba_ssm_cache_dtype`` or ``mamba_ssm_dtype`` from the config (``auto`` =
+    ``model_dtype``), else ``default``, else ``model_dtype``.  Raises ConfigError for an
+    unknown dtype name or a field that is not a string."""
+    v = _view(config)
+    for key, value in (("mamba_ssm_cache_dtype", override),
+                       ("mamba_ssm_cache_dtype", v.get_str("mamba_ssm_cache_dtype", None)),
+                       ("mamba_ssm_dtype", v.get_str("mamba_ssm_dtype", None))):
         if value is not None:
             if str(value).lower() == "auto":
                 return normalize_dtype(model_dtype)
@@ -151,16 +163,13 @@ def ssm_state_dtype(raw: dict[str, Any], model_dtype: str,
 
 # ---- Kimi (KDA) helpers for the adapter that owns kimi_k3 / kimi_linear ---------------
 
-def _text(config: dict[str, Any]) -> dict[str, Any]:
-    if not isinstance(config, dict):
-        raise ConfigError(f"a config must be a dict, got {type(config).__name__}")
-    text = config.get("text_config")
-    return {**config, **text} if isinstance(text, dict) else config
+def _text(config: ConfigView | dict[str, Any]) -> ConfigView:
+    return _view(config).merged_with("text_config")
 
 
-def _linear_attn_config(config: dict[str, Any]) -> dict[str, Any]:
-    lac = _text(config).get("linear_attn_config")
-    if not isinstance(lac, dict):
+def _linear_attn_config(config: ConfigView | dict[str, Any]) -> ConfigView:
+    lac = _text(config).section("linear_attn_config")
+    if lac.is_empty():
         raise ConfigError("missing field 'linear_attn_config' (an object with num_heads, "
                           "head_dim, short_conv_kernel_size, kda_layers)",
                           field="linear_attn_config")
@@ -177,16 +186,9 @@ def kda_state_shapes(config: dict[str, Any], tp: int = 1,
     Raises ConfigError naming a missing or non-int field, or an indivisible ``tp``.
     """
     lac = _linear_attn_config(config)
-    vals = {}
-    for key in ("num_heads", "head_dim"):
-        v = lac.get(key)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ConfigError(f"field 'linear_attn_config.{key}' = {v!r} must be a "
-                              f"positive int", field=f"linear_attn_config.{key}")
-        vals[key] = v
-    kernel = lac.get("short_conv_kernel_size", 4)
     return kda_state_shapes_from_dims(
-        num_heads=vals["num_heads"], head_dim=vals["head_dim"], conv_kernel=kernel, tp=tp,
+        num_heads=lac.get_int("num_heads"), head_dim=lac.get_int("head_dim"),
+        conv_kernel=lac.get_int("short_conv_kernel_size", 4), tp=tp,
         num_spec=num_speculative_tokens)
 
 
@@ -194,16 +196,14 @@ def kda_state_dtypes(config: dict[str, Any]) -> tuple[str, str]:
     """(conv dtype, recurrent dtype) of KDA: the model dtype (``torch_dtype`` /
     ``dtype``, default bfloat16) and float32 unless the config sets
     ``mamba_ssm_dtype`` / ``mamba_ssm_cache_dtype`` (vLLM ``kda_state_dtype``)."""
-    raw = _text(config)
-    model = _dtype(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16", "torch_dtype")
-    return model, ssm_state_dtype(raw, model, default="float32")
+    v = _text(config)
+    model = _dtype(v.get_str("torch_dtype", None) or v.get_str("dtype", "bfloat16"),
+                   "torch_dtype")
+    return model, ssm_state_dtype(v, model, default="float32")
 
 
 def kda_layer_indices(config: dict[str, Any]) -> list[int]:
     """0-based indices of the KDA layers (``linear_attn_config.kda_layers`` is
     1-based in Kimi configs)."""
-    layers = _linear_attn_config(config).get("kda_layers")
-    if not isinstance(layers, list) or not all(isinstance(i, int) and i >= 1 for i in layers):
-        raise ConfigError("field 'linear_attn_config.kda_layers' must be a list of 1-based "
-                          "layer indices", field="linear_attn_config.kda_layers")
+    layers = _linear_attn_config(config).get_list_of_int("kda_layers", minimum=1)
     return [i - 1 for i in layers]

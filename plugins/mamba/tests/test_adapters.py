@@ -87,7 +87,7 @@ def test_nemotron_3_nano_moe_pattern():
 def test_nemotron_3_ultra_layers_block_type_without_num_hidden_layers():
     mc, specs = specs_of("nemotron-3-ultra-550b-a55b.aiconfigurator.json")
     assert mc.num_hidden_layers is None
-    assert len(nemotron_h_layer_kinds(mc.raw)) == 108
+    assert len(nemotron_h_layer_kinds(mc.view)) == 108
     assert kinds(specs) == {"mamba": 48, "full_attention": 12}
     _, mtp = specs_of("nemotron-3-ultra-550b-a55b.aiconfigurator.json",
                       include_mtp_layers=True)

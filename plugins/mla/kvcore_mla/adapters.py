@@ -130,10 +130,9 @@ def glm_moe_dsa_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     """
     num_layers = _num_layers(mc)
     n = num_layers + _num_mtp(mc, cc)
-    types = mc.get("indexer_types")
+    types = mc.get_list("indexer_types", None, choices=("full", "shared"))
     if types is not None:
-        if (not isinstance(types, list) or len(types) < num_layers
-                or any(t not in ("full", "shared") for t in types)):
+        if len(types) < num_layers:
             raise ConfigError(
                 f"{mc._where()}: field 'indexer_types' must list 'full' or 'shared' for "
                 f"each of the {num_layers} layers, got {types!r}", field="indexer_types")
@@ -172,11 +171,11 @@ def deepseek_v4_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     that mode, as vLLM does.
     """
     num_layers = _num_layers(mc)
-    ratios = mc.get("compress_ratios")
+    ratios = mc.get_list("compress_ratios", None, item="int", minimum=0,
+                         choices=(0, 1, 4, 128))
     if ratios is None:
         ratios = [0] * num_layers
-    if (not isinstance(ratios, list) or len(ratios) not in (num_layers, num_layers + 1)
-            or any(isinstance(r, bool) or r not in (0, 1, 4, 128) for r in ratios)):
+    if len(ratios) not in (num_layers, num_layers + 1):
         raise ConfigError(
             f"{mc._where()}: field 'compress_ratios' must list 0, 1, 4 or 128 for each of "
             f"the {num_layers} layers (plus one for the MTP layer), got {ratios!r}",
@@ -264,9 +263,9 @@ def _kda_state_dtypes(mc: Any) -> tuple[str, str]:
     from kvcore.dtypes import normalize_dtype
 
     for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
-        value = mc.get(key)
+        value = mc.get_str(key, None)
         if value is not None:
-            return mc.dtype, (mc.dtype if str(value).lower() == "auto"
+            return mc.dtype, (mc.dtype if value.lower() == "auto"
                               else normalize_dtype(value))
     return mc.dtype, "float32"
 

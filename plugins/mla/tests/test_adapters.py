@@ -76,7 +76,7 @@ def test_glm5_every_layer_has_indexer(data_dir):
 
 def test_glm52_indexers_only_on_full_layers(data_dir):
     mc = load(data_dir, "glm-5.2.aiconfigurator")
-    types = mc.get("indexer_types")
+    types = mc.get_list_of_str("indexer_types")
     full = [i for i, t in enumerate(types) if t == "full"]
     assert len(full) == 21  # SOURCES.md: "full" on 21 layers, "shared" on 57
     specs = mla_layer_specs(mc, CacheConfig())

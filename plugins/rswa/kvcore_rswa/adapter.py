@@ -34,7 +34,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 from kvcore.models.adapters import kv_heads_per_rank as core_kv_heads_per_rank
-from kvcore.models.config import REQUIRED, field_int
+from kvcore.models.config import REQUIRED, ConfigView
 from kvcore.units import bound
 from kvcore_rswa.spec import RSWASpec
 
@@ -48,44 +48,32 @@ class RSWAMLAWarning(UserWarning):
     """An MLA config with ``rswa_window``: planned as MLA, gap blocks not freed."""
 
 
-def _decoder_fields(model_config: Any) -> dict[str, Any]:
-    raw = dict(model_config.raw)
-    lang = raw.get("language_config")
-    if isinstance(lang, dict):
-        raw.update(lang)
-    return raw
+def _decoder_fields(model_config: Any) -> ConfigView:
+    """The decoder's fields: the config with ``language_config`` merged over it."""
+    view: ConfigView = model_config.view.merged_with("language_config")
+    return view
 
 
 def find_rswa_window(model_config: Any) -> int | None:
     """The config's ``rswa_window`` (top level, else ``language_config``), or None when
     absent, null or 0.  Raises ConfigError for a value that is not an int >= 0."""
-    raw = model_config.raw
-    where = getattr(model_config, "source", "") or getattr(model_config, "name", "") \
-        or "config"
-    value = raw.get("rswa_window")
-    field = "rswa_window"
-    lang = raw.get("language_config")
-    if value is None and isinstance(lang, dict):
-        value = lang.get("rswa_window")
-        field = "language_config.rswa_window"
-    if value is None:
-        return None
-    window: int = field_int({field: value}, field, minimum=0, maximum=bound("sliding_window"),
-                            where=where)  # 0 or null disables R-SWA
+    top = model_config.view
+    src = top if top.has("rswa_window") else top.section("language_config")
+    window: int | None = src.get_int("rswa_window", None, minimum=0,
+                                     maximum=bound("sliding_window"))  # 0: disabled
     return window or None
 
 
-def _positive(raw: dict[str, Any], key: str, where: str, default: Any = None) -> int:
+def _positive(v: ConfigView, key: str, default: Any = None) -> int:
     """A positive, bounded int (kvcore's typed reader; absent -> ``default``, or an
     error naming the field when there is none)."""
-    value: int = field_int(raw, key, REQUIRED if default is None else default,
-                           where=where, model_type="rswa")
+    value: int = v.get_int(key, REQUIRED if default is None else default)
     return value
 
 
-def is_mla(raw: dict[str, Any]) -> bool:
+def is_mla(v: ConfigView) -> bool:
     """DeepSeek-V2 family MLA: ``kv_lora_rank`` set and ``use_mla`` not false."""
-    return raw.get("kv_lora_rank") not in (None, 0) and raw.get("use_mla", True) is not False
+    return bool(v.get_int("kv_lora_rank", 0, minimum=0)) and v.get_bool("use_mla", True)
 
 
 def rswa_layer_specs(model_config: Any, cache_config: Any) -> dict[str, RSWASpec] | None:
@@ -98,26 +86,26 @@ def rswa_layer_specs(model_config: Any, cache_config: Any) -> dict[str, RSWASpec
     window = find_rswa_window(model_config)
     if window is None:
         return None
-    raw = _decoder_fields(model_config)
+    v = _decoder_fields(model_config)
     where = getattr(model_config, "source", "") or getattr(model_config, "name", "") \
         or "config"
-    if is_mla(raw):
+    if is_mla(v):
         warnings.warn(
             f"{where}: rswa_window={window} on an MLA decoder (kv_lora_rank="
-            f"{raw.get('kv_lora_rank')}): kvcore-rswa serves K/V attention only, so the "
+            f"{v.get_int('kv_lora_rank')}): kvcore-rswa serves K/V attention only, so the "
             f"model is left to the next adapter (kvcore-mla serves deepseek_v2/v3 "
             f"configs; its plan has the same sizes, since R-SWA plans like full "
             f"attention), but the decode gap is not freed at run time",
             RSWAMLAWarning, stacklevel=2)
         return None
-    layers = _positive(raw, "num_hidden_layers", where)
-    heads = _positive(raw, "num_attention_heads", where)
-    kv_heads = _positive(raw, "num_key_value_heads", where, default=heads)
-    head_dim = raw.get("head_dim")
+    layers = _positive(v, "num_hidden_layers")
+    heads = _positive(v, "num_attention_heads")
+    kv_heads = _positive(v, "num_key_value_heads", default=heads)
+    head_dim = v.get_int("head_dim", None)
     if head_dim is None:
-        hidden = _positive(raw, "hidden_size", where)
-        head_dim = hidden // heads
-    head_dim = _positive({"head_dim": head_dim}, "head_dim", where)
+        head_dim = _positive(v, "hidden_size") // heads
+        if head_dim < 1:
+            v.get_int("head_dim")  # raises: missing, and not derivable
     if kv_heads > heads or heads % kv_heads:
         raise ConfigError(f"{where}: num_key_value_heads {kv_heads} must divide "
                           f"num_attention_heads {heads}", field="num_key_value_heads",

@@ -1,0 +1,226 @@
+"""``kvcore plan``'s serving side: ``--workload FILE`` (a trace, read by
+:mod:`kvcore.sim.traces`), the judge (``--judge``), and the printed comparison of the
+chosen layout with vLLM's own layout (``--explain``: the Pareto front).
+
+This is the CLI layer: it may import :mod:`kvcore.sim` (planning never does; it takes
+a :class:`kvcore.serving.Workload` and a judge callable).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kvcore.serving import Judge, LayoutReport, ServingFigures, Workload, workload_from_requests
+
+__all__ = ["load_workload", "shared_prefix_lengths", "make_judge", "sim_judge",
+           "workload_requests", "print_serving", "serving_json", "TRACE_BLOCK_TOKENS"]
+
+#: granularity (tokens) at which prompts given as token ids are compared for shared
+#: prefixes
+TRACE_BLOCK_TOKENS = 16
+
+
+def shared_prefix_lengths(requests: Sequence[Any]) -> list[int]:
+    """Per request (in order), the leading prompt tokens it shares with an earlier
+    request: Mooncake ``hash_ids`` (512-token blocks, the last possibly partial),
+    else the prompt's ``segments`` (runs of one token stream), else its token ids in
+    blocks of :data:`TRACE_BLOCK_TOKENS`."""
+    from kvcore.sim.traces import MOONCAKE_BLOCK_TOKENS
+
+    seen: set[Any] = set()
+    out = []
+    for r in requests:
+        keys: list[tuple[Any, int]] = []  # (prefix key, tokens up to it)
+        if r.hash_ids is not None:
+            acc: tuple[Any, ...] = ()
+            for i, h in enumerate(r.hash_ids):
+                acc = acc + (h,)
+                keys.append((("h",) + acc, min(r.prompt_len, (i + 1) * MOONCAKE_BLOCK_TOKENS)))
+        elif r.segments:
+            acc, n = (), 0
+            for seg in r.segments:
+                acc, n = acc + (tuple(seg),), n + seg[2]
+                keys.append((("s",) + acc, n))
+        else:
+            toks = list(r.token_ids or ())
+            for end in range(TRACE_BLOCK_TOKENS, len(toks) + 1, TRACE_BLOCK_TOKENS):
+                keys.append((("t", hash(tuple(toks[:end]))), end))
+        shared = 0
+        for key, n in keys:
+            if key in seen:
+                shared = n
+            else:
+                break
+        seen.update(k for k, _ in keys)
+        out.append(min(shared, r.prompt_len))
+    return out
+
+
+def load_workload(path: str, max_num_seqs: int = 256) -> Workload:
+    """A trace file (Mooncake JSONL, Azure CSV, kvcore JSONL; :func:`read_trace`) as a
+    :class:`Workload`.  Raises ConfigError naming the file and line of a bad row."""
+    from kvcore.sim.traces import read_trace
+
+    reqs = read_trace(path)
+    shared = shared_prefix_lengths(reqs)
+    return workload_from_requests(
+        [(r.prompt_len, max(1, r.output_len), s) for r, s in zip(reqs, shared)],
+        max_num_seqs=max_num_seqs, source=f"trace {path} ({len(reqs):,} requests)")
+
+
+def make_judge(name: str, model: Any = None, **kw: Any) -> Judge | None:
+    """``analytic`` (None: planning's own proxy) or ``sim`` (:func:`sim_judge`)."""
+    if name == "analytic":
+        return None
+    try:
+        import kvcore.sim.engine  # noqa: F401
+    except ImportError:
+        from kvcore.errors import ConfigError
+
+        raise ConfigError("--judge sim needs kvcore.sim (the clocked simulator); use "
+                          "--judge analytic", field="judge", value=name) from None
+    return sim_judge(model, **kw)
+
+
+def _fmt_time(t: float) -> str:
+    return "n/a" if math.isinf(t) else f"{t:,.3f}"
+
+
+def _row(f: ServingFigures) -> list[str]:
+    return [f"{f.num_groups}", ", ".join(f"{b:,}" for b in f.block_sizes),
+            "-" if f.prefix_hit_alignment_tokens is None
+            else f"{f.prefix_hit_alignment_tokens:,}",
+            "-" if f.guarantee is None else f"{f.guarantee:.2f}",
+            "-" if f.steady_capacity_requests is None
+            else f"{f.steady_capacity_requests:.1f}",
+            f"{f.prefix_hit_fraction:.0%}", _fmt_time(f.time_s)]
+
+
+HEADERS = ["groups", "block sizes", "hit alignment", "guarantee", "steady capacity",
+           "prefix hits", "time (s)"]
+
+
+def print_serving(stats: Any, table: Any, explain: bool = False) -> None:
+    """The chosen layout beside vLLM's (``table(title, headers, rows)`` prints one)."""
+    won, base = stats.serving, stats.vllm_layout
+    if won is None:
+        return
+    if stats.candidates_scored <= 1 and base is not None:
+        print(f"serving: one candidate layout, vLLM's own ({won.num_groups} group"
+              f"{'s' if won.num_groups != 1 else ''}, {_fmt_time(won.time_s)} s on the "
+              f"workload by {won.judged_by})")
+        return
+    rows = [["kvcore (chosen)"] + _row(won)]
+    if base is not None:
+        rows.append(["vLLM's layout"] + _row(base.figures))
+    wl = stats.workload or {}
+    table(f"serving: the chosen layout and vLLM's on the workload "
+          f"({wl.get('source', 'default')}; judged by {won.judged_by})",
+          ["layout"] + HEADERS, rows)
+    gain = stats.gain_over_vllm
+    if gain is not None:
+        print(f"gain over vLLM's layout: {gain:+.1%} time to serve"
+              + (" (vLLM's layout kept: no candidate was faster)" if gain == 0 else ""))
+    if explain and stats.pareto_front:
+        table("Pareto front of the judged layouts (guarantee, steady capacity, groups, "
+              "hit alignment, time)", ["layout"] + HEADERS,
+              [[("* " if p.is_vllm_layout else "") + p.strategy] + _row(p.figures)
+               for p in stats.pareto_front])
+
+
+def serving_json(stats: Any) -> dict[str, Any] | None:
+    """The ``serving`` object of ``kvcore plan --json``."""
+    won, base = stats.serving, stats.vllm_layout
+    if won is None:
+        return None
+    front: list[LayoutReport] = stats.pareto_front or []
+    return {"chosen": won.to_dict(), "vllm_layout": base.to_dict() if base else None,
+            "gain_over_vllm": stats.gain_over_vllm, "workload": stats.workload,
+            "pareto_front": [p.to_dict() for p in front]}
+
+
+def workload_requests(workload: Workload, max_requests: int = 48) -> list[Any]:
+    """The workload as trace requests for the simulator: each class keeps its share of
+    at most ``max_requests`` requests (at least one each), all arriving at 0; a class's
+    shared prefix is one token stream common to its requests (stream ``1 + class``),
+    the rest unique (:class:`kvcore.sim.traces.TraceRequest` segments)."""
+    from kvcore.sim.traces import TraceRequest
+
+    total = workload.num_requests
+    out = []
+    k = 0
+    for j, rc in enumerate(workload.requests):
+        n = max(1, round(rc.count * min(1.0, max_requests / total)))
+        for _ in range(n):
+            segs = []
+            if rc.shared_prefix_len:
+                segs.append((1 + j, 0, rc.shared_prefix_len))
+            if rc.prompt_len > rc.shared_prefix_len:
+                segs.append((1_000_000 + k, 0, rc.prompt_len - rc.shared_prefix_len))
+            out.append(TraceRequest(f"w{k}", 0.0, rc.prompt_len, rc.output_len,
+                                    2_000_000 + k, segs))
+            k += 1
+    return out
+
+
+def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size: int = 1,
+              pipeline_parallel_size: int = 1, max_requests: int = 48) -> Judge:
+    """A judge that serves each candidate's plan in the clocked simulator
+    (:func:`kvcore.sim.engine.run_engine` over kvcore's runtime ``KVCacheManager``,
+    vLLM 0.32's scheduling rules) and returns the simulated duration (seconds, every
+    request arriving at 0) plus the scheduler's CPU time (the measured cost per
+    scheduled request and group times the requests the steps ran).  Step times: :func:`kvcore.sim.timing.roofline_for` of
+    ``model`` on ``gpu`` (without a model, e.g. a specs file: a constant 10 ms step, so
+    the time counts steps).  The workload is cut to ``max_requests`` requests
+    (:func:`workload_requests`) to keep the judge quick.  A candidate whose plan does
+    not hold one request is infinitely slow."""
+    from kvcore.errors import NotEnoughMemoryError
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim import timing
+    from kvcore.sim.engine import SimRequest, run_engine
+
+    models: dict[int, Any] = {}
+
+    def time_model(cfg: Any) -> Any:
+        if model is None:
+            return timing.ConstantTimeModel(step_s=0.01)
+        if 0 not in models:
+            try:
+                models[0] = timing.roofline_for(
+                    model, cfg, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
+                    pipeline_parallel_size=pipeline_parallel_size)
+            except Exception:  # no weights figures for this model: count steps
+                models[0] = timing.ConstantTimeModel(step_s=0.01)
+        return models[0]
+
+    def judge(cands: Sequence[Any], workload: Workload) -> list[float]:
+        reqs = workload_requests(workload, max_requests)
+        times = []
+        for c in cands:
+            try:
+                cfg = c.extra["config"]()
+            except NotEnoughMemoryError:
+                times.append(math.inf)
+                continue
+            mml = int(cfg.max_model_len)
+            mnbt = c.ctx.max_num_batched_tokens
+            mgr = KVCacheManager(cfg, max_model_len=mml,
+                                 enable_caching=c.ctx.enable_prefix_caching,
+                                 max_num_batched_tokens=mnbt)
+            fit = [r for r in reqs if r.prompt_len + r.output_len <= mml]
+            res = run_engine(mgr, [SimRequest(r) for r in fit], time_model(cfg),
+                             max_num_seqs=workload.max_num_seqs,
+                             max_num_batched_tokens=mnbt, max_model_len=mml,
+                             record_steps=True)
+            # the scheduler's CPU time per scheduled request and group (measured,
+            # kvcore.serving.CPU_US_PER_REQUEST_STEP), added to the GPU step times
+            cpu = c.figures.cpu_seconds_per_request_step * sum(res.step_running)
+            c.extra["sim"] = {"steps": res.steps, "preemptions": res.preemptions,
+                              "prefix_hit_ratio": res.prefix_hit_ratio, "cpu_s": cpu}
+            times.append(float(res.duration) + cpu)
+        return times
+
+    judge.judged_by = f"sim ({'roofline ' + gpu if model is not None else 'steps'})"  # type: ignore[attr-defined]
+    return judge

@@ -1,0 +1,750 @@
+"""Fleet simulation: N replicas, each kvcore's KVCacheManager under the clocked
+scheduler loop of :mod:`kvcore.sim.engine`, behind a router that sees only what a real
+one sees: the replicas' KV events (after ``event_delay_s``) and its own bookkeeping of
+the requests it sent (outstanding requests, prefill tokens not yet answered).
+
+The loop
+========
+One process, one clock.  Each replica keeps its own time: the end of its last step.
+Events are taken in time order: a request arrival (released under ``max_concurrency``
+as ``vllm bench serve`` sends them) or the next step of the replica whose time is
+earliest (arrivals first on ties, as :func:`~kvcore.sim.engine.run_engine` releases
+arrived requests before a step).  A step is exactly one iteration of ``run_engine``'s
+loop (budget, running requests first, recompute preemption, FCFS admission with
+vLLM's full-prompt admission gate, chunked prefill, one output token at the end of a
+prefill); a fleet of one replica reproduces ``run_engine`` token for token
+(tests/sim/test_fleet.py).
+
+What the router sees
+--------------------
+* KV events: each replica's ``take_events()`` after every step, stamped with the
+  step's end time and delivered ``event_delay_s`` later to a
+  :class:`kvcore.routing.ResidencyIndex` (one numbered batch per step, as vLLM's
+  publisher sends them).  ``view.hits(request)``: per replica, the prefix the index
+  says that replica serves (its manager's own rule across every KV-cache group).
+* ``view.attention_hits(request)``: the same from an index of the first
+  full-attention group alone, contiguous from the start: what routers that index one
+  attention group do (llm-d, Dynamo, Ray Serve today).  On a dense model it equals
+  ``hits``; on a hybrid it claims blocks the other groups no longer hold.
+* ``view.outstanding[k]``: requests sent to replica k and not finished;
+  ``view.prefill_backlog[k]``: their prompt tokens not yet answered by a first token
+  (the router's estimate: prompt length minus the hit it predicted), both as of the
+  routing time.
+
+Routers
+=======
+A router is an object with ``name``, ``uses_index`` / ``uses_attention_index``
+(whether the fleet must feed those indexes) and ``route(request, view) -> replica
+index``.  Built in: ``round-robin``, ``least-loaded`` (fewest outstanding requests,
+then the smallest prefill backlog), ``prefix-aware`` (the replica with the smallest
+prefill backlog after routing: ``backlog + prompt_len - hit``, hit from the
+group-aware index) and ``prefix-aware-attention-only`` (the same with the attention
+group's hit).  Others plug in through the entry-point group ``kvcore.routers``: the
+entry point names a callable ``factory(**options) -> router``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcore.errors import ConfigError
+from kvcore.sim.engine import (
+    EngineResult,
+    SimRequest,
+    _admission_blocks,
+    _admission_plan,
+    _reject,
+)
+from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
+
+__all__ = ["ROUTERS_ENTRY_POINT_GROUP", "FleetView", "FleetResult", "RoundRobinRouter",
+           "LeastLoadedRouter", "PrefixAwareRouter", "AttentionOnlyPrefixRouter",
+           "load_router", "router_names", "run_fleet", "fleet_metrics"]
+
+ROUTERS_ENTRY_POINT_GROUP = "kvcore.routers"
+
+
+# ---- routers ---------------------------------------------------------------------------
+class RoundRobinRouter:
+    """Replica ``i mod N`` for the i-th request."""
+
+    name = "round-robin"
+    uses_index = False
+    uses_attention_index = False
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def route(self, request: SimRequest, view: FleetView) -> int:
+        k = self._next % view.num_replicas
+        self._next += 1
+        return k
+
+
+class _LeastRecent:
+    """Ties go to the replica chosen longest ago (never chosen first, lowest index
+    first), so an idle fleet is used evenly."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, int] = {}
+        self._n = 0
+
+    def _pick(self, keys: list[tuple[Any, ...]]) -> int:
+        last = self._last
+        k = min(range(len(keys)), key=lambda k: (*keys[k], last.get(k, -1), k))
+        self._n += 1
+        last[k] = self._n
+        return k
+
+
+class LeastLoadedRouter(_LeastRecent):
+    """Fewest outstanding requests, then the smallest prefill backlog, then the
+    replica chosen longest ago."""
+
+    name = "least-loaded"
+    uses_index = False
+    uses_attention_index = False
+
+    def route(self, request: SimRequest, view: FleetView) -> int:
+        o, b = view.outstanding, view.prefill_backlog
+        return self._pick([(o[k], b[k]) for k in range(view.num_replicas)])
+
+
+class PrefixAwareRouter(_LeastRecent):
+    """The replica whose prefill backlog is smallest once this request's uncached
+    tokens join it: ``argmin_k backlog[k] + prompt_len - hit[k]`` (ties: fewer
+    outstanding requests, then the replica chosen longest ago), ``hit`` from the
+    group-aware residency index.  A cached prefix is worth exactly the prefill it saves, so a hot
+    replica keeps a request only while its queue is shorter than the recompute."""
+
+    name = "prefix-aware"
+    uses_index = True
+    uses_attention_index = False
+
+    def _hits(self, request: SimRequest, view: FleetView) -> list[int]:
+        return view.hits(request)
+
+    def route(self, request: SimRequest, view: FleetView) -> int:
+        hits = self._hits(request, view)
+        o, b = view.outstanding, view.prefill_backlog
+        p = request.prompt_len
+        k = self._pick([(b[k] + p - hits[k], o[k]) for k in range(view.num_replicas)])
+        view.predicted_hit = hits[k]
+        return k
+
+
+class AttentionOnlyPrefixRouter(PrefixAwareRouter):
+    """:class:`PrefixAwareRouter` with the hit of the first full-attention group alone
+    (contiguous from the start), as routers that index one attention group compute
+    it; on hybrids it believes in prefixes the other groups lost."""
+
+    name = "prefix-aware-attention-only"
+    uses_index = False
+    uses_attention_index = True
+
+    def _hits(self, request: SimRequest, view: FleetView) -> list[int]:
+        return view.attention_hits(request)
+
+
+_BUILTIN: dict[str, Any] = {r.name: r for r in (
+    RoundRobinRouter, LeastLoadedRouter, PrefixAwareRouter, AttentionOnlyPrefixRouter)}
+
+
+def _entry_points() -> dict[str, Any]:
+    try:
+        from importlib.metadata import entry_points
+
+        return {ep.name: ep for ep in entry_points(group=ROUTERS_ENTRY_POINT_GROUP)}
+    except Exception:  # pragma: no cover - broken metadata
+        return {}
+
+
+def router_names() -> list[str]:
+    """Built-in router names, then those registered under ``kvcore.routers``."""
+    return list(_BUILTIN) + sorted(set(_entry_points()) - set(_BUILTIN))
+
+
+def load_router(name: str, **options: Any) -> Any:
+    """A fresh router by name (built in, or the ``kvcore.routers`` entry point called
+    with ``options``).  Raises ConfigError (field ``router``) for an unknown name,
+    listing the known ones, or an entry point that fails to load."""
+    cls = _BUILTIN.get(name)
+    if cls is not None:
+        return cls(**options)
+    ep = _entry_points().get(name)
+    if ep is None:
+        raise ConfigError(f"unknown router {name!r}; known: {', '.join(router_names())} "
+                          f"(others register under the entry-point group "
+                          f"{ROUTERS_ENTRY_POINT_GROUP!r})", field="router", value=name)
+    try:
+        return ep.load()(**options)
+    except Exception as exc:
+        raise ConfigError(f"router {name!r} ({ep.value}) failed to load: {exc}",
+                          field="router", value=name) from exc
+
+
+# ---- what the router sees ------------------------------------------------------------
+class _AttentionIndex:
+    """A residency index of one group (events of the others dropped, the group's
+    renumbered 0): the single-attention-group view of today's routers."""
+
+    def __init__(self, kv_cache_config: Any, **kw: Any) -> None:
+        from kvcore.kv_cache_config import KVCacheConfig
+        from kvcore.routing import ResidencyIndex
+        from kvcore.routing.events import decode
+
+        groups = kv_cache_config.kv_cache_groups
+        gid = next((i for i, g in enumerate(groups)
+                    if getattr(g.spec, "kind", "") in ("full_attention", "mla_attention")
+                    and not getattr(g.spec, "sliding_window", None)), 0)
+        g = groups[gid]
+        one = KVCacheConfig(num_blocks=kv_cache_config.num_blocks, kv_cache_tensors=(),
+                            kv_cache_groups=(type(g)(g.layer_names, g.spec),),
+                            max_model_len=kv_cache_config.max_model_len)
+        self.gid = gid
+        self.index = ResidencyIndex(one, **kw)
+        self._decode = decode
+
+    def apply(self, replica: int, events: Sequence[Any], seq: int) -> None:
+        from kvcore.runtime import BlockRemoved, BlockStored
+
+        out: list[Any] = []
+        for e in events:
+            op, g, _, _, _ = self._decode(e)
+            if g is None:
+                out.append(e)
+            elif g == self.gid:
+                out.append(BlockStored(e.block_hashes, e.parent_block_hash, (),
+                                       e.block_size, 0) if op == 1
+                           else BlockRemoved(e.block_hashes, 0))
+        self.index.apply(replica, out, seq)
+
+
+class FleetView:
+    """The router's view at routing time (module docstring).  ``predicted_hit``: a
+    prefix-aware router may set the hit it expected on the replica it chose (for the
+    ``router_predicted_hit_ratio`` figure)."""
+
+    def __init__(self, n: int, index: Any, attention: Any) -> None:
+        self.num_replicas = n
+        self.now = 0.0
+        self.outstanding = [0] * n
+        self.prefill_backlog = [0] * n
+        self.index = index
+        self._att = attention
+        self.predicted_hit: int | None = None
+
+    def hits(self, request: SimRequest) -> list[int]:
+        """Per replica, the tokens of ``request``'s prefix it serves (the group-aware
+        residency index, from the events delivered so far)."""
+        if self.index is None:
+            raise ConfigError("this router asked for prefix hits but does not set "
+                              "uses_index = True", field="router")
+        req = request.request
+        got = self.index.longest_prefix(req.block_hashes, len(req.all_token_ids),
+                                        replicas=range(self.num_replicas))
+        return [got[k] for k in range(self.num_replicas)]
+
+    def attention_hits(self, request: SimRequest) -> list[int]:
+        """Per replica, the hit by the first full-attention group alone."""
+        if self._att is None:
+            raise ConfigError("this router asked for attention-group hits but does not "
+                              "set uses_attention_index = True", field="router")
+        req = request.request
+        got = self._att.index.longest_prefix(req.block_hashes, len(req.all_token_ids),
+                                             replicas=range(self.num_replicas))
+        return [got[k] for k in range(self.num_replicas)]
+
+
+# ---- one replica, one step at a time ------------------------------------------------------
+class _Replica:
+    """The state of :func:`~kvcore.sim.engine.run_engine`'s loop for one replica and one
+    iteration of it (:meth:`step`); kept in step with ``run_engine`` by
+    tests/sim/test_fleet.py."""
+
+    def __init__(self, manager: Any, time_model: StepTimeModel, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, long_prefill_token_threshold: int,
+                 max_model_len: int, reserve_full_prompt: bool) -> None:
+        self.m = manager
+        self.step_time = time_model.step_time
+        self.kvcfg = manager.kv_cache_config
+        self.max_num_seqs = max_num_seqs
+        self.mnbt = max_num_batched_tokens
+        self.lpt = long_prefill_token_threshold
+        self.mml = max_model_len
+        self.capped = bool(getattr(manager, "_chunk_cappers", True))
+        self.fq = manager.block_pool.free_queue
+        self.usable = max(1, manager.block_pool.num_usable_blocks)
+        self.gate = _admission_plan(manager, max_num_batched_tokens, max_model_len) \
+            if reserve_full_prompt else None
+        self.res = EngineResult(requests=[])
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.now = 0.0
+        self.busy = 0.0
+        self.seq = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def step(self, slots: Any) -> tuple[list[tuple[SimRequest, int]],
+                                                        list[SimRequest],
+                                                        list[SimRequest]]:
+        """One engine step at ``self.now``: ``(scheduled, finished, rejected)``."""
+        m, res = self.m, self.res
+        alloc, free, chunk_cap = m.allocate_slots, m.free, m.max_prefill_chunk_tokens
+        mml, running, waiting = self.mml, self.running, self.waiting
+        res.steps += 1
+        token_budget = self.mnbt
+        lpt = self.lpt if len(running) + len(waiting) > 1 else 0
+        sched: list[tuple[SimRequest, int]] = []
+        batch: list[ScheduledRequest] = []
+        preempted: list[SimRequest] = []
+        rejected: list[SimRequest] = []
+        lone: SimRequest | None = None
+        i = 0
+        while i < len(running) and token_budget > 0:
+            r = running[i]
+            req = r.request
+            nc = req.num_computed_tokens
+            num_tokens = len(req.all_token_ids)
+            n = num_tokens - nc
+            if 0 < lpt < n:
+                n = lpt
+            if n > token_budget:
+                n = token_budget
+            if n > mml - nc - 1:
+                n = mml - nc - 1
+            prefill = nc < num_tokens - 1 or nc < r.prompt_len
+            if prefill and self.capped and n > 0:
+                n = chunk_cap(req, n)
+            if n <= 0:
+                i += 1
+                continue
+            while True:
+                out = alloc(req, n)
+                if out is not None:
+                    break
+                victim = running.pop()
+                free(victim.request)
+                victim.request.num_computed_tokens = 0
+                victim.preemptions += 1
+                res.preemptions += 1
+                preempted.append(victim)
+                waiting.appendleft(victim)
+                if victim is r:
+                    if not running:
+                        lone = r
+                    break
+            if out is None:
+                break
+            sched.append((r, n))
+            batch.append(ScheduledRequest(n, nc, prefill))
+            token_budget -= n
+            i += 1
+        if not preempted:
+            while token_budget > 0 and waiting and len(running) < self.max_num_seqs:
+                r = waiting[0]
+                req = r.request
+                hit, nloc = m.get_computed_blocks(req)
+                num_tokens = len(req.all_token_ids)
+                n = num_tokens - nloc
+                if 0 < lpt < n:
+                    n = lpt
+                if n > token_budget:
+                    n = token_budget
+                if self.capped:
+                    n = chunk_cap(req, n, nloc)
+                if n <= 0:
+                    break
+                if self.gate is not None and _admission_blocks(
+                        self.gate, req, min(num_tokens, mml), hit.blocks, nloc) \
+                        > self.fq.num_free_blocks:
+                    out = None
+                else:
+                    out = alloc(req, n, nloc, hit)
+                if out is None:
+                    if not running:
+                        waiting.popleft()
+                        _reject(r, res, slots, self.now, False)
+                        rejected.append(r)
+                        continue
+                    break
+                waiting.popleft()
+                running.append(r)
+                req.num_computed_tokens = nloc
+                if r.num_cached_tokens < 0:
+                    r.num_cached_tokens = nloc
+                    res.prompt_tokens += r.prompt_len
+                    res.prefix_hit_tokens += nloc
+                sched.append((r, n))
+                batch.append(ScheduledRequest(n, nloc, True))
+                token_budget -= n
+        elif lone is not None:
+            waiting.remove(lone)
+            _reject(lone, res, slots, self.now, False)
+            rejected.append(lone)
+        dt = self.step_time(describe_batch(self.kvcfg, batch))
+        if not (dt >= 0.0) or dt == float("inf"):
+            raise ConfigError(f"step_time returned {dt!r} s for a step; a step time must "
+                              "be a finite number >= 0", field="step_time", value=dt)
+        self.now += dt
+        self.busy += dt
+        now = self.now
+        finished: list[SimRequest] = []
+        for r, n in sched:
+            req = r.request
+            req.num_computed_tokens += n
+            if req.num_computed_tokens >= len(req.all_token_ids):
+                req.append_output_token_ids(r.outputs[r.num_out])  # type: ignore[index]
+                r.num_out += 1
+                r.token_times.append(now)
+                if r.num_out >= r.output_len or len(req.all_token_ids) >= mml:
+                    free(req)
+                    r.finish = now
+                    finished.append(r)
+                    if slots is not None:
+                        slots.append(now)
+                    r.request = r.outputs = None
+        if finished:
+            fin = set(map(id, finished))
+            self.running = [r for r in running if id(r) not in fin]
+            res.duration = now
+        res.step_end.append(now)
+        res.step_usage.append(1.0 - self.fq.num_free_blocks / self.usable)
+        res.step_running.append(len(self.running))
+        res.step_waiting.append(len(waiting))
+        res.step_tokens.append(self.mnbt - token_budget)
+        return sched, finished, rejected
+
+
+# ---- the fleet ---------------------------------------------------------------------------
+class _Slots:
+    """``max_concurrency`` slots as a min-heap of the times they free (replicas finish
+    out of time order); the deque methods ``run_engine``'s helpers call."""
+
+    def __init__(self, n: int) -> None:
+        self._h = [float("-inf")] * n
+
+    def __bool__(self) -> bool:
+        return bool(self._h)
+
+    def __len__(self) -> int:
+        return len(self._h)
+
+    def __getitem__(self, i: int) -> float:
+        assert i == 0
+        return self._h[0]
+
+    def append(self, t: float) -> None:
+        heapq.heappush(self._h, t)
+
+    def popleft(self) -> float:
+        return heapq.heappop(self._h)
+
+
+@dataclass
+class FleetResult:
+    """A fleet run: every request (input order) with the replica it went to
+    (``assignment``), one :class:`~kvcore.sim.engine.EngineResult` per replica
+    (``replicas``, their ``requests`` those routed there), busy seconds per replica,
+    the router's predicted hit tokens (prefix-aware routers) and the run's settings."""
+
+    requests: list[SimRequest]
+    replicas: list[EngineResult]
+    assignment: list[int]
+    busy_seconds: list[float]
+    router: str
+    event_delay_s: float
+    predicted_hit_tokens: int = 0
+    predicted_requests: int = 0
+    wall_seconds: float = 0.0
+    duration: float = 0.0
+    stale_replicas: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
+              time_model: StepTimeModel, *, replicas: int, router: Any,
+              max_num_seqs: int, max_num_batched_tokens: int,
+              long_prefill_token_threshold: int = 0, max_model_len: int | None = None,
+              max_concurrency: int | None = None, event_delay_s: float = 0.0,
+              enable_caching: bool = True, reserve_full_prompt: bool = True,
+              manager_kw: dict[str, Any] | None = None, progress: Any = None
+              ) -> FleetResult:
+    """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
+    object) on ``requests`` (module docstring).
+
+    Every replica is a fresh :class:`kvcore.runtime.KVCacheManager` of
+    ``kv_cache_config`` with events on (``manager_kw`` passed through).
+    ``event_delay_s``: seconds between a step's end and its KV events reaching the
+    router (>= 0).  ``progress(n)``: requests finished or rejected so far.
+
+    Raises ConfigError for a count out of range, a negative or non-finite delay, or an
+    unknown router.
+    """
+    from kvcore.runtime import KVCacheManager
+
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ConfigError(f"replicas must be an integer >= 1, got {replicas!r}",
+                          field="replicas", value=replicas)
+    if not isinstance(event_delay_s, (int, float)) or isinstance(event_delay_s, bool) \
+            or not 0 <= event_delay_s < math.inf:
+        raise ConfigError(f"event_delay_s must be a finite number of seconds >= 0, got "
+                          f"{event_delay_s!r}", field="event_delay_s", value=event_delay_s)
+    for name, v, lo in (("max_num_seqs", max_num_seqs, 1),
+                        ("max_num_batched_tokens", max_num_batched_tokens, 1),
+                        ("long_prefill_token_threshold", long_prefill_token_threshold, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ConfigError(f"{name} must be an integer >= {lo}, got {v!r}", field=name,
+                              value=v)
+    if max_concurrency is not None and (isinstance(max_concurrency, bool) or not
+                                        isinstance(max_concurrency, int)
+                                        or max_concurrency < 1):
+        raise ConfigError(f"max_concurrency must be an integer >= 1, got "
+                          f"{max_concurrency!r}", field="max_concurrency",
+                          value=max_concurrency)
+    rt = load_router(router) if isinstance(router, str) else router
+    wall0 = time.perf_counter()
+    mkw = dict(manager_kw or {})
+    mkw.setdefault("max_num_batched_tokens", max_num_batched_tokens)
+    managers = [KVCacheManager(kv_cache_config, max_model_len=max_model_len,
+                               enable_caching=enable_caching, enable_events=True, **mkw)
+                for _ in range(replicas)]
+    mml = managers[0].max_model_len
+    reps = [_Replica(mg, time_model, max_num_seqs=max_num_seqs,
+                     max_num_batched_tokens=max_num_batched_tokens,
+                     long_prefill_token_threshold=long_prefill_token_threshold,
+                     max_model_len=mml, reserve_full_prompt=reserve_full_prompt)
+            for mg in managers]
+    index = att = None
+    ikw: dict[str, Any] = dict(max_model_len=mml, enable_caching=enable_caching,
+                               max_num_batched_tokens=max_num_batched_tokens,
+                               hash=managers[0].hash)
+    if getattr(rt, "uses_index", False):
+        from kvcore.routing import ResidencyIndex
+
+        index = ResidencyIndex(kv_cache_config, replicas=range(replicas), **ikw)
+    if getattr(rt, "uses_attention_index", False):
+        att = _AttentionIndex(kv_cache_config, **ikw)
+    view = FleetView(replicas, index, att)
+    reqs = list(requests)
+    assignment = [-1] * len(reqs)
+    pos = {id(r): i for i, r in enumerate(reqs)}
+    order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
+    pending: deque[SimRequest] = deque(reqs[k] for k in order)
+    slots: Any = _Slots(max_concurrency) if max_concurrency is not None else None
+    # notices the router sees at their time: (time, tiebreak, kind, replica, payload)
+    notices: list[tuple[float, int, int, int, Any]] = []
+    tie = itertools.count()
+    EVENTS, FIRST, DONE = 0, 1, 2
+    est: dict[int, int] = {}
+    first_seen: set[int] = set()
+    n_done = 0
+    pred_tokens = pred_reqs = 0
+
+    def deliver(t: float) -> None:
+        while notices and notices[0][0] <= t:
+            _, _, kind, k, payload = heapq.heappop(notices)
+            if kind == EVENTS:
+                seq, evs = payload
+                if index is not None:
+                    index.apply(k, evs, seq)
+                if att is not None:
+                    att.apply(k, evs, seq)
+            elif kind == FIRST:
+                view.prefill_backlog[k] -= payload
+            else:
+                view.outstanding[k] -= 1
+
+    while True:
+        busy = [rp for rp in reps if rp.has_work]
+        t_step = min((rp.now for rp in busy), default=math.inf)
+        t_arr = math.inf
+        if pending and (slots is None or slots):
+            free_at = slots[0] if slots is not None else -math.inf
+            t_arr = max(pending[0].arrival, free_at)
+        if t_arr == math.inf and t_step == math.inf:
+            break
+        if t_arr <= t_step:
+            r = pending.popleft()
+            if slots is not None:
+                slots.popleft()
+            r.sent = t_arr
+            if r.prompt_len + r.output_len > mml:
+                r.rejected = True
+                n_done += 1
+                if slots is not None:
+                    slots.append(r.sent)
+                if progress is not None:
+                    progress(n_done)
+                continue
+            r.materialize(managers[0])
+            deliver(t_arr)
+            view.now = t_arr
+            view.predicted_hit = None
+            k = rt.route(r, view)
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < replicas:
+                raise ConfigError(f"router {getattr(rt, 'name', rt)!r} chose replica "
+                                  f"{k!r}; a replica index is 0..{replicas - 1}",
+                                  field="router", value=k)
+            if view.predicted_hit is not None:
+                pred_tokens += view.predicted_hit
+                pred_reqs += 1
+            hit_est = view.predicted_hit or 0
+            est[id(r)] = r.prompt_len - hit_est
+            view.outstanding[k] += 1
+            view.prefill_backlog[k] += r.prompt_len - hit_est
+            assignment[pos[id(r)]] = k
+            rp = reps[k]
+            rp.res.requests.append(r)
+            if not rp.has_work and rp.now < t_arr:
+                rp.now = t_arr
+            rp.waiting.append(r)
+            continue
+        rp = min(busy, key=lambda x: x.now)
+        k = reps.index(rp)
+        sched, finished, rejected = rp.step(slots)
+        t = rp.now
+        evs = rp.m.take_events()
+        if evs and (index is not None or att is not None):
+            heapq.heappush(notices, (t + event_delay_s, next(tie), EVENTS, k,
+                                     (rp.seq, evs)))
+            rp.seq += 1
+        for r, _ in sched:
+            if r.token_times and id(r) not in first_seen:
+                first_seen.add(id(r))
+                heapq.heappush(notices, (t, next(tie), FIRST, k, est.get(id(r), 0)))
+        for r in finished + rejected:
+            if id(r) not in first_seen:
+                first_seen.add(id(r))
+                heapq.heappush(notices, (t, next(tie), FIRST, k, est.get(id(r), 0)))
+            heapq.heappush(notices, (t, next(tie), DONE, k, None))
+        if finished or rejected:
+            n_done += len(finished) + len(rejected)
+            if progress is not None:
+                progress(n_done)
+    results = [rp.res for rp in reps]
+    for rp in reps:
+        rp.res.rejected = sum(1 for r in rp.res.requests if r.rejected)
+    stale = sum(1 for k in range(replicas) if index is not None and index.is_stale(k))
+    return FleetResult(
+        requests=reqs, replicas=results, assignment=assignment,
+        busy_seconds=[rp.busy for rp in reps], router=getattr(rt, "name", str(rt)),
+        event_delay_s=float(event_delay_s), predicted_hit_tokens=pred_tokens,
+        predicted_requests=pred_reqs, wall_seconds=time.perf_counter() - wall0,
+        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale)
+
+
+# ---- figures -----------------------------------------------------------------------------
+def _imbalance(xs: Sequence[float]) -> tuple[float, float]:
+    """(max / mean, coefficient of variation) of per-replica figures (1.0, 0.0 when
+    perfectly even; 0s for an idle fleet)."""
+    if not xs:
+        return 0.0, 0.0
+    mu = sum(xs) / len(xs)
+    if mu <= 0:
+        return 0.0, 0.0
+    sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs))
+    return max(xs) / mu, sd / mu
+
+
+def fleet_metrics(res: FleetResult, *, goodput: dict[str, float] | None = None,
+                  percentiles: Sequence[float] = (99.0,)) -> dict[str, Any]:
+    """Fleet figures (the names of :func:`kvcore.sim.metrics.serving_metrics` over
+    every request: TTFT / TPOT / ITL / E2EL percentiles, throughputs, the fleet's
+    prefix-hit ratio) plus the load balance (``requests_per_replica``,
+    ``request_imbalance`` = max / mean, ``request_cv``, ``busy_seconds_per_replica``,
+    ``busy_imbalance``, ``busy_cv``), ``router_predicted_hit_ratio`` (the hits a
+    prefix-aware router expected over the prompt tokens it routed; above the real
+    ``prefix_hit_ratio`` when it trusted blocks that were gone) and ``per_replica`` (each
+    replica's own figures)."""
+    from kvcore.sim.metrics import serving_metrics
+
+    merged = EngineResult(requests=res.requests)
+    merged.duration = res.duration
+    merged.steps = sum(r.steps for r in res.replicas)
+    merged.preemptions = sum(r.preemptions for r in res.replicas)
+    merged.rejected = sum(1 for r in res.requests if r.rejected)
+    merged.prompt_tokens = sum(r.prompt_tokens for r in res.replicas)
+    merged.prefix_hit_tokens = sum(r.prefix_hit_tokens for r in res.replicas)
+    out = serving_metrics(merged, goodput=goodput, percentiles=percentiles)
+    per: list[dict[str, Any]] = []
+    for k, r in enumerate(res.replicas):
+        m = serving_metrics(r, percentiles=percentiles)
+        per.append({"replica": k, "requests": len(r.requests),
+                    "busy_seconds": res.busy_seconds[k],
+                    **{key: m[key] for key in (
+                        "completed", "prefix_hit_ratio", "mean_ttft_ms", "p99_ttft_ms",
+                        "mean_tpot_ms", "p99_tpot_ms", "preemptions", "mean_kv_usage",
+                        "peak_kv_usage", "steps") if key in m}})
+    counts = [p["requests"] for p in per]
+    ri, rcv = _imbalance(counts)
+    bi, bcv = _imbalance(res.busy_seconds)
+    out.pop("kv_usage", None)
+    out["mean_kv_usage"] = sum(p["mean_kv_usage"] for p in per) / len(per) if per else 0.0
+    out["peak_kv_usage"] = max((p["peak_kv_usage"] for p in per), default=0.0)
+    routed = sum(r.prompt_len for r in res.requests if not r.rejected)
+    out.update({
+        "replicas": len(res.replicas),
+        "router": res.router,
+        "event_delay_s": res.event_delay_s,
+        "requests_per_replica": counts,
+        "request_imbalance": ri,
+        "request_cv": rcv,
+        "busy_seconds_per_replica": [round(b, 6) for b in res.busy_seconds],
+        "busy_imbalance": bi,
+        "busy_cv": bcv,
+        "router_predicted_hit_ratio": (res.predicted_hit_tokens / routed
+                                       if res.predicted_requests and routed else None),
+        "stale_replicas": res.stale_replicas,
+        "per_replica": per,
+    })
+    return out
+
+
+def plot_fleet(res: FleetResult, path: str, title: str) -> None:
+    """KV usage over time per replica, requests and busy time per replica, TTFT CDF
+    (matplotlib; ConfigError when the file cannot be written)."""
+    from kvcore.sim.command import _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    ax = axes[0][0]
+    for k, r in enumerate(res.replicas):
+        ax.plot(r.step_end, [100 * u for u in r.step_usage], lw=0.6, label=f"r{k}")
+    ax.set_title("KV-cache usage per replica (%)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylim(0, 100)
+    if len(res.replicas) <= 8:
+        ax.legend(loc="upper right", fontsize=7)
+    n = len(res.replicas)
+    axes[0][1].bar(range(n), [len(r.requests) for r in res.replicas])
+    axes[0][1].set_title("requests per replica")
+    axes[1][0].bar(range(n), res.busy_seconds)
+    axes[1][0].set_title("busy seconds per replica")
+    done = [r for r in res.requests if not r.rejected and r.finish >= 0]
+    xs = sorted(1000 * (r.token_times[0] - r.sent) for r in done)
+    ax = axes[1][1]
+    if xs:
+        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))])
+    ax.set_title("TTFT CDF")
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylim(0, 1)
+    fig.suptitle(f"{title} ({res.router}, {n} replicas)")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
+                          value=path) from exc
+    finally:
+        plt.close(fig)

@@ -1,0 +1,257 @@
+"""The planner chooses the layout that serves best (issue 22).
+
+References: the issue's measurements (vLLM 0.32's own layouts: gemma / gpt-oss keep
+their sliding windows at max_model_len 8,192 with 8,192 batched tokens; Gemma-3-27B
+gets 7 groups at max_num_batched_tokens 2,048; DeepSeek-V4-Flash must not take 167
+groups nor a 5,120-token hit alignment that a 4,000-token shared prefix never hits),
+vLLM's admission formulas (``max_num_blocks_per_req``) and the rules of the issue:
+the guarantee (vLLM's floored concurrency) never below vLLM's own layout's; a layout
+not faster than vLLM's on the workload does not win; vLLM's layout is always reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kvcore_test_state import StateSpec
+
+from kvcore import FullAttentionSpec, SlidingWindowSpec, plan
+from kvcore.errors import ConfigError, NotEnoughMemoryError
+from kvcore.models.planner import plan_model
+from kvcore.serving import (
+    RequestClass,
+    Workload,
+    default_workload,
+    pareto_front,
+    workload_from_requests,
+)
+from kvcore.specs import ChunkedLocalAttentionSpec
+
+GiB = 1 << 30
+WINDOWED = ["gemma-2-2b-it", "gemma-3-27b-it", "gemma-4-26b-a4b", "gpt-oss-20b",
+            "gpt-oss-120b", "llama-4-scout-17b-16e-instruct"]
+
+
+def _windowed_groups(config) -> int:
+    return sum(g.kind in ("sliding_window", "chunked_local_attention", "sliding_window_mla")
+               for g in config.kv_cache_groups)
+
+
+@pytest.mark.parametrize("name", WINDOWED)
+@pytest.mark.parametrize("budget", [20, 40])
+def test_windows_kept_at_8k(name, budget):
+    """max_model_len 8,192 and 8,192 batched tokens: vLLM's figure charges a window as
+    much as full attention, yet vLLM keeps the windows (the issue); so does kvcore."""
+    config = plan_model(name, kv_cache_memory_bytes=budget * GiB, max_model_len=8192,
+                        max_num_batched_tokens=8192)
+    assert _windowed_groups(config) >= 1, config.strategy
+    s = config.stats
+    assert s.vllm_layout is not None and s.serving.time_s <= s.vllm_layout.figures.time_s
+    assert config.max_concurrency >= s.vllm_layout.figures.guarantee * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("budget", [20, 40])
+def test_gemma3_at_2048_batched_tokens_no_group_explosion(budget):
+    """vLLM: 7 groups (the issue); kvcore planned 31 before."""
+    config = plan_model("gemma-3-27b-it", kv_cache_memory_bytes=budget * GiB,
+                        max_model_len=8192, max_num_batched_tokens=2048)
+    assert len(config.kv_cache_groups) <= 7
+    assert _windowed_groups(config) >= 1
+
+
+@pytest.mark.parametrize("length,mnbt", [(8192, 8192), (32768, 2048)])
+def test_deepseek_v4_flash_groups_and_alignment(length, mnbt):
+    """Not 167 groups (the issue), never more than vLLM's layout's; the hit alignment
+    below the 5,120 tokens the old search took."""
+    config = plan_model("deepseek-v4-flash", kv_cache_memory_bytes=40 * GiB,
+                        max_model_len=length, max_num_batched_tokens=mnbt)
+    s = config.stats
+    assert len(config.kv_cache_groups) <= s.vllm_layout.figures.num_groups < 167
+    assert s.prefix_hit_alignment_tokens < 5120
+
+
+def test_deepseek_v4_flash_keeps_hits_of_a_4000_token_system_prompt():
+    """A shared 4,000-token system prompt: at a 5,120-token alignment it never hits
+    (the issue); the divisor candidates (1,536 among them) keep hits."""
+    wl = Workload((RequestClass(6000, 500, 4000, 64), RequestClass(6000, 500, 0, 64)))
+    config = plan_model("deepseek-v4-flash", kv_cache_memory_bytes=40 * GiB,
+                        max_model_len=8192, workload=wl)
+    align = config.stats.prefix_hit_alignment_tokens
+    assert align <= 4000
+    assert config.stats.serving.prefix_hit_fraction >= (4000 // align) * align / 4000 - 1e-9
+    assert config.stats.serving.prefix_hit_fraction > 0
+
+
+def test_a_1536_token_divisor_candidate_is_generated():
+    from kvcore.grouping import SearchEnv, candidate_layouts, normalize_specs, score_layout
+    from kvcore.models import load_model_config
+    from kvcore.models.config import CacheConfig
+    from kvcore.models.planner import layer_specs_for
+    from kvcore.specs import PlanContext
+
+    specs = layer_specs_for(load_model_config("deepseek-v4-flash"), CacheConfig())
+    ctx = PlanContext(max_model_len=8192)
+    env = SearchEnv(ctx=ctx, budgets=(40 * GiB,), max_model_len=8192)
+    items, _, _ = normalize_specs(specs, max_model_len=8192)
+    aligns = {score_layout(lay, env).prefix_hit_alignment_tokens
+              for lay in candidate_layouts(items, env)}
+    assert 1536 in aligns
+
+
+# ---- the rule, on generated layouts --------------------------------------------------
+
+def _attn(heads, block=16, window=None, chunk=None):
+    common = dict(block_size=block, num_kv_heads=heads, head_size=128, dtype="bfloat16")
+    if window:
+        return SlidingWindowSpec(sliding_window=window, **common)
+    if chunk:
+        return ChunkedLocalAttentionSpec(attention_chunk_size=chunk, **common)
+    return FullAttentionSpec(**common)
+
+
+@st.composite
+def hybrids(draw):
+    n = draw(st.integers(2, 40))
+    windows = draw(st.lists(st.sampled_from([128, 512, 1024, 4096]), min_size=1,
+                            max_size=2, unique=True))
+    state = draw(st.booleans())
+    layers = {}
+    for i in range(n):
+        kind = draw(st.sampled_from(["full", "sliding", "sliding", "chunked"]
+                                    + (["state"] if state else [])))
+        heads = draw(st.sampled_from([1, 2, 4, 8]))
+        if kind == "full":
+            layers[f"l{i}"] = _attn(heads)
+        elif kind == "sliding":
+            layers[f"l{i}"] = _attn(heads, window=draw(st.sampled_from(windows)))
+        elif kind == "chunked":
+            layers[f"l{i}"] = _attn(heads, chunk=1024)
+        else:
+            layers[f"l{i}"] = StateSpec(block_size=16, state_bytes=draw(
+                st.sampled_from([540_672, 2_621_440])))
+    if draw(st.booleans()):  # a drafter: one full-attention layer of other heads
+        layers["draft"] = _attn(draw(st.sampled_from([3, 6, 16])))
+    kinds = {type(s).__name__ for s in layers.values()}
+    if {"SlidingWindowSpec", "ChunkedLocalAttentionSpec"} <= kinds:  # vLLM refuses
+        layers = {k: v for k, v in layers.items()
+                  if type(v).__name__ != "ChunkedLocalAttentionSpec"}
+    return layers
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layers=hybrids(), budget_gib=st.sampled_from([2, 8, 40]),
+       length=st.sampled_from([4096, 8192, 32768]), mnbt=st.sampled_from([2048, 8192]))
+def test_never_worse_than_vllms_layout_unless_faster(state_spec, layers, budget_gib, length,
+                                                    mnbt):
+    try:
+        config = plan(layers, max_model_len=length, kv_cache_memory_bytes=budget_gib * GiB,
+                      max_num_batched_tokens=mnbt)
+    except NotEnoughMemoryError:
+        return
+    s = config.stats
+    won, vllm = s.serving, s.vllm_layout.figures
+    # the guarantee is a floor at vLLM's layout
+    assert won.guarantee >= vllm.guarantee * (1 - 1e-12) or math.isinf(vllm.time_s)
+    assert won.time_s <= vllm.time_s
+    worse = (won.steady_capacity_requests < vllm.steady_capacity_requests - 1e-9
+             or (won.prefix_hit_alignment_tokens or 0) > (vllm.prefix_hit_alignment_tokens
+                                                          or 0)
+             or won.num_groups > vllm.num_groups)
+    if worse:  # only where the judge says it serves faster, and the notes show it
+        assert won.time_s < vllm.time_s
+        assert s.gain_over_vllm is None or s.gain_over_vllm > 0
+        assert any(n.startswith("serving:") and "against vLLM's layout" in n
+                   for n in config.notes)
+    # never more groups than distinct block tables need, unless time says so
+    assert won == vllm or won.time_s < vllm.time_s or won.num_groups <= vllm.num_groups
+
+
+def test_the_judge_decides_and_sees_vllms_layout():
+    """A judge that times vLLM's layout fastest gets vLLM's layout; the judge sees the
+    best few and vLLM's layout exactly once."""
+    layers = {f"l{i}": (_attn(8) if i % 6 == 5 else _attn(8, window=1024))
+              for i in range(62)}
+    seen = []
+
+    def judge(cands, workload):
+        seen.append([c.is_vllm_layout for c in cands])
+        return [1.0 if c.is_vllm_layout else 2.0 for c in cands]
+
+    config = plan(layers, max_model_len=8192, kv_cache_memory_bytes=20 * GiB, judge=judge)
+    assert seen and sum(seen[0]) == 1 and len(seen[0]) <= 5
+    vllm = config.stats.vllm_layout.figures
+    assert config.stats.serving.time_s == vllm.time_s == 1.0
+    assert len(config.kv_cache_groups) == vllm.num_groups
+    with pytest.raises(ConfigError, match="judge"):
+        plan(layers, max_model_len=8192, kv_cache_memory_bytes=20 * GiB,
+             judge=lambda c, w: [1.0])
+    with pytest.raises(ConfigError, match="judge"):
+        plan(layers, max_model_len=8192, kv_cache_memory_bytes=20 * GiB, judge=3)
+    with pytest.raises(ConfigError, match="workload"):
+        plan(layers, max_model_len=8192, kv_cache_memory_bytes=20 * GiB, workload=[1])
+
+
+def test_pareto_front_has_no_dominated_layout():
+    config = plan_model("gemma-3-27b-it", kv_cache_memory_bytes=20 * GiB,
+                        max_model_len=8192)
+    front = config.stats.pareto_front
+    assert front
+    keys = [(p.figures.guarantee, p.figures.steady_capacity_requests, -p.figures.num_groups,
+             -(p.figures.prefix_hit_alignment_tokens or 0), -p.figures.time_s)
+            for p in front]
+    for i, a in enumerate(keys):
+        for j, b in enumerate(keys):
+            assert i == j or not (all(x >= y for x, y in zip(b, a)) and a != b)
+    assert pareto_front([]) == []
+
+
+# ---- workloads -------------------------------------------------------------------------
+
+def test_default_workload_is_the_documented_one():
+    """docs/DESIGN.md / kvcore.serving.default_workload: 256 requests of prompt L/2 and
+    output L/4; a quarter share L/4 tokens, a quarter min(L/16, batched tokens)."""
+    wl = default_workload(8192, 2048)
+    assert wl.num_requests == 256 and wl.max_num_seqs == 256
+    assert {(r.prompt_len, r.output_len) for r in wl.requests} == {(4096, 2048)}
+    assert sorted(r.shared_prefix_len for r in wl.requests) == [0, 512, 2048]
+    assert sorted(r.count for r in wl.requests) == [64, 64, 128]
+
+
+def test_workload_from_a_trace_file(tmp_path):
+    """kvcore JSONL with prefix descriptions: a request shares the prefix of an earlier
+    one with the same prefix_id (its prefix_len tokens), the first shares nothing."""
+    from kvcore.plan_serving import load_workload, shared_prefix_lengths
+    from kvcore.sim.traces import read_trace
+
+    rows = [dict(id=f"r{i}", prompt_len=3000, prefix_id=i % 2, prefix_len=2048,
+                 output_len=100, arrival=i) for i in range(6)]
+    path = tmp_path / "w.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert shared_prefix_lengths(read_trace(path)) == [0, 0, 2048, 2048, 2048, 2048]
+    wl = load_workload(str(path))
+    assert wl.num_requests == 6
+    assert sum(r.count * r.shared_prefix_len for r in wl.requests) == 4 * 2048
+    with pytest.raises(ConfigError, match="workload"):
+        workload_from_requests([])
+
+
+def test_cli_reports_vllms_layout_beside_the_winner(capsys):
+    from kvcore.cli import main
+
+    assert main(["plan", "gpt-oss-20b", "--kv-cache-memory", "40GiB", "--max-model-len",
+                 "8192", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    serving = out["serving"]
+    for key in ("num_groups", "block_sizes", "prefix_hit_alignment_tokens", "guarantee",
+                "steady_capacity_requests", "time_s"):
+        assert key in serving["chosen"] and key in serving["vllm_layout"]
+    assert serving["chosen"]["time_s"] <= serving["vllm_layout"]["time_s"]
+    assert main(["plan", "gpt-oss-20b", "--kv-cache-memory", "40GiB", "--max-model-len",
+                 "8192", "--explain"]) == 0
+    text = capsys.readouterr().out
+    assert "vLLM's layout" in text and "Pareto front" in text
