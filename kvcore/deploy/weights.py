@@ -1149,7 +1149,7 @@ def _ct_weights(w: ConfigView) -> tuple[int, str, str, int, tuple[int, int] | No
                           f"compressed-tensors supports (valid: "
                           f"{', '.join(map(str, valid))})", field=f"{w.prefix}.num_bits",
                           value=bits)
-    group = w.get_int("group_size", 0, minimum=0, maximum=1 << 20)
+    group = w.get_int("group_size", 0, maximum=1 << 20)  # absent: 0 (no groups)
     strategy = w.get_str("strategy", "group" if group else "tensor", choices=CT_STRATEGIES)
     blk = _pair(w, "block_structure")
     if strategy == "group" and not group:

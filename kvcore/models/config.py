@@ -336,15 +336,27 @@ class ConfigView:
                        choices: Sequence[str], **kw: Any) -> Any:
         """An int (as :meth:`get_int`) or one of the strings ``choices`` (e.g.
         ``time_step_rank``: an int or ``"auto"``)."""
-        if isinstance(self._data.get(key), str):
-            return self.get_str(key, default, choices=choices)
-        return self.get_int(key, default, **kw)
+        return self._union("int_or_str", key, lambda: self.get_str(
+            key, default, choices=choices) if isinstance(self._data.get(key), str)
+            else self.get_int(key, default, **kw))
 
     def get_int_or_list(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
         """An int (as :meth:`get_int`) or a list of ints (e.g. ``moe_layer_freq``)."""
-        if isinstance(self._data.get(key), list):
-            return self.get_list_of_int(key, default)
-        return self.get_int(key, default, **kw)
+        return self._union("int_or_list", key, lambda: self.get_list_of_int(key, default)
+                           if isinstance(self._data.get(key), list)
+                           else self.get_int(key, default, **kw))
+
+    def _union(self, kind: str, key: str, read: Any) -> Any:
+        """A read of a field of two types: the hook sees one read of ``kind``."""
+        global READ_HOOK
+        hook = READ_HOOK
+        if hook is not None:
+            hook(kind, self._path(key) or key, None)
+        READ_HOOK = None
+        try:
+            return read()
+        finally:
+            READ_HOOK = hook
 
     def get_dict(self, key: str, default: Any = REQUIRED) -> Any:
         """A JSON object, returned as a plain dict (for passing on whole: prefer
