@@ -292,10 +292,29 @@ EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts",
                      "moe_num_experts")
 
 
+#: the fields that give the experts each token is routed to
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts",
+              "moe_topk", "num_selected_experts")
+
+
 def _num_experts(v: ConfigView) -> int:
     """Routed experts per MoE layer (0 = dense).  A present count must be an int >= 0:
-    ``"128"``, -3, 2.5 or true are errors naming the field (never 0 experts)."""
+    ``"128"``, -3, 2.5 or true are errors naming the field (never 0 experts).  A config
+    that routes each token to k > 0 experts (``num_experts_per_tok``) must give a count
+    of at least k: without it the model would silently plan as dense (vLLM's MoE layers
+    need ``top_k <= num_experts``)."""
     n: int = v.get_first_int(*EXPERT_COUNT_KEYS, default=0, minimum=0, maximum=1 << 16)
+    top_k = v.get_first_int(*TOP_K_KEYS, default=0, minimum=0, maximum=1 << 16)
+    if top_k and n < top_k:
+        key = next((k for k in EXPERT_COUNT_KEYS if v.has(k)), None)
+        tk = next(k for k in TOP_K_KEYS if v.has(k))
+        if key is None:
+            raise ConfigError(
+                f"{v.where}: the config routes each token to {tk} = {top_k} experts but "
+                f"gives no expert count ({', '.join(EXPERT_COUNT_KEYS)}); without it the "
+                f"model would be planned as dense", field=EXPERT_COUNT_KEYS[0])
+        raise ConfigError(f"{v.where}: {key} = {n} is fewer than {tk} = {top_k} (each "
+                          f"token is routed to {tk} of the experts)", field=key, value=n)
     return n
 
 

@@ -17,6 +17,7 @@ Normalization (what every adapter can rely on):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -677,15 +678,27 @@ def resembles(key: str, present: set[str] | frozenset[str] = frozenset()) -> str
     alias = FIELD_ALIASES.get(key)
     if alias is not None:
         return alias if alias not in present else None
-    best, best_d = None, 3
+    for target in _typo_candidates(key):
+        if target not in present:
+            return target
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _typo_candidates(key: str) -> tuple[str, ...]:
+    """Fields kvcore reads within their typo distance of ``key``, closest first (then
+    by name)."""
+    from kvcore.models.fields import READ_FIELDS
+
+    found = []
     for target in READ_FIELDS:
         limit = _max_typo_distance(target)
-        if not limit or target in present or abs(len(target) - len(key)) > limit:
+        if not limit or abs(len(target) - len(key)) > limit:
             continue
         d = edit_distance(key, target, limit + 1)
-        if d <= limit and (d < best_d or d == best_d and best is not None and target < best):
-            best, best_d = target, d
-    return best
+        if d <= limit:
+            found.append((d, target))
+    return tuple(t for _, t in sorted(found))
 
 
 def warn_typos(data: dict[str, Any], where: str, prefix: str = "") -> list[str]:

@@ -351,7 +351,7 @@ def test_quantization_variants(name: str, q: dict[str, Any]) -> None:
 # ---- sweeps ----------------------------------------------------------------------------------
 
 SWEEP_VALUES = {
-    "--gpu": (["H100-SXM", "H200", "L40S", "A100-80GB"], ["H9000", "", "h100"]),
+    "--gpu": (["H100-SXM", "H200", "L40S", "A100-80GB"], ["H9000", "", "A100-81GB"]),
     "--tp": (["1", "2", "4", "8"], ["0", "-1", "1.5", "x", "10000000"]),
     "--kv-cache-dtype": (["auto", "fp8", "bfloat16"], ["fp9", "int3", "", "FP8x"]),
     "--max-model-len": (["4096", "8k", "32K", "auto"], ["0", "-5", "1e400", "4096.5"]),
@@ -441,3 +441,30 @@ def test_more_gpu_memory_never_fewer_blocks(gib: list[int], name: str) -> None:
         blocks.append(cfg.num_blocks or 0)
     TALLY["metamorphic: GPU memory vs blocks"]["checked"] += 1
     assert blocks == sorted(blocks), (name, sorted(gib), blocks)
+
+
+# ---- simulate over mutated configs -------------------------------------------------------------
+
+TRACE = Path(__file__).resolve().parents[1] / "sim" / "data" / "azure_code_head200.csv"
+SIM_MODELS = [n for n in ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b",
+                          "qwen3-next-80b-a3b-thinking", "gemma-3-27b-it") if n in NAMES]
+
+
+@pytest.mark.parametrize("name", SIM_MODELS)
+@settings(max_examples=examples(5), **SETTINGS)  # type: ignore[arg-type]
+@given(data=st.data())
+def test_simulate_mutated_field(name: str, data: Any) -> None:
+    """``kvcore simulate`` reads the config through the same readers: a typed field set
+    to a wrong value is refused there too."""
+    from test_fuzz_configs import mutations
+
+    cases = [c for c in mutations(name) if c[2]]
+    field, value, must_fail, why = data.draw(st.sampled_from(cases), label="mutation")
+    mutated = _mutated(json.loads(_file(name).read_text()), field, value)
+    if mutated is None:
+        return
+    path = _write(name, mutated, "s")
+    check("simulate config fields", ["simulate", str(path), "--trace", str(TRACE),
+                                     "--limit", "3", "--kv-cache-memory", "64GiB",
+                                     "--max-model-len", "16384", "--json"],
+          invalid=must_fail, why=why)
