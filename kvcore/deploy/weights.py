@@ -1060,6 +1060,8 @@ QUANT_BITS = {"awq": (4,), "awq_marlin": (4,), "gptq": (4, 8), "gptq_marlin": (4
 #: compressed-tensors' QuantizationStrategy values
 CT_STRATEGIES = ("tensor", "channel", "group", "block", "token", "tensor_group",
                  "attn_head")
+#: the largest group size accepted (2^24: a group wider than any layer's input is a typo)
+MAX_GROUP_SIZE = 1 << 24
 _IGNORE_KEYS = ("ignore", "ignored_layers", "modules_to_not_convert", "exclude_modules")
 
 
@@ -1085,7 +1087,7 @@ def _group_size(q: ConfigView, *keys: str, default: int) -> int:
     """A group size: a positive int, or -1 (one group per channel, GPTQ's convention)."""
     for key in keys:
         if q.has(key):
-            g: int = q.get_int(key, minimum=-1)
+            g: int = q.get_int(key, minimum=-1, maximum=MAX_GROUP_SIZE)
             if g == 0:
                 q.get_int(key)  # raises: 0 is not a group size
             return g
@@ -1168,7 +1170,7 @@ def _ct_weights(w: ConfigView) -> tuple[int, str, str, int, tuple[int, int] | No
                           f"compressed-tensors supports (valid: "
                           f"{', '.join(map(str, valid))})", field=f"{w.prefix}.num_bits",
                           value=bits)
-    group = w.get_int("group_size", 0, maximum=1 << 20)  # absent: 0 (no groups)
+    group = w.get_int("group_size", 0, maximum=MAX_GROUP_SIZE)  # absent: 0 (no groups)
     strategy = w.get_str("strategy", "group" if group else "tensor", choices=CT_STRATEGIES)
     blk = _pair(w, "block_structure")
     if strategy == "group" and not group:

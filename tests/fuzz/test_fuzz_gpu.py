@@ -214,10 +214,14 @@ def _absent(v: Any) -> bool:
     return v is None
 
 
+#: a group wider than any layer's input (2^24) is implausible
+MAX_GROUP = 1 << 24
+
+
 def _group_ok(v: Any) -> bool:
-    """A group size: absent, a positive int or -1 (GPTQ's per channel)."""
+    """A group size: absent, a positive int (at most 2^24) or -1 (GPTQ's per channel)."""
     n = _int(v)
-    return _absent(v) or (n is not None and (n > 0 or n == -1))
+    return _absent(v) or (n is not None and (0 < n <= MAX_GROUP or n == -1))
 
 
 def _pair_ok(v: Any) -> bool:
@@ -283,7 +287,7 @@ def quant_is_valid(q: dict[str, Any]) -> bool:
                     (2, 3, 4, 5, 6, 7, 8) if typ == "int" else (4, 8)):
                 return False
             gs = w.get("group_size")
-            if not _absent(gs) and not (_int(gs) is not None and _int(gs) > 0):
+            if not _absent(gs) and not (_int(gs) is not None and 0 < _int(gs) <= MAX_GROUP):
                 return False
             strategy = w.get("strategy")
             if not _absent(strategy) and strategy not in STRATEGIES[1:8]:
@@ -301,7 +305,12 @@ def quant_is_valid(q: dict[str, Any]) -> bool:
         return _absent(v) or isinstance(v, bool)
     if method == "modelopt" or (not method and not _absent(q.get("quant_algo"))):
         algo = q.get("quant_algo")
-        return _absent(algo) or (isinstance(algo, str) and bool(algo.strip()))
+        if _absent(algo):
+            return True
+        if not isinstance(algo, str) or not algo.strip():
+            return False
+        # W4A8_AWQ and the like: 4-bit groups of group_size inputs
+        return not algo.upper().startswith("W4A") or _group_ok(q.get("group_size"))
     return True
 
 
