@@ -17,8 +17,8 @@ from kvcore.deploy.budget import (
     plan_on_gpu,
     tensor_parallel_candidates,
 )
-from kvcore.errors import ConfigError, NotEnoughMemoryError
 from kvcore.deploy.gpus import get_gpu
+from kvcore.errors import ConfigError, NotEnoughMemoryError
 from kvcore.models.config import parse_model_config
 
 GIB = 1 << 30

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.errors import ConfigError
 from kvcore.deploy.gpus import GPU_CATALOG, get_gpu, list_gpus
+from kvcore.errors import ConfigError
 
 REQUIRED = ["H100-SXM", "H100-PCIe", "H100-NVL", "H200", "B200", "GB200", "A100-40GB",
             "A100-80GB", "L40S", "L4", "A10", "RTX-4090", "MI300X", "MI325X", "MI355X"]

@@ -9,10 +9,10 @@ import json
 import pytest
 from kvcore_plugin_needs import skip_unless_served
 
-from kvcore.deploy.budget import compute_budget
 from kvcore.cli import main
-from kvcore.errors import ConfigError
+from kvcore.deploy.budget import compute_budget
 from kvcore.deploy.sweep import sweep
+from kvcore.errors import ConfigError
 
 TPS, DTYPES, LENS = [1, 2, 4, 8], ["auto", "fp8", "nvfp4"], ["8K", "32K", "128K"]
 

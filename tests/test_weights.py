@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvcore.deploy.weights import estimate_weights, pp_layer_partition
 from kvcore.errors import ConfigError, KVCoreError
 from kvcore.models.config import parse_model_config
-from kvcore.deploy.weights import estimate_weights, pp_layer_partition
 
 # ---- published figures ------------------------------------------------------------------
 # (embedded name, kind, published figure, what the figure is, source).  kind "bytes":
