@@ -374,7 +374,8 @@ SWEEP_VALUES = {
 
 @st.composite
 def sweep_argv(draw: Any) -> tuple[list[str], bool, str]:
-    argv = ["plan", draw(st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b"]))]
+    argv = ["plan", draw(st.sampled_from([n for n in ("llama-3.1-8b", "qwen3-30b-a3b",
+                                                       "gpt-oss-20b") if n in NAMES]))]
     invalid, why = False, ""
     flags = draw(st.lists(st.sampled_from(sorted(SWEEP_VALUES)), min_size=1, max_size=3,
                           unique=True))
