@@ -847,17 +847,23 @@ _NEMOTRON_KINDS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 
 def _nemotron_h(b: _Builder, cfg: ModelConfig, h: int) -> int:
     v = cfg.view
+    where_s = cfg.source or cfg.name or "config"
     pattern = v.get_str("hybrid_override_pattern", None)
     kinds: list[str]
     if pattern is not None:
+        bad = sorted(set(pattern) - set(_NEMOTRON_KINDS.values()))
+        if bad:
+            raise ConfigError(f"{where_s}: hybrid_override_pattern has unknown "
+                              f"character(s) {bad}; valid: M (mamba), * (attention), "
+                              f"- (mlp), E (moe)", field="hybrid_override_pattern")
         kinds = list(pattern)
     else:
-        types = v.get_list_of_str("layers_block_type", None)
+        types = v.get_list("layers_block_type", None, item="str",
+                           choices=tuple(_NEMOTRON_KINDS))
         if types is None:
-            raise ConfigError(f"{cfg.source or cfg.name or 'config'}: nemotron_h needs "
-                              f"hybrid_override_pattern or layers_block_type",
-                              field="hybrid_override_pattern")
-        kinds = [_NEMOTRON_KINDS.get(t, "-") for t in types]
+            raise ConfigError(f"{where_s}: nemotron_h needs hybrid_override_pattern or "
+                              f"layers_block_type", field="hybrid_override_pattern")
+        kinds = [_NEMOTRON_KINDS[t] for t in types]
     if len(kinds) > MAX_LAYERS:
         raise ConfigError(f"{cfg.source or cfg.name or 'config'}: the layer pattern has "
                           f"{len(kinds):,} layers (at most {MAX_LAYERS:,})",

@@ -149,7 +149,7 @@ SHRINKS_WHEN_ABSENT = {
     "tie_word_embeddings", "spatial_merge_size", "out_hidden_size", "head_dim",
     "num_position_embeddings", "image_size", "topk_method", "full_attention_interval",
     "layer_types", "linear_attn_config", "attention_k_eq_v", "torch_dtype", "dtype",
-    "text_config",
+    "text_config", "pad_vocab_size_multiple",
     # every quantization field sets stored sizes: without an ignore list more layers are
     # quantized, without a block size fewer scales are stored, without bits the method's
     # default width applies
