@@ -150,6 +150,8 @@ SHRINKS_WHEN_ABSENT = {
     "num_position_embeddings", "image_size", "topk_method", "full_attention_interval",
     "layer_types", "linear_attn_config", "attention_k_eq_v", "torch_dtype", "dtype",
     "text_config", "pad_vocab_size_multiple",
+    # absent, transformers' default applies (WhisperConfig: num_mel_bins 80)
+    "num_mel_bins",
     # every quantization field sets stored sizes: without an ignore list more layers are
     # quantized, without a block size fewer scales are stored, without bits the method's
     # default width applies
