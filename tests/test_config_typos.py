@@ -31,6 +31,7 @@ from kvcore.models.config import (
     parse_model_config,
     resembles,
 )
+from kvcore.models.embedded import CONFIG_DIR
 from kvcore.models.fields import READ_FIELDS, SEEN_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +43,7 @@ LETTERS = string.ascii_lowercase + "_"
 
 
 def _llama() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        (ROOT / "kvcore" / "models" / "configs" / "llama-3.1-8b.json").read_text())
+    data: dict[str, Any] = json.loads((CONFIG_DIR / "llama-3.1-8b.json").read_text())
     return data
 
 
@@ -133,7 +133,7 @@ def test_a_present_field_is_not_a_typo_target() -> None:
 
 
 def test_no_real_config_warns() -> None:
-    files = sorted((ROOT / "kvcore" / "models" / "configs").glob("*.json"))
+    files = sorted(CONFIG_DIR.glob("*.json"))
     files += sorted(Path(p) for p in glob.glob(str(ROOT / "tests" / "data" / "**" / "*.json"),
                                                recursive=True))
     checked = 0
@@ -157,8 +157,10 @@ def test_fields_module_is_current() -> None:
     scripts/gen_config_fields.py after adding a read)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" /
-                                                  "gen_config_fields.py")
+    script = ROOT / "scripts" / "gen_config_fields.py"
+    if not script.is_file() or not (ROOT / "kvcore").is_dir():
+        pytest.skip("needs the checkout (scripts/ and kvcore/ sources)")
+    spec = importlib.util.spec_from_file_location("gen", script)
     assert spec is not None and spec.loader is not None
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)

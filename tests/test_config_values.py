@@ -278,3 +278,17 @@ def test_index_far_from_the_estimate_warns(tmp_path: Any) -> None:
     with pytest.warns(WeightsIndexWarning, match="total_size"):
         est = estimate_weights(_with_index(tmp_path, 3 * 16_060_522_496))
     assert any("total_size" in n for n in est.notes)
+
+
+@pytest.mark.parametrize("field,value", [("hybrid_override_pattern", "M*X-"),
+                                         ("hybrid_override_pattern", "M*E?"),
+                                         ("layers_block_type", ["mamba", "conv"]),
+                                         ("layers_block_type", ["mamba", 5])])
+def test_nemotron_layer_pattern_is_checked(field: str, value: Any) -> None:
+    """An unknown layer kind is an error naming the field (it raised UnboundLocalError
+    in the weight estimate: found by the --gpu fuzz)."""
+    data = _raw("nemotron-h-56b-base-8k")
+    data.pop("hybrid_override_pattern", None)
+    data[field] = value
+    with pytest.raises(ConfigError, match=field):
+        _weights(data)

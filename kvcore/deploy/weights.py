@@ -292,10 +292,29 @@ EXPERT_COUNT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts",
                      "moe_num_experts")
 
 
+#: the fields that give the experts each token is routed to
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts",
+              "moe_topk", "num_selected_experts")
+
+
 def _num_experts(v: ConfigView) -> int:
     """Routed experts per MoE layer (0 = dense).  A present count must be an int >= 0:
-    ``"128"``, -3, 2.5 or true are errors naming the field (never 0 experts)."""
+    ``"128"``, -3, 2.5 or true are errors naming the field (never 0 experts).  A config
+    that routes each token to k > 0 experts (``num_experts_per_tok``) must give a count
+    of at least k: without it the model would silently plan as dense (vLLM's MoE layers
+    need ``top_k <= num_experts``)."""
     n: int = v.get_first_int(*EXPERT_COUNT_KEYS, default=0, minimum=0, maximum=1 << 16)
+    top_k = v.get_first_int(*TOP_K_KEYS, default=0, minimum=0, maximum=1 << 16)
+    if top_k and n < top_k:
+        key = next((k for k in EXPERT_COUNT_KEYS if v.has(k)), None)
+        tk = next(k for k in TOP_K_KEYS if v.has(k))
+        if key is None:
+            raise ConfigError(
+                f"{v.where}: the config routes each token to {tk} = {top_k} experts but "
+                f"gives no expert count ({', '.join(EXPERT_COUNT_KEYS)}); without it the "
+                f"model would be planned as dense", field=EXPERT_COUNT_KEYS[0])
+        raise ConfigError(f"{v.where}: {key} = {n} is fewer than {tk} = {top_k} (each "
+                          f"token is routed to {tk} of the experts)", field=key, value=n)
     return n
 
 
@@ -828,17 +847,23 @@ _NEMOTRON_KINDS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 
 def _nemotron_h(b: _Builder, cfg: ModelConfig, h: int) -> int:
     v = cfg.view
+    where_s = cfg.source or cfg.name or "config"
     pattern = v.get_str("hybrid_override_pattern", None)
     kinds: list[str]
     if pattern is not None:
+        bad = sorted(set(pattern) - set(_NEMOTRON_KINDS.values()))
+        if bad:
+            raise ConfigError(f"{where_s}: hybrid_override_pattern has unknown "
+                              f"character(s) {bad}; valid: M (mamba), * (attention), "
+                              f"- (mlp), E (moe)", field="hybrid_override_pattern")
         kinds = list(pattern)
     else:
-        types = v.get_list_of_str("layers_block_type", None)
+        types = v.get_list("layers_block_type", None, item="str",
+                           choices=tuple(_NEMOTRON_KINDS))
         if types is None:
-            raise ConfigError(f"{cfg.source or cfg.name or 'config'}: nemotron_h needs "
-                              f"hybrid_override_pattern or layers_block_type",
-                              field="hybrid_override_pattern")
-        kinds = [_NEMOTRON_KINDS.get(t, "-") for t in types]
+            raise ConfigError(f"{where_s}: nemotron_h needs hybrid_override_pattern or "
+                              f"layers_block_type", field="hybrid_override_pattern")
+        kinds = [_NEMOTRON_KINDS[t] for t in types]
     if len(kinds) > MAX_LAYERS:
         raise ConfigError(f"{cfg.source or cfg.name or 'config'}: the layer pattern has "
                           f"{len(kinds):,} layers (at most {MAX_LAYERS:,})",
@@ -1041,6 +1066,8 @@ QUANT_BITS = {"awq": (4,), "awq_marlin": (4,), "gptq": (4, 8), "gptq_marlin": (4
 #: compressed-tensors' QuantizationStrategy values
 CT_STRATEGIES = ("tensor", "channel", "group", "block", "token", "tensor_group",
                  "attn_head")
+#: the largest group size accepted (2^24: a group wider than any layer's input is a typo)
+MAX_GROUP_SIZE = 1 << 24
 _IGNORE_KEYS = ("ignore", "ignored_layers", "modules_to_not_convert", "exclude_modules")
 
 
@@ -1066,7 +1093,7 @@ def _group_size(q: ConfigView, *keys: str, default: int) -> int:
     """A group size: a positive int, or -1 (one group per channel, GPTQ's convention)."""
     for key in keys:
         if q.has(key):
-            g: int = q.get_int(key, minimum=-1)
+            g: int = q.get_int(key, minimum=-1, maximum=MAX_GROUP_SIZE)
             if g == 0:
                 q.get_int(key)  # raises: 0 is not a group size
             return g
@@ -1149,7 +1176,7 @@ def _ct_weights(w: ConfigView) -> tuple[int, str, str, int, tuple[int, int] | No
                           f"compressed-tensors supports (valid: "
                           f"{', '.join(map(str, valid))})", field=f"{w.prefix}.num_bits",
                           value=bits)
-    group = w.get_int("group_size", 0, minimum=0, maximum=1 << 20)
+    group = w.get_int("group_size", 0, maximum=MAX_GROUP_SIZE)  # absent: 0 (no groups)
     strategy = w.get_str("strategy", "group" if group else "tensor", choices=CT_STRATEGIES)
     blk = _pair(w, "block_structure")
     if strategy == "group" and not group:

@@ -17,6 +17,7 @@ Normalization (what every adapter can rely on):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -336,15 +337,27 @@ class ConfigView:
                        choices: Sequence[str], **kw: Any) -> Any:
         """An int (as :meth:`get_int`) or one of the strings ``choices`` (e.g.
         ``time_step_rank``: an int or ``"auto"``)."""
-        if isinstance(self._data.get(key), str):
-            return self.get_str(key, default, choices=choices)
-        return self.get_int(key, default, **kw)
+        return self._union("int_or_str", key, lambda: self.get_str(
+            key, default, choices=choices) if isinstance(self._data.get(key), str)
+            else self.get_int(key, default, **kw))
 
     def get_int_or_list(self, key: str, default: Any = REQUIRED, **kw: Any) -> Any:
         """An int (as :meth:`get_int`) or a list of ints (e.g. ``moe_layer_freq``)."""
-        if isinstance(self._data.get(key), list):
-            return self.get_list_of_int(key, default)
-        return self.get_int(key, default, **kw)
+        return self._union("int_or_list", key, lambda: self.get_list_of_int(key, default)
+                           if isinstance(self._data.get(key), list)
+                           else self.get_int(key, default, **kw))
+
+    def _union(self, kind: str, key: str, read: Any) -> Any:
+        """A read of a field of two types: the hook sees one read of ``kind``."""
+        global READ_HOOK
+        hook = READ_HOOK
+        if hook is not None:
+            hook(kind, self._path(key) or key, None)
+        READ_HOOK = None
+        try:
+            return read()
+        finally:
+            READ_HOOK = hook
 
     def get_dict(self, key: str, default: Any = REQUIRED) -> Any:
         """A JSON object, returned as a plain dict (for passing on whole: prefer
@@ -665,15 +678,27 @@ def resembles(key: str, present: set[str] | frozenset[str] = frozenset()) -> str
     alias = FIELD_ALIASES.get(key)
     if alias is not None:
         return alias if alias not in present else None
-    best, best_d = None, 3
+    for target in _typo_candidates(key):
+        if target not in present:
+            return target
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _typo_candidates(key: str) -> tuple[str, ...]:
+    """Fields kvcore reads within their typo distance of ``key``, closest first (then
+    by name)."""
+    from kvcore.models.fields import READ_FIELDS
+
+    found = []
     for target in READ_FIELDS:
         limit = _max_typo_distance(target)
-        if not limit or target in present or abs(len(target) - len(key)) > limit:
+        if not limit or abs(len(target) - len(key)) > limit:
             continue
         d = edit_distance(key, target, limit + 1)
-        if d <= limit and (d < best_d or d == best_d and best is not None and target < best):
-            best, best_d = target, d
-    return best
+        if d <= limit:
+            found.append((d, target))
+    return tuple(t for _, t in sorted(found))
 
 
 def warn_typos(data: dict[str, Any], where: str, prefix: str = "") -> list[str]:
