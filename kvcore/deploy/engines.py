@@ -301,15 +301,12 @@ class EngineLedger:
                 "warnings": list(self.warnings)}
 
 
-def _raw_int(raw: dict[str, Any], *keys: str) -> int:
-    for k in keys:
-        v = raw.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v:
-            return int(v)
-    tc = raw.get("text_config")
-    if isinstance(tc, dict):
-        return _raw_int(tc, *keys)
-    return 0
+def _raw_int(cfg: Any, *keys: str) -> int:
+    """The first of ``keys`` the config gives as a positive int (0: none), read through
+    the typed reader (kvcore.models.config: an invalid value is a ConfigError naming
+    it; a multimodal wrapper's text_config is already merged over the top level)."""
+    v = cfg.get_first_int(*keys, default=0, minimum=0)
+    return int(v or 0)
 
 
 def _mxfp4_padding(cfg: Any, weights: Any, profile: EngineProfile, gpu: Any
@@ -332,9 +329,8 @@ def _mxfp4_padding(cfg: Any, weights: Any, profile: EngineProfile, gpu: Any
         # Ampere / Ada: no padding seen (gpt-oss-20b loads 12.88 GiB on an RTX 3090,
         # vllm#22331)
         return 0, ""
-    raw = cfg.raw
-    h = _raw_int(raw, "hidden_size")
-    i = _raw_int(raw, "intermediate_size", "moe_intermediate_size")
+    h = _raw_int(cfg, "hidden_size")
+    i = _raw_int(cfg, "intermediate_size", "moe_intermediate_size")
     if not h or not i:
         return 0, ""
 
@@ -438,17 +434,17 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
         lines.append(LedgerLine("load-time padding", pad, pad_rule,
                                 "mxfp4.py@0.32; vllm#23278, vllm#33155 logs"))
     # activation peak of the profile run: the calibrated rule of kvcore.deploy.budget
-    raw = cfg.raw
     from kvcore.dtypes import dtype_size
 
     dt = dtype_size(cfg.dtype) if cfg.dtype else 2
-    hidden = _raw_int(raw, "hidden_size", "d_model")
-    inter = _raw_int(raw, "intermediate_size", "encoder_ffn_dim")
-    experts_inter = _raw_int(raw, "moe_intermediate_size")
-    top_k = _raw_int(raw, "num_experts_per_tok", "experts_per_token", "top_k_experts")
+    hidden = _raw_int(cfg, "hidden_size", "d_model")
+    inter = _raw_int(cfg, "intermediate_size", "encoder_ffn_dim")
+    experts_inter = _raw_int(cfg, "moe_intermediate_size")
+    top_k = _raw_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts")
     if experts_inter and top_k:
-        inter = max(inter if raw.get("first_k_dense_replace") else 0, top_k * experts_inter)
-    vocab = _raw_int(raw, "vocab_size")
+        inter = max(inter if cfg.get_int("first_k_dense_replace", 0, minimum=0) else 0,
+                    top_k * experts_inter)
+    vocab = _raw_int(cfg, "vocab_size")
     # V0's peak runs 0.9x the rule (calibrated: vllm#10517 at 20000 tokens logs a
     # 2.07 GiB torch peak over the weights for Llama-3.1-8B)
     coef = 1.0 if p.v1 else 0.9

@@ -210,7 +210,7 @@ def _peaks(done: Sequence[Any]) -> dict[str, Any]:
     return {"max_output_tokens_per_s": float(max(tok)), "max_concurrent_requests": best}
 
 
-def format_summary(m: dict[str, Any], *, max_concurrency: int | None = None,
+def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,
                    request_rate: float = math.inf, extra: Sequence[tuple[str, str]] = ()
                    ) -> str:
     """The text block ``vllm bench serve`` prints ("Serving Benchmark Result"), the
@@ -221,38 +221,38 @@ def format_summary(m: dict[str, Any], *, max_concurrency: int | None = None,
         lines.append(f"{label:<40} " + fmt.format(value))
 
     f2 = "{:<10.2f}"
-    row("Successful requests:", m["completed"])
-    row("Failed requests:", m["failed"])
+    row("Successful requests:", fig["completed"])
+    row("Failed requests:", fig["failed"])
     if max_concurrency is not None:
         row("Maximum request concurrency:", max_concurrency)
     if not math.isinf(request_rate):
         row("Request rate configured (RPS):", request_rate, f2)
-    row("Benchmark duration (s):", m["duration"], f2)
-    row("Total input tokens:", m["total_input_tokens"])
-    row("Total generated tokens:", m["total_output_tokens"])
-    row("Request throughput (req/s):", m["request_throughput"], f2)
-    if m.get("request_goodput") is not None:
-        row("Request goodput (req/s):", m["request_goodput"], f2)
-    row("Output token throughput (tok/s):", m["output_throughput"], f2)
-    row("Peak output token throughput (tok/s):", m["max_output_tokens_per_s"], f2)
-    row("Peak concurrent requests:", m["max_concurrent_requests"], f2)
-    row("Total token throughput (tok/s):", m["total_token_throughput"], f2)
+    row("Benchmark duration (s):", fig["duration"], f2)
+    row("Total input tokens:", fig["total_input_tokens"])
+    row("Total generated tokens:", fig["total_output_tokens"])
+    row("Request throughput (req/s):", fig["request_throughput"], f2)
+    if fig.get("request_goodput") is not None:
+        row("Request goodput (req/s):", fig["request_goodput"], f2)
+    row("Output token throughput (tok/s):", fig["output_throughput"], f2)
+    row("Peak output token throughput (tok/s):", fig["max_output_tokens_per_s"], f2)
+    row("Peak concurrent requests:", fig["max_concurrent_requests"], f2)
+    row("Total token throughput (tok/s):", fig["total_token_throughput"], f2)
     for key, name, header in (("ttft", "TTFT", "Time to First Token"),
                               ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
                               ("itl", "ITL", "Inter-token Latency"),
                               ("e2el", "E2EL", "End-to-end Latency")):
         lines.append("{s:{c}^{n}}".format(s=header, n=50, c="-"))
-        row(f"Mean {name} (ms):", m[f"mean_{key}_ms"], f2)
-        row(f"Median {name} (ms):", m[f"median_{key}_ms"], f2)
-        for k, v in m.items():
+        row(f"Mean {name} (ms):", fig[f"mean_{key}_ms"], f2)
+        row(f"Median {name} (ms):", fig[f"median_{key}_ms"], f2)
+        for k, v in fig.items():
             if k.startswith("p") and k.endswith(f"_{key}_ms") and k[1].isdigit():
                 row(f"P{k[1:-len(key) - 4]} {name} (ms):", v, f2)
     lines.append("{s:{c}^{n}}".format(s=" kvcore ", n=50, c="-"))
-    row("Steps:", m["steps"])
-    row("Preemptions:", m["preemptions"])
-    row("Prefix-hit ratio (%):", 100 * m["prefix_hit_ratio"], f2)
-    row("Mean KV-cache usage (%):", 100 * m["mean_kv_usage"], f2)
-    row("Peak KV-cache usage (%):", 100 * m["peak_kv_usage"], f2)
+    row("Steps:", fig["steps"])
+    row("Preemptions:", fig["preemptions"])
+    row("Prefix-hit ratio (%):", 100 * fig["prefix_hit_ratio"], f2)
+    row("Mean KV-cache usage (%):", 100 * fig["mean_kv_usage"], f2)
+    row("Peak KV-cache usage (%):", 100 * fig["peak_kv_usage"], f2)
     for label, value in extra:
         row(label, value)
     lines.append("=" * 50)

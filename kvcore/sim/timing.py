@@ -511,13 +511,15 @@ _TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k
 _EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 
 
-def _first_int(raw: dict[str, Any], keys: Sequence[str]) -> int:
+def _first_int(cfg: Any, keys: Sequence[str]) -> int:
+    """The first of ``keys`` the config gives as a positive int or a list of them (its
+    largest; per-layer expert counts), read through the typed reader; 0: none."""
     for key in keys:
-        v = raw.get(key)
-        if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
-            v = max(v)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
+        if cfg.has(key):
+            v = cfg.view.get_int_or_list(key, minimum=0)
+            v = max(v) if isinstance(v, list) and v else v
+            if isinstance(v, int) and v > 0:
+                return v
     return 0
 
 
@@ -585,9 +587,8 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
         read_total -= by.get("embedding", 0)  # the lookup reads T rows, not the table
     experts_total = by.get("moe_experts", 0)
     dense = (read_total - experts_total) * share
-    raw = cfg.raw
-    n_exp = _first_int(raw, _EXPERT_KEYS) if experts_total else 0
-    topk = _first_int(raw, _TOPK_KEYS) if n_exp else 0
+    n_exp = _first_int(cfg, _EXPERT_KEYS) if experts_total else 0
+    topk = _first_int(cfg, _TOPK_KEYS) if n_exp else 0
     head_params = params.get("lm_head", params.get("embedding", 0) if tied else 0)
     active: float = sum(n for c, n in params.items()
                  if c not in (*skip, "embedding", "lm_head", "moe_experts"))

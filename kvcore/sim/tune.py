@@ -98,31 +98,31 @@ def _trace_requests(wl: dict[str, Any]) -> list[Any]:
     return reqs
 
 
-def _run_engine(model: Any, kv: Any, config: dict[str, Any]) -> dict[str, Any]:
+def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
     from kvcore.sim.metrics import serving_metrics
 
-    wl = config["workload"]
-    mnbt = int(config["max_num_batched_tokens"])
-    mml = int(kv.max_model_len or config.get("max_model_len") or 0)
-    pc = bool(config.get("enable_prefix_caching", True))
+    wl = cand["workload"]
+    mnbt = int(cand["max_num_batched_tokens"])
+    mml = int(kv.max_model_len or cand.get("max_model_len") or 0)
+    pc = bool(cand.get("enable_prefix_caching", True))
     mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=pc,
                          max_num_batched_tokens=mnbt)
     res = run_engine(mgr, [SimRequest(r) for r in _trace_requests(wl)], model,
-                     max_num_seqs=int(config["max_num_seqs"]), max_num_batched_tokens=mnbt,
+                     max_num_seqs=int(cand["max_num_seqs"]), max_num_batched_tokens=mnbt,
                      max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
                      record_steps=False)
     over = float(getattr(model, "request_overhead_s", 0.0) or 0.0)
     for r in res.requests:
         if over and r.token_times:
             r.sent -= over  # the API server's share of every latency
-    fig = serving_metrics(res, goodput=config.get("goodput") or None)
+    fig = serving_metrics(res, goodput=cand.get("goodput") or None)
     fig.pop("kv_usage", None)
     return fig
 
 
-def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
+def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     """Plan and simulate one candidate; returns ``{"config": ..., "figures": {...}}``
     or ``{"config": ..., "error": "..."}`` when the planner refuses it.
 
@@ -141,59 +141,59 @@ def simulate_once(config: dict[str, Any]) -> dict[str, Any]:
     from kvcore.sim.fastsim import Workload, run_workload
     from kvcore.sim.timing import roofline_for
 
-    tp = int(config.get("tensor_parallel_size", 1))
-    pp = int(config.get("pipeline_parallel_size", 1))
+    tp = int(cand.get("tensor_parallel_size", 1))
+    pp = int(cand.get("pipeline_parallel_size", 1))
     try:
         kv = kvcore.plan_model(
-            config["model"], gpu=config["gpu"], tensor_parallel_size=tp,
-            pipeline_parallel_size=pp, max_model_len=config.get("max_model_len"),
-            block_size=config.get("block_size"),
-            kv_cache_dtype=config.get("kv_cache_dtype", "auto"),
-            max_num_batched_tokens=int(config["max_num_batched_tokens"]),
-            max_num_seqs=int(config["max_num_seqs"]),
-            enable_prefix_caching=bool(config.get("enable_prefix_caching", True)),
-            mamba_cache_mode=config.get("mamba_cache_mode", "none"))
+            cand["model"], gpu=cand["gpu"], tensor_parallel_size=tp,
+            pipeline_parallel_size=pp, max_model_len=cand.get("max_model_len"),
+            block_size=cand.get("block_size"),
+            kv_cache_dtype=cand.get("kv_cache_dtype", "auto"),
+            max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
+            max_num_seqs=int(cand["max_num_seqs"]),
+            enable_prefix_caching=bool(cand.get("enable_prefix_caching", True)),
+            mamba_cache_mode=cand.get("mamba_cache_mode", "none"))
     except KVCoreError as exc:
-        return {"config": config, "error": str(exc.message if hasattr(exc, "message")
+        return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}
-    model = roofline_for(load_model_config(config["model"]), kv, gpu=config["gpu"],
+    model = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
                          tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                         kv_cache_dtype=config.get("kv_cache_dtype", "auto"))
+                         kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
     spec = kv.kv_cache_groups[0].spec
     attn = [g.spec.block_size for g in kv.kv_cache_groups
             if g.spec.scales_with_block_size]
     attn_bs = attn[0] if attn else None
     try:
-        if config.get("sim", "engine") == "engine":
-            fig = _run_engine(model, kv, config)
+        if cand.get("sim", "engine") == "engine":
+            fig = _run_engine(model, kv, cand)
             fig["num_gpus"] = tp * pp
             fig["num_blocks"] = kv.num_blocks
             fig["block_size"] = attn_bs
-            return {"config": config, "figures": fig}
+            return {"config": cand, "figures": fig}
     except KVCoreError as exc:
-        return {"config": config, "error": str(exc)}
-    wl = {k: v for k, v in config["workload"].items()
+        return {"config": cand, "error": str(exc)}
+    wl = {k: v for k, v in cand["workload"].items()
           if k not in ("trace", "trace_format", "limit")}
-    if config["workload"].get("trace"):
-        traces = _trace_requests(config["workload"])
+    if cand["workload"].get("trace"):
+        traces = _trace_requests(cand["workload"])
         w = Workload.from_trace(traces, max_concurrency=wl.get("max_concurrency"))
     else:
         wl["requests"] = ()
         w = Workload(**wl)
     cap = (kv.num_blocks - 1) * spec.block_size if kv.num_blocks else None
     try:
-        fig = run_workload(model, kv, w, max_num_seqs=int(config["max_num_seqs"]),
-                           max_num_batched_tokens=int(config["max_num_batched_tokens"]),
+        fig = run_workload(model, kv, w, max_num_seqs=int(cand["max_num_seqs"]),
+                           max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
                            kv_capacity_tokens=cap,
-                           enable_prefix_caching=bool(config.get("enable_prefix_caching",
+                           enable_prefix_caching=bool(cand.get("enable_prefix_caching",
                                                                  True)),
-                           goodput=config.get("goodput") or None)
+                           goodput=cand.get("goodput") or None)
     except KVCoreError as exc:
-        return {"config": config, "error": str(exc)}
+        return {"config": cand, "error": str(exc)}
     fig["num_gpus"] = tp * pp
     fig["num_blocks"] = kv.num_blocks
     fig["block_size"] = attn_bs
-    return {"config": config, "figures": fig}
+    return {"config": cand, "figures": fig}
 
 
 def _has_mamba(model: Any) -> bool:
@@ -253,21 +253,21 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
     return {"ranked": ok, "failed": failed}
 
 
-def vllm_command(model: str, config: dict[str, Any]) -> str:
-    """The ``vllm serve`` command line of a config (vLLM's flag spelling; defaults left
+def vllm_command(model: str, cand: dict[str, Any]) -> str:
+    """The ``vllm serve`` command line of a cand (vLLM's flag spelling; defaults left
     out: pipeline parallel 1, prefix caching on, mamba mode none, and the block size
     unless it was searched: vLLM then picks it as kvcore's planner did)."""
     parts = ["vllm", "serve", model]
     for key, flag in _FLAGS:
-        v = config.get(key)
+        v = cand.get(key)
         if v is None or (key == "pipeline_parallel_size" and v == 1) or \
                 (key == "mamba_cache_mode" and v == "none"):
             continue
         parts += [flag, str(v)]
-    if not config.get("enable_prefix_caching", True):
+    if not cand.get("enable_prefix_caching", True):
         parts.append("--no-enable-prefix-caching")
-    if config.get("max_model_len"):
-        parts += ["--max-model-len", str(config["max_model_len"])]
+    if cand.get("max_model_len"):
+        parts += ["--max-model-len", str(cand["max_model_len"])]
     return " ".join(parts)
 
 
