@@ -68,7 +68,7 @@ class SimRequest:
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out")
+                 "preemptions", "rejected", "num_out", "route_est")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         if trace.prompt_len < 1 or trace.output_len < 0:
@@ -91,6 +91,8 @@ class SimRequest:
         self.preemptions = 0
         self.rejected = False
         self.num_out = 0
+        #: a fleet router's estimate of its prefill tokens, until its first token (-1)
+        self.route_est = -1
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -177,7 +179,10 @@ class Engine:
 
     manager: a fresh :class:`kvcore.runtime.KVCacheManager`; time_model: any object with
     ``step_time(batch) -> seconds``; the counts as :func:`run_engine` takes them.
-    Raises ConfigError for a count out of range (naming it).
+    max_samples: keep the per-step series (``EngineResult.step_*``) to at most that many
+    points, halving them (every other point) when reached (None: every step); the
+    exact time-weighted usage is then :attr:`usage_area` / :attr:`now` and its peak
+    :attr:`peak_usage`.  Raises ConfigError for a count out of range (naming it).
     """
 
     def __init__(self, manager: Any, time_model: StepTimeModel, *, max_num_seqs: int,
@@ -185,7 +190,8 @@ class Engine:
                  max_model_len: int | None = None, num_lookahead_tokens: int = 0,
                  kv_cache_config: Any = None, record_steps: bool = True,
                  keep_requests: bool = False, reserve_full_prompt: bool = True,
-                 result: EngineResult | None = None) -> None:
+                 result: EngineResult | None = None, max_samples: int | None = None
+                 ) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
         _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
         _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
@@ -206,6 +212,14 @@ class Engine:
         self.gate = _admission_plan(manager, max_num_batched_tokens, self.max_model_len) \
             if reserve_full_prompt else None
         self.record_steps = record_steps
+        #: per-step series kept to at most this many points (halved when reached)
+        self.max_samples = max_samples
+        self._stride = 1
+        self._k = 0
+        #: time integral of the KV usage (fraction x s) and its peak: exact, whatever
+        #: the thinning of the series
+        self.usage_area = 0.0
+        self.peak_usage = 0.0
         self.keep_requests = keep_requests
         self.res = EngineResult(requests=[]) if result is None else result
         self.waiting: deque[SimRequest] = deque()
@@ -395,11 +409,30 @@ class Engine:
             running = self.running = [r for r in running if id(r) not in fin]
             res.duration = now
         if self.record_steps:
-            res.step_end.append(now)
-            res.step_usage.append(1.0 - self.fq.num_free_blocks / self.usable)
-            res.step_running.append(len(running))
-            res.step_waiting.append(len(waiting))
-            res.step_tokens.append(mnbt - token_budget)
+            use = 1.0 - self.fq.num_free_blocks / self.usable
+            if self.max_samples is None:
+                res.step_end.append(now)
+                res.step_usage.append(use)
+                res.step_running.append(len(running))
+                res.step_waiting.append(len(waiting))
+                res.step_tokens.append(mnbt - token_budget)
+            else:
+                self.usage_area += dt * use
+                if use > self.peak_usage:
+                    self.peak_usage = use
+                self._k += 1
+                if self._k >= self._stride:  # a thinned series
+                    self._k = 0
+                    res.step_end.append(now)
+                    res.step_usage.append(use)
+                    res.step_running.append(len(running))
+                    res.step_waiting.append(len(waiting))
+                    res.step_tokens.append(mnbt - token_budget)
+                    if len(res.step_end) >= self.max_samples:
+                        for series in (res.step_end, res.step_usage, res.step_running,
+                                       res.step_waiting, res.step_tokens):
+                            del series[::2]
+                        self._stride *= 2
         return StepRecord(sched, preempted, finished, rejected, dt)
 
 

@@ -49,7 +49,6 @@ import heapq
 import itertools
 import math
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +62,9 @@ __all__ = ["ROUTERS_ENTRY_POINT_GROUP", "FleetView", "FleetResult", "RoundRobinR
            "load_router", "router_names", "run_fleet", "fleet_metrics"]
 
 ROUTERS_ENTRY_POINT_GROUP = "kvcore.routers"
+#: most points kept per replica of the per-step series (thinned by 2 when reached, so
+#: a million-request run does not keep tens of millions of floats)
+MAX_SAMPLES = 4096
 
 
 # ---- routers ---------------------------------------------------------------------------
@@ -300,6 +302,9 @@ class FleetResult:
     wall_seconds: float = 0.0
     duration: float = 0.0
     stale_replicas: int = 0
+    #: per replica, time-weighted mean and peak KV usage (fractions of usable blocks)
+    mean_kv_usage: list[float] = field(default_factory=list)
+    peak_kv_usage: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -309,8 +314,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               long_prefill_token_threshold: int = 0, max_model_len: int | None = None,
               max_concurrency: int | None = None, event_delay_s: float = 0.0,
               enable_caching: bool = True, reserve_full_prompt: bool = True,
-              manager_kw: dict[str, Any] | None = None, progress: Any = None
-              ) -> FleetResult:
+              manager_kw: dict[str, Any] | None = None, progress: Any = None,
+              keep_requests: bool = True, on_done: Any = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -318,9 +323,16 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     ``kv_cache_config`` with events on (``manager_kw`` passed through).
     ``event_delay_s``: seconds between a step's end and its KV events reaching the
     router (>= 0).  ``progress(n)``: requests finished or rejected so far.
+    ``on_done(request, replica)``: called once per request when it finishes or is
+    rejected (replica -1: rejected on arrival, before routing).
 
-    Raises ConfigError for a count out of range, a negative or non-finite delay, or an
-    unknown router.
+    ``keep_requests=False`` streams: ``requests`` may be any iterable (a generator) in
+    arrival order, and no request is kept past ``on_done`` (``FleetResult.requests``,
+    ``assignment`` and the replicas' ``requests`` stay empty), so memory is bounded by
+    the requests in flight; fold the figures in ``on_done``.
+
+    Raises ConfigError for a count out of range, a negative or non-finite delay, an
+    unknown router, or (streaming) a request earlier than the one before it.
     """
     from kvcore.runtime import KVCacheManager
 
@@ -357,7 +369,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     reps = [Engine(mg, time_model, max_num_seqs=max_num_seqs,
                    max_num_batched_tokens=max_num_batched_tokens,
                    long_prefill_token_threshold=long_prefill_token_threshold,
-                   max_model_len=mml, reserve_full_prompt=reserve_full_prompt)
+                   max_model_len=mml, reserve_full_prompt=reserve_full_prompt,
+                   max_samples=MAX_SAMPLES)
             for mg in managers]
     seqs = [0] * replicas
     index = att = None
@@ -371,18 +384,23 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     if getattr(rt, "uses_attention_index", False):
         att = _AttentionIndex(kv_cache_config, **ikw)
     view = FleetView(replicas, index, att)
-    reqs = list(requests)
-    assignment = [-1] * len(reqs)
-    pos = {id(r): i for i, r in enumerate(reqs)}
-    order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
-    pending: deque[SimRequest] = deque(reqs[k] for k in order)
+    reqs: list[SimRequest] = []
+    assignment: list[int] = []
+    pos: dict[int, int] = {}
+    if keep_requests:
+        reqs = list(requests)
+        assignment = [-1] * len(reqs)
+        pos = {id(r): i for i, r in enumerate(reqs)}
+        order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
+        source: Any = iter([reqs[k] for k in order])
+    else:
+        source = iter(requests)
+    nxt: SimRequest | None = next(source, None)
     slots: Any = _Slots(max_concurrency) if max_concurrency is not None else None
     # notices the router sees at their time: (time, tiebreak, kind, replica, payload)
     notices: list[tuple[float, int, int, int, Any]] = []
     tie = itertools.count()
     EVENTS, FIRST, DONE = 0, 1, 2
-    est: dict[int, int] = {}
-    first_seen: set[int] = set()
     n_done = 0
     pred_tokens = pred_reqs = 0
 
@@ -408,13 +426,20 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     while True:
         t_step = ready[0][0] if ready else inf
         t_arr = inf
-        if pending and (slots is None or slots):
+        if nxt is not None and (slots is None or slots):
             free_at = slots[0] if slots is not None else -inf
-            t_arr = max(pending[0].arrival, free_at)
+            t_arr = nxt.arrival if nxt.arrival > free_at else free_at
         if t_arr == inf and t_step == inf:
             break
         if t_arr <= t_step:
-            r = pending.popleft()
+            r = nxt
+            assert r is not None
+            nxt = next(source, None)
+            if nxt is not None and nxt.arrival < r.arrival:
+                raise ConfigError(f"request {nxt.request_id!r} arrives at {nxt.arrival} s, "
+                                  f"before {r.request_id!r} at {r.arrival} s; a streamed "
+                                  "fleet run takes requests in arrival order",
+                                  field="arrival", value=nxt.arrival)
             if slots is not None:
                 slots.popleft()
             r.sent = t_arr
@@ -423,6 +448,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                 n_done += 1
                 if slots is not None:
                     slots.append(r.sent)
+                if on_done is not None:
+                    on_done(r, -1)
                 if progress is not None:
                     progress(n_done)
                 continue
@@ -439,12 +466,13 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                 pred_tokens += view.predicted_hit
                 pred_reqs += 1
             hit_est = view.predicted_hit or 0
-            est[id(r)] = r.prompt_len - hit_est
+            r.route_est = r.prompt_len - hit_est
             view.outstanding[k] += 1
-            view.prefill_backlog[k] += r.prompt_len - hit_est
-            assignment[pos[id(r)]] = k
+            view.prefill_backlog[k] += r.route_est
             rp = reps[k]
-            rp.res.requests.append(r)
+            if keep_requests:
+                assignment[pos[id(r)]] = k
+                rp.res.requests.append(r)
             if not rp.has_work:
                 if rp.now < t_arr:
                     rp.now = t_arr
@@ -462,30 +490,31 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             if evs:
                 push(notices, (t + event_delay_s, next(tie), EVENTS, k, (seqs[k], evs)))
                 seqs[k] += 1
-        for r, _ in sched:
-            if r.token_times and id(r) not in first_seen:
-                first_seen.add(id(r))
-                push(notices, (t, next(tie), FIRST, k, est.pop(id(r), 0)))
-        for r in finished + rejected:
-            if id(r) not in first_seen:
-                first_seen.add(id(r))
-                push(notices, (t, next(tie), FIRST, k, est.pop(id(r), 0)))
-            first_seen.discard(id(r))
-            push(notices, (t, next(tie), DONE, k, None))
+        for r, _ in sched:  # first tokens answer the router's backlog estimate
+            if r.route_est >= 0 and r.num_out:
+                push(notices, (t, next(tie), FIRST, k, r.route_est))
+                r.route_est = -1
         if finished or rejected:
+            for r in finished + rejected:
+                if r.route_est >= 0:
+                    push(notices, (t, next(tie), FIRST, k, r.route_est))
+                    r.route_est = -1
+                push(notices, (t, next(tie), DONE, k, None))
+                if on_done is not None:
+                    on_done(r, k)
             n_done += len(finished) + len(rejected)
             if progress is not None:
                 progress(n_done)
     results = [rp.res for rp in reps]
-    for rp in reps:
-        rp.res.rejected = sum(1 for r in rp.res.requests if r.rejected)
     stale = sum(1 for k in range(replicas) if index is not None and index.is_stale(k))
     return FleetResult(
         requests=reqs, replicas=results, assignment=assignment,
         busy_seconds=[rp.busy for rp in reps], router=getattr(rt, "name", str(rt)),
         event_delay_s=float(event_delay_s), predicted_hit_tokens=pred_tokens,
         predicted_requests=pred_reqs, wall_seconds=time.perf_counter() - wall0,
-        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale)
+        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale,
+        mean_kv_usage=[rp.usage_area / rp.now if rp.now > 0 else 0.0 for rp in reps],
+        peak_kv_usage=[rp.peak_usage for rp in reps])
 
 
 # ---- figures -----------------------------------------------------------------------------
@@ -528,8 +557,12 @@ def fleet_metrics(res: FleetResult, *, goodput: dict[str, float] | None = None,
                     "busy_seconds": res.busy_seconds[k],
                     **{key: m[key] for key in (
                         "completed", "prefix_hit_ratio", "mean_ttft_ms", "p99_ttft_ms",
-                        "mean_tpot_ms", "p99_tpot_ms", "preemptions", "mean_kv_usage",
-                        "peak_kv_usage", "steps") if key in m}})
+                        "mean_tpot_ms", "p99_tpot_ms", "preemptions",
+                        "steps") if key in m},
+                    "mean_kv_usage": res.mean_kv_usage[k] if res.mean_kv_usage else
+                    m["mean_kv_usage"],
+                    "peak_kv_usage": res.peak_kv_usage[k] if res.peak_kv_usage else
+                    m["peak_kv_usage"]})
     counts = [p["requests"] for p in per]
     ri, rcv = _imbalance(counts)
     bi, bcv = _imbalance(res.busy_seconds)

@@ -262,3 +262,52 @@ def test_cli_bad_fleet_flags_one_line_exit_2(capsys, flags):
     assert main([*FLEET, *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
+
+
+def test_step_series_are_thinned_but_usage_figures_are_exact(monkeypatch):
+    """A long run keeps at most MAX_SAMPLES points per replica; the mean and peak KV
+    usage come from the exact time integral, the same however thin the series."""
+    from kvcore.sim import fleet
+
+    cfg = _cfg(400, _full())
+    reqs, _ = _trace(_prefixes(3, [100]), 30, seed=6, gap_ms=20, out=(10, 40))
+    figs = []
+    for cap in (10**9, 8):
+        monkeypatch.setattr(fleet, "MAX_SAMPLES", cap)
+        res = run_fleet(cfg, [SimRequest(r) for r in reqs], TM, replicas=2,
+                        router="least-loaded", max_num_seqs=4, max_num_batched_tokens=256)
+        assert all(len(r.step_end) < min(cap, 10**6) for r in res.replicas)
+        m = fleet_metrics(res)
+        figs.append((m["mean_kv_usage"], m["peak_kv_usage"], m["mean_ttft_ms"]))
+    assert figs[0] == figs[1] and figs[0][1] > 0
+
+
+@pytest.mark.parametrize("router", ["round-robin", "prefix-aware"])
+def test_streamed_run_gives_the_kept_run_request_by_request(router):
+    """keep_requests=False over a generator (arrival order) keeps nothing, and
+    on_done sees every request with the same times, hits and replica as the kept run
+    (the same loop: streaming only changes what is retained)."""
+    cfg = _cfg(300, _full(), _swa(64))
+    reqs, _ = _trace(_prefixes(4, [150, 400]), 50, seed=8, gap_ms=10, out=(5, 60))
+    kw = dict(replicas=3, router=router, max_num_seqs=6, max_num_batched_tokens=256,
+              max_concurrency=12)
+    kept = run_fleet(cfg, [SimRequest(r) for r in reqs], TM, **kw)
+    done = {}
+    res = run_fleet(cfg, (SimRequest(r) for r in reqs), TM, keep_requests=False,
+                    on_done=lambda r, k: done.setdefault(r.request_id, (
+                        r.sent, tuple(r.token_times), r.num_cached_tokens, k)), **kw)
+    assert res.requests == [] and res.assignment == []
+    assert all(rep.requests == [] for rep in res.replicas)
+    assert len(done) == len(reqs)
+    for r, k in zip(kept.requests, kept.assignment):
+        assert done[r.request_id] == (r.sent, tuple(r.token_times), r.num_cached_tokens, k)
+
+
+def test_streamed_run_refuses_out_of_order_arrivals():
+    cfg = _cfg(300, _full())
+    reqs, _ = _trace(_prefixes(2, [100]), 5, seed=9, gap_ms=10)
+    sims = [SimRequest(r) for r in reversed(reqs)]
+    with pytest.raises(ConfigError, match="arrival order") as e:
+        run_fleet(cfg, iter(sims), TM, replicas=2, router="round-robin", max_num_seqs=4,
+                  max_num_batched_tokens=256, keep_requests=False)
+    assert e.value.extra["field"] == "arrival"
