@@ -47,9 +47,18 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kvcore.errors import ConfigError
-from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
+from kvcore.sim.timing import (
+    ConstantTimeModel,
+    RooflineTimeModel,
+    ScheduledRequest,
+    StepTimeModel,
+    describe_batch,
+)
 
 __all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine"]
+
+_PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
+_MEMO_MAX = 1 << 18
 
 #: on_step(step, [(request_id, num_new_tokens)], [preempted ids], [finished ids])
 StepHook = Callable[[int, list[tuple[str, int]], list[str], list[str]], None]
@@ -227,6 +236,10 @@ class Engine:
         self.now = 0.0
         self.busy = 0.0
         self._decode_srs: dict[int, ScheduledRequest] = {}
+        # step times of small decode-only batches, by their context lengths, for the
+        # built-in time models (pure functions of the batch: the cache is exact)
+        self._memo: dict[Any, float] | None = {} if type(time_model) in _PURE_MODELS \
+            else None
 
     @property
     def has_work(self) -> bool:
@@ -279,6 +292,7 @@ class Engine:
         lone: SimRequest | None = None
         SR = ScheduledRequest
         decode_srs = self._decode_srs
+        n_prefill = 0
         i = 0
         while i < len(running) and token_budget > 0:
             r = running[i]
@@ -324,6 +338,7 @@ class Engine:
             sched.append((r, n))
             if prefill:
                 batch_reqs.append(SR(n, nc, True))
+                n_prefill += 1
             else:  # decodes share one frozen ScheduledRequest per context length
                 sr = decode_srs.get(nc)
                 if sr is None:
@@ -373,6 +388,7 @@ class Engine:
                     res.prefix_hit_tokens += nloc
                 sched.append((r, n))
                 batch_reqs.append(SR(n, nloc, True))
+                n_prefill += 1
                 token_budget -= n
         elif lone is not None:
             # it preempted itself while running alone: it needs more than the pool
@@ -380,7 +396,18 @@ class Engine:
             _reject(lone, res, slots, self.now, keep_requests)
             rejected.append(lone)
         # run the step
-        dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
+        memo = self._memo
+        if memo is not None and not n_prefill and len(batch_reqs) <= 2:
+            key: Any = tuple([sr.num_computed_tokens for sr in batch_reqs]) \
+                if len(batch_reqs) != 1 else batch_reqs[0].num_computed_tokens
+            dt = memo.get(key, -1.0)
+            if dt < 0.0:
+                dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
+                if len(memo) >= _MEMO_MAX:
+                    memo.clear()
+                memo[key] = dt
+        else:
+            dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
         if not (dt >= 0.0) or dt == float("inf"):
             raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step time "
                               "must be a finite number >= 0", field="step_time", value=dt)
