@@ -589,13 +589,23 @@ def add_clock_arguments(p: Any) -> None:
                    help="a step-time model by name (constant, or one registered under the "
                         "kvcore.time_models entry points); default: the roofline with "
                         "--gpu, else a constant 10 ms a step")
-    g.add_argument("--replicas", type=length_arg("replicas"), default=None,
+    from kvcore.deploy.sweep import list_of
+
+    g.add_argument("--replicas", type=list_of(length_arg("replicas")), default=None,
                    help="simulate a fleet of N replicas of the plan behind --router "
-                        "(kvcore.sim.fleet; default 1)")
+                        "(kvcore.sim.fleet; default 1); a comma list sweeps")
     g.add_argument("--router", default=None, metavar="NAME",
                    help="round-robin (default), least-loaded, prefix-aware, "
                         "prefix-aware-attention-only, or one registered under the "
-                        "kvcore.routers entry points")
+                        "kvcore.routers entry points; a comma list sweeps")
+    g.add_argument("--backend", choices=["local", "ray", "serial"], default=None,
+                   help="where a fleet sweep (a comma list in the model, --trace, "
+                        "--replicas or --router) runs its simulations: a local process "
+                        "pool (default), Ray, or this process (kvcore.sim.backends)")
+    g.add_argument("--workers", type=length_arg("workers"), default=None,
+                   help="worker processes of a fleet sweep (default: the CPUs)")
+    g.add_argument("--address", default=None,
+                   help="Ray cluster address for --backend ray (default: a local Ray)")
     g.add_argument("--event-delay", type=_seconds_arg,
                    default=None, metavar="S",
                    help="seconds before a replica's KV events reach the router (default 0)")
@@ -922,6 +932,8 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     """The clocked branch of :func:`run` (prints the report; returns the exit status)."""
     from kvcore.sim.metrics import format_summary
 
+    if is_fleet_sweep(args):
+        return run_fleet_sweep(args, budget)
     path = result_path(args) if args.save_result else None  # checked before the run
     report, res = simulate_clocked(args, budget=budget, progress=progress)
     if path is not None:
@@ -959,4 +971,105 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     print(format_summary(report, max_concurrency=args.max_concurrency,
                          request_rate=math.inf if rate in (None, "inf") else float(rate),
                          extra=extra))
+    return 0
+
+
+# ---- fleet sweeps (kvcore.sim.backends) ---------------------------------------------------
+#: a sweep row's figures (the table's columns, in order)
+SWEEP_FIGURES = ("prefix_hit_ratio", "router_predicted_hit_ratio", "mean_ttft_ms",
+                 "p99_ttft_ms", "mean_tpot_ms", "output_throughput", "duration",
+                 "busy_imbalance", "preemptions", "completed", "failed")
+
+
+def _axis(value: Any) -> list[Any]:
+    if value is None:
+        return [None]
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        return [v for v in value.split(",")]
+    return [value]
+
+
+def is_fleet_sweep(args: argparse.Namespace) -> bool:
+    """Whether ``args`` ask for several fleets: a comma list in the model, ``--trace``,
+    ``--replicas`` or ``--router`` (or ``--backend`` given)."""
+    return getattr(args, "backend", None) is not None or any(
+        len(_axis(getattr(args, f, None))) > 1 for f in ("model", "trace", "replicas",
+                                                          "router"))
+
+
+def fleet_sweep_tasks(args: argparse.Namespace, budget: int | None
+                      ) -> list[dict[str, Any]]:
+    """One task per (model, trace, replicas, router), in that nesting order: the
+    namespace's fields with the axes set to one value each."""
+    base = {k: v for k, v in vars(args).items()
+            if k not in ("model", "trace", "replicas", "router")}
+    tasks = []
+    for model in _axis(args.model):
+        for trace in _axis(args.trace):
+            for n in _axis(args.replicas):
+                for router in _axis(args.router):
+                    tasks.append({**base, "model": model, "trace": trace,
+                                  "replicas": n or 1, "router": router or "round-robin",
+                                  "_budget": budget})
+    return tasks
+
+
+def simulate_fleet_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One fleet of a sweep (a module-level function: pools and Ray pickle it by name):
+    the report of :func:`simulate_clocked` without its wall time and per-step series,
+    so every backend gives the same row."""
+    import argparse as _ap
+
+    t = dict(task)
+    budget = t.pop("_budget")
+    args = _ap.Namespace(**t)
+    args.json = True
+    args.plot = None
+    args.save_result = False
+    report, _ = simulate_clocked(args, budget=budget, progress=None)
+    for k in ("wall_seconds", "kv_usage", "per_replica"):
+        report.pop(k, None)
+    return report
+
+
+def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
+    """Run :func:`fleet_sweep_tasks` on ``--backend`` (default local) and print one
+    table (``--json``: ``{"sweep": [rows]}``, each row a fleet's report)."""
+    from kvcore.errors import ConfigError
+    from kvcore.sim.backends import run_tasks
+
+    if args.plot or args.save_result:
+        raise ConfigError("--plot and --save-result draw or save one run; a fleet sweep "
+                          "prints a table (use --json for its rows)",
+                          field="plot" if args.plot else "save_result",
+                          value=args.plot or True)
+    tasks = fleet_sweep_tasks(args, budget)
+    rows = run_tasks(simulate_fleet_task, tasks, backend=args.backend or "local",
+                     workers=args.workers, address=args.address,
+                     label="simulating fleets")
+    if args.json:
+        print(json.dumps({"sweep": rows}))
+        return 0
+    head = ["model", "trace", "replicas", "router", "hit %", "pred hit %", "TTFT ms",
+            "p99 TTFT", "TPOT ms", "out tok/s", "dur s", "busy max/mean", "preempt",
+            "done", "failed"]
+    body = []
+    for task, r in zip(tasks, rows):
+        pred = r.get("router_predicted_hit_ratio")
+        body.append([str(task["model"]), os.path.basename(str(task["trace"]))
+                     if task["trace"] else str(task.get("dataset") or "-"),
+                     str(r["replicas"]), str(r["router"]),
+                     f"{100 * r['prefix_hit_ratio']:.1f}",
+                     "" if pred is None else f"{100 * pred:.1f}",
+                     f"{r['mean_ttft_ms']:.1f}", f"{r['p99_ttft_ms']:.1f}",
+                     f"{r['mean_tpot_ms']:.2f}", f"{r['output_throughput']:.0f}",
+                     f"{r['duration']:.1f}", f"{r['busy_imbalance']:.2f}",
+                     str(r["preemptions"]), str(r["completed"]), str(r["failed"])])
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for b in body:
+        print("  ".join(c.ljust(w) if i < 4 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(b, widths))))
     return 0

@@ -311,3 +311,55 @@ def test_streamed_run_refuses_out_of_order_arrivals():
         run_fleet(cfg, iter(sims), TM, replicas=2, router="round-robin", max_num_seqs=4,
                   max_num_batched_tokens=256, keep_requests=False)
     assert e.value.extra["field"] == "arrival"
+
+
+# ---- sweeps over fleets ----------------------------------------------------------------------
+def _sweep(capsys, *flags):
+    from kvcore.cli import main
+
+    assert main([*FLEET, "--replicas", "1,3", "--router", "round-robin,prefix-aware",
+                 "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)["sweep"]
+
+
+def test_fleet_sweep_rows_are_the_single_runs_and_backends_agree(capsys):
+    """A comma list in --replicas / --router runs one fleet per combination (replicas
+    outer, routers inner); each row is the figures the same single run prints; the
+    serial and the process-pool backends (and Ray when importable) give the same rows."""
+    from kvcore.cli import main
+
+    serial = _sweep(capsys, "--backend", "serial")
+    assert [(r["replicas"], r["router"]) for r in serial] == [
+        (1, "round-robin"), (1, "prefix-aware"), (3, "round-robin"), (3, "prefix-aware")]
+    assert main([*FLEET, "--replicas", "3", "--router", "prefix-aware", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    row = serial[3]
+    for k in ("prefix_hit_ratio", "mean_ttft_ms", "p99_tpot_ms", "requests_per_replica",
+              "router_predicted_hit_ratio", "completed"):
+        assert row[k] == one[k], k
+    # one replica: the router cannot matter
+    assert serial[0]["mean_ttft_ms"] == serial[1]["mean_ttft_ms"]
+    assert _sweep(capsys, "--backend", "local", "--workers", "2") == serial
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return
+    assert _sweep(capsys, "--backend", "ray", "--workers", "2") == serial
+
+
+def test_fleet_sweep_prints_one_table(capsys):
+    from kvcore.cli import main
+
+    assert main([*FLEET, "--replicas", "2,3", "--router", "prefix-aware",
+                 "--backend", "serial"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[:4] == ["model", "trace", "replicas", "router"]
+    assert [ln.split()[2] for ln in lines[1:]] == ["2", "3"]
+
+
+def test_fleet_sweep_refuses_plot(capsys, tmp_path):
+    from kvcore.cli import main
+
+    assert main([*FLEET, "--replicas", "2,3", "--plot", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sweep" in err[0]
