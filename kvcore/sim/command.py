@@ -86,6 +86,10 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                         "serve default for the clocked run: 16384 on GPUs of >= 160 GiB, "
                         "8192 on >= 70 GiB but A100, else 2048)")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"],
+                   help="vLLM's --mamba-cache-mode for Mamba / linear-attention layers: "
+                        "none (default; prefix caching off on such models), align (a "
+                        "state cached at each block boundary a step ends on) or all")
     p.add_argument("--limit", type=length_arg("limit", minimum=0), default=None,
                    help="replay the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -105,7 +109,7 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
              max_num_batched_tokens: int = 8192, enable_prefix_caching: bool = True,
              trace_format: str = "auto", limit: int | None = None,
              progress: Any = None, sample_every: int | None = None,
-             requests: Sequence[Any] | None = None,
+             requests: Sequence[Any] | None = None, mamba_cache_mode: str = "none",
              ) -> tuple[dict[str, Any], Any]:
     """Plan, replay, and return ``(report dict, ReplayResult)`` (see the module
     docstring for the fields).
@@ -136,6 +140,8 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     opts: dict[str, Any] = {}
     if num_blocks is not None:
         opts["num_gpu_blocks_override"] = num_blocks
+    if mamba_cache_mode != "none":
+        opts["mamba_cache_mode"] = mamba_cache_mode
     cfg = kvcore.plan_model(
         model, kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len,
         block_size=block_size, kv_cache_dtype=kv_cache_dtype,
@@ -397,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
             max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=not args.no_prefix_caching,
             trace_format=args.trace_format, limit=args.limit, progress=progress_cb,
-            requests=traces)
+            requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
     except NotEnoughMemoryError as exc:
         raise _explain_not_enough(exc, args, budget) from exc
     finally:
@@ -814,6 +820,8 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         enable_prefix_caching=not args.no_prefix_caching)
     if args.num_blocks is not None:
         plan_kw["num_gpu_blocks_override"] = args.num_blocks
+    if getattr(args, "mamba_cache_mode", "none") != "none":
+        plan_kw["mamba_cache_mode"] = args.mamba_cache_mode
     if gpu_info is not None:
         from kvcore.deploy.budget import plan_on_gpu
 

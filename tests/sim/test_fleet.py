@@ -363,3 +363,32 @@ def test_fleet_sweep_refuses_plot(capsys, tmp_path):
     assert main([*FLEET, "--replicas", "2,3", "--plot", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sweep" in err[0]
+
+
+# ---- Mamba hybrids ---------------------------------------------------------------------------
+MAMBA = ["simulate", "qwen3-next-80b-a3b-thinking", "--dataset", "random",
+         "--random-prefix-len", "4000", "--random-input-len", "300",
+         "--random-output-len", "32", "--num-prompts", "64", "--request-rate", "16",
+         "--gpu", "H100", "--tp", "4", "--replicas", "4", "--router",
+         "round-robin,prefix-aware,prefix-aware-attention-only", "--backend", "serial",
+         "--json"]
+
+
+def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
+    """Qwen3-Next (Gated DeltaNet + full attention) in --mamba-cache-mode align: a
+    state exists only where a step ended on a block boundary, so the shared 4,000-token
+    prefix the attention group holds is mostly not servable.  The attention-only router
+    predicts more hits than the replicas give; the group-aware one predicts exactly
+    what it gets (the manager's rule across all groups).  With mode none (vLLM: prefix
+    caching off for Mamba hybrids) nothing hits."""
+    from kvcore.cli import main
+
+    assert main([*MAMBA, "--mamba-cache-mode", "align"]) == 0
+    rr, ga, ao = json.loads(capsys.readouterr().out)["sweep"]
+    assert ao["router_predicted_hit_ratio"] > ao["prefix_hit_ratio"]
+    assert ga["router_predicted_hit_ratio"] == pytest.approx(ga["prefix_hit_ratio"])
+    # the attention-only router piles the prefix's requests on one replica
+    assert ao["busy_imbalance"] > ga["busy_imbalance"]
+    assert main([*MAMBA, "--mamba-cache-mode", "none"]) == 0
+    rows = json.loads(capsys.readouterr().out)["sweep"]
+    assert all(r["prefix_hit_ratio"] == 0 for r in rows)
