@@ -392,3 +392,22 @@ def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
     assert main([*MAMBA, "--mamba-cache-mode", "none"]) == 0
     rows = json.loads(capsys.readouterr().out)["sweep"]
     assert all(r["prefix_hit_ratio"] == 0 for r in rows)
+
+
+def test_routing_md_sweep_command_runs(capsys):
+    """The sweep command of docs/ROUTING.md runs (docs examples are tests) and prints
+    one row per (replicas, router)."""
+    import pathlib
+    import shlex
+
+    from kvcore.cli import main
+
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "ROUTING.md").read_text()
+    start = doc.index("    kvcore simulate llama-3.1-8b --dataset random")
+    block = doc[start:doc.index("\n\n", start)].replace("\\\n", " ")
+    argv = shlex.split(block)[1:]
+    assert main([*argv, "--num-prompts", "12", "--backend", "serial"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[2:4] for ln in lines[1:]] == [
+        ["2", "round-robin"], ["2", "prefix-aware"], ["4", "round-robin"],
+        ["4", "prefix-aware"]]
