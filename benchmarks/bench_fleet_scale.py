@@ -8,13 +8,15 @@ requests per wall second and peak RSS.
         [--load 1.0] [--model llama-3.1-8b] [--gpu H100] [--profile]
 
 The trace is synthetic, built here (no file is written): the shared traces are tiled,
-tile ``j`` of a trace shifted by ``j * duration / (tiles per duration)`` and given its
+``P`` tiles of a trace overlap at any time (tile ``j`` is the trace rotated by
+``(j mod P) * duration / P`` within the ``j // P``-th trace duration), each with its
 own token streams (Azure: a fresh unique stream per request; Mooncake: its hash ids
 moved to a block of ids of its own, so tiles share prefixes within, never across,
-tiles).  Requests of the chosen traces are merged in arrival order.  ``--load``
-scales the offered rate: the tiles of one trace duration are as many as make the
-rate ``load x replicas x`` the trace's own rate (at 1.0 each replica sees what the
-whole original trace offered).  Step times: the roofline model on ``--gpu``.
+tiles).  Requests of the chosen traces are merged in arrival order and the first
+``--requests`` taken (split evenly over the traces).  ``--load``
+scales the offered rate: ``P = load x replicas``, so the fleet is offered ``P`` times
+each trace's own rate (at 1.0 each replica sees what the whole original trace
+offered).  Step times: the roofline model on ``--gpu``.
 """
 
 from __future__ import annotations
@@ -42,17 +44,25 @@ def tiled(path: str, n: int, tiles_per_duration: float, tag: int) -> Iterator[An
     base = read_trace(path)
     t0 = base[0].arrival_ms
     dur = max(1.0, base[-1].arrival_ms - t0) * (1 + 1 / max(1, len(base)))
-    shift = dur / tiles_per_duration
-    tiles = math.ceil(n / len(base))
+    per = max(1, round(tiles_per_duration))
+    shift = dur / per
+    tiles = math.ceil(n / len(base)) + per + 1
 
     def tile(j: int) -> Iterator[Any]:
-        off = j * shift
-        for i, r in enumerate(base):
+        # tile j is the trace rotated by (j mod per) x shift within cycle j // per, so
+        # `per` tiles overlap from time 0 on (no ramp-up)
+        off = (j % per) * shift
+        start = (j // per) * dur
+        rel = [r.arrival_ms - t0 + off for r in base]
+        cut = next((i for i, x in enumerate(rel) if x >= dur), len(base))
+        for i in [*range(cut, len(base)), *range(cut)]:
+            r = base[i]
+            t = rel[i] - dur if i >= cut else rel[i]
             segs = [(s + (j + 1) * (1 << 22) + (tag << 28) if s < (1 << 30) else
                      s + j * len(base) * 4 + tag * (1 << 27), a, c)
                     for s, a, c in r.segments]
-            yield TraceRequest(f"t{tag}-{j}-{i}", r.arrival_ms - t0 + off, r.prompt_len,
-                               r.output_len, r.output_stream, segs)
+            yield TraceRequest(f"t{tag}-{j}-{i}", start + t, r.prompt_len, r.output_len,
+                               r.output_stream, segs)
 
     k = 0
     for r in heapq.merge(*(tile(j) for j in range(tiles)), key=lambda x: x.arrival_ms):
