@@ -1,9 +1,9 @@
 """What the clock costs per simulated step (issue 21: "the clock costs at most 2x the
 clockless replay").
 
-For a dense model (Llama-3.1-8B, 1 KV-cache group), a hybrid (Nemotron-H 56B, 32
-groups: attention + Mamba) and DeepSeek-V4-Flash (167 groups: MLA + indexer), this
-times
+For a dense model (Llama-3.1-8B), a hybrid (Nemotron-H 56B: attention + Mamba) and
+DeepSeek-V4-Flash (MLA + indexer), with as many KV-cache groups as kvcore's planner
+gives them (printed), this times
 
 * the clockless replay (:mod:`kvcore.sim.replay` with kvcore's KVCacheManager) on a
   synthetic trace of 256 requests (1,024-token prompts, 64 outputs, 64 running): wall
@@ -30,9 +30,9 @@ from kvcore.sim.replay import Job, replay
 from kvcore.sim.timing import ScheduledRequest, describe_batch, roofline_for
 from kvcore.sim.traces import TraceRequest
 
-MODELS = (("llama-3.1-8b", "dense, 1 group"),
-          ("nemotron-h-56b-base-8k", "hybrid, 32 groups"),
-          ("deepseek-v4-flash.aiconfigurator", "MLA + indexer, 167 groups"))
+MODELS = (("llama-3.1-8b", "dense"),
+          ("nemotron-h-56b-base-8k", "hybrid: attention + Mamba"),
+          ("deepseek-v4-flash.aiconfigurator", "MLA + indexer"))
 
 
 def _trace(n: int) -> list[TraceRequest]:

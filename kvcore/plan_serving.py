@@ -15,7 +15,7 @@ from typing import Any
 from kvcore.serving import Judge, LayoutReport, ServingFigures, Workload, workload_from_requests
 
 __all__ = ["load_workload", "shared_prefix_lengths", "make_judge", "sim_judge",
-           "workload_requests", "print_serving", "serving_json", "TRACE_BLOCK_TOKENS"]
+           "workload_requests", "simulate_plan", "print_serving", "serving_json", "TRACE_BLOCK_TOKENS"]
 
 #: granularity (tokens) at which prompts given as token ids are compared for shared
 #: prefixes
@@ -166,20 +166,21 @@ def workload_requests(workload: Workload, max_requests: int = 48) -> list[Any]:
 
 
 def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size: int = 1,
-              pipeline_parallel_size: int = 1, max_requests: int = 48) -> Judge:
+              pipeline_parallel_size: int = 1, max_requests: int = 48,
+              max_requests_cap: int = 256) -> Judge:
     """A judge that serves each candidate's plan in the clocked simulator
     (:func:`kvcore.sim.engine.run_engine` over kvcore's runtime ``KVCacheManager``,
     vLLM 0.32's scheduling rules) and returns the simulated duration (seconds, every
     request arriving at 0) plus the scheduler's CPU time (the measured cost per
     scheduled request and group times the requests the steps ran).  Step times: :func:`kvcore.sim.timing.roofline_for` of
     ``model`` on ``gpu`` (without a model, e.g. a specs file: a constant 10 ms step, so
-    the time counts steps).  The workload is cut to ``max_requests`` requests
-    (:func:`workload_requests`) to keep the judge quick.  A candidate whose plan does
+    the time counts steps).  The workload is cut (:func:`workload_requests`) to keep
+    the judge quick: to ``max_requests`` requests, or to twice the largest steady
+    capacity of the candidates (at most ``max_requests_cap``) so that memory binds
+    where it binds on the whole workload.  A candidate whose plan does
     not hold one request is infinitely slow."""
     from kvcore.errors import NotEnoughMemoryError
-    from kvcore.runtime import KVCacheManager
     from kvcore.sim import timing
-    from kvcore.sim.engine import SimRequest, run_engine
 
     models: dict[int, Any] = {}
 
@@ -196,7 +197,11 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
         return models[0]
 
     def judge(cands: Sequence[Any], workload: Workload) -> list[float]:
-        reqs = workload_requests(workload, max_requests)
+        # enough requests that memory binds where it binds on the whole workload
+        # (twice the largest steady capacity, at most max_requests_cap)
+        cap = max((c.figures.steady_capacity_requests or 0.0) for c in cands)
+        n = max(max_requests, min(workload.num_requests, max_requests_cap,
+                                  math.ceil(2 * cap)))
         times = []
         for c in cands:
             try:
@@ -204,23 +209,41 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
             except NotEnoughMemoryError:
                 times.append(math.inf)
                 continue
-            mml = int(cfg.max_model_len)
-            mnbt = c.ctx.max_num_batched_tokens
-            mgr = KVCacheManager(cfg, max_model_len=mml,
-                                 enable_caching=c.ctx.enable_prefix_caching,
-                                 max_num_batched_tokens=mnbt)
-            fit = [r for r in reqs if r.prompt_len + r.output_len <= mml]
-            res = run_engine(mgr, [SimRequest(r) for r in fit], time_model(cfg),
-                             max_num_seqs=workload.max_num_seqs,
-                             max_num_batched_tokens=mnbt, max_model_len=mml,
-                             record_steps=True)
-            # the scheduler's CPU time per scheduled request and group (measured,
-            # kvcore.serving.CPU_US_PER_REQUEST_STEP), added to the GPU step times
-            cpu = c.figures.cpu_seconds_per_request_step * sum(res.step_running)
-            c.extra["sim"] = {"steps": res.steps, "preemptions": res.preemptions,
-                              "prefix_hit_ratio": res.prefix_hit_ratio, "cpu_s": cpu}
-            times.append(float(res.duration) + cpu)
+            t, info = simulate_plan(cfg, workload, time_model(cfg),
+                                    c.figures.cpu_seconds_per_request_step, n)
+            c.extra["sim"] = info
+            times.append(t)
         return times
 
     judge.judged_by = f"sim ({'roofline ' + gpu if model is not None else 'steps'})"  # type: ignore[attr-defined]
     return judge
+
+
+def simulate_plan(config: Any, workload: Workload, time_model: Any,
+                  cpu_seconds_per_request_step: float = 0.0, max_requests: int = 48
+                  ) -> tuple[float, dict[str, Any]]:
+    """Serve ``workload`` (cut by :func:`workload_requests`; requests longer than the
+    plan's max_model_len left out) on ``config`` in the clocked simulator: seconds
+    (the engine's duration plus ``cpu_seconds_per_request_step`` per scheduled request
+    and step) and ``{"steps", "preemptions", "prefix_hit_ratio", "cpu_s"}``."""
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim.engine import SimRequest, run_engine
+
+    mml = int(config.max_model_len)
+    ctx = config.stats.plan_context
+    mnbt = ctx.max_num_batched_tokens if ctx is not None else \
+        config.stats.max_num_batched_tokens
+    caching = ctx.enable_prefix_caching if ctx is not None else True
+    mgr = KVCacheManager(config, max_model_len=mml, enable_caching=caching,
+                         max_num_batched_tokens=mnbt)
+    reqs = [r for r in workload_requests(workload, max_requests)
+            if r.prompt_len + r.output_len <= mml]
+    res = run_engine(mgr, [SimRequest(r) for r in reqs], time_model,
+                     max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=mnbt,
+                     max_model_len=mml, record_steps=True)
+    # the scheduler's CPU time per scheduled request and group (measured,
+    # kvcore.serving.CPU_US_PER_REQUEST_STEP), added to the GPU step times
+    cpu = cpu_seconds_per_request_step * sum(res.step_running)
+    return float(res.duration) + cpu, {"steps": res.steps, "preemptions": res.preemptions,
+                                       "prefix_hit_ratio": res.prefix_hit_ratio,
+                                       "cpu_s": cpu}

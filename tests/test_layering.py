@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "kvcore"
 #: the layers that must stay below deploy / sim / routing / the bridge
-LOW = ["specs.py", "grouping.py", "planning.py", "kv_cache_config.py", "registry.py",
+LOW = ["specs.py", "grouping.py", "planning.py", "serving.py", "kv_cache_config.py",
+       "registry.py",
        "quant.py", "dtypes.py", "units.py", "errors.py", "hookspecs.py", "plugins.py",
        "builtins.py", "runtime", "models", "ops"]
 HIGH = ("kvcore.deploy", "kvcore.sim", "kvcore.routing", "kvcore_vllm")

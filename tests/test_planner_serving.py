@@ -11,6 +11,7 @@ not faster than vLLM's on the workload does not win; vLLM's layout is always rep
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -32,6 +33,8 @@ from kvcore.serving import (
 from kvcore.specs import ChunkedLocalAttentionSpec
 
 GiB = 1 << 30
+needs_mla = pytest.mark.skipif(importlib.util.find_spec("kvcore_mla") is None,
+                               reason="DeepSeek-V4-Flash needs the kvcore-mla plugin")
 WINDOWED = ["gemma-2-2b-it", "gemma-3-27b-it", "gemma-4-26b-a4b", "gpt-oss-20b",
             "gpt-oss-120b", "llama-4-scout-17b-16e-instruct"]
 
@@ -63,6 +66,7 @@ def test_gemma3_at_2048_batched_tokens_no_group_explosion(budget):
     assert _windowed_groups(config) >= 1
 
 
+@needs_mla
 @pytest.mark.parametrize("length,mnbt", [(8192, 8192), (32768, 2048)])
 def test_deepseek_v4_flash_groups_and_alignment(length, mnbt):
     """Not 167 groups (the issue), never more than vLLM's layout's; the hit alignment
@@ -74,6 +78,7 @@ def test_deepseek_v4_flash_groups_and_alignment(length, mnbt):
     assert s.prefix_hit_alignment_tokens < 5120
 
 
+@needs_mla
 def test_deepseek_v4_flash_keeps_hits_of_a_4000_token_system_prompt():
     """A shared 4,000-token system prompt: at a 5,120-token alignment it never hits
     (the issue); the divisor candidates (1,536 among them) keep hits."""
@@ -86,6 +91,7 @@ def test_deepseek_v4_flash_keeps_hits_of_a_4000_token_system_prompt():
     assert config.stats.serving.prefix_hit_fraction > 0
 
 
+@needs_mla
 def test_a_1536_token_divisor_candidate_is_generated():
     from kvcore.grouping import SearchEnv, candidate_layouts, normalize_specs, score_layout
     from kvcore.models import load_model_config
@@ -255,3 +261,22 @@ def test_cli_reports_vllms_layout_beside_the_winner(capsys):
                  "8192", "--explain"]) == 0
     text = capsys.readouterr().out
     assert "vLLM's layout" in text and "Pareto front" in text
+
+
+def test_fill_page_variant_takes_the_largest_block_that_fits(state_spec):
+    """A 2,621,440 B state, main attention 512 B/token and a drafter 600 B/token (block
+    16): the raise gives the drafter cdiv(2621440, 9600) x 16 = 4,384 tokens (2,630,400 B,
+    the page) and main 5,120 (2,621,440 B, padded 8,960 B).  'fill page' gives main the
+    largest multiple of 16 whose page fits: 2,630,400 // 8,192 x 16 = 5,136 tokens."""
+    from kvcore.grouping import unify_page_sizes
+
+    main = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=128, dtype="bfloat16")
+    draft = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=150,
+                              dtype="bfloat16")
+    state = state_spec(block_size=16, state_bytes=2_621_440)
+    assert main.page_size_bytes == 16 * 512 and draft.page_size_bytes == 16 * 600
+    plain, _, _ = unify_page_sizes([main, draft, state])
+    filled, _, _ = unify_page_sizes([main, draft, state], fill=True)
+    assert plain[draft].block_size == filled[draft].block_size == 4384
+    assert plain[main].block_size == 5120 and filled[main].block_size == 5136
+    assert filled[main].page_size_bytes == filled[draft].page_size_bytes == 2_630_400

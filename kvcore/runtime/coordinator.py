@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
-from kvcore.runtime.managers import SingleTypeManager
+from kvcore.runtime.managers import SingleTypeManager, SlidingWindowManager
 
 __all__ = [
     "KVCacheCoordinator",
@@ -238,8 +238,6 @@ class HybridCoordinator(KVCacheCoordinator):
         rounded down to the alignment (the lcm of the caching groups' block sizes;
         vLLM's ``alignment_tokens``), so with block sizes that differ the settled
         length is still one every group serves."""
-        from kvcore.runtime.managers import SingleTypeManager, SlidingWindowManager
-
         align = self.alignment
         same_sizes = all(m.block_size == align for m in self.caching_managers)
         # full attention first (its left-to-right search bounds the others); stable

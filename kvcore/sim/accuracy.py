@@ -64,9 +64,14 @@ def _config_path(row: dict[str, Any], base: Path | None) -> str:
 
 
 @lru_cache(maxsize=64)
-def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int) -> Any:
+def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int,
+          kv_gib: float | None = None) -> Any:
     import kvcore
 
+    if kv_gib is not None:  # the KV budget the run's own log reports, per rank
+        return kvcore.plan_model(config, kv_cache_memory_bytes=int(kv_gib * (1 << 30)),
+                                 tensor_parallel_size=tp, max_model_len=max_model_len,
+                                 max_num_batched_tokens=mnbt)
     return kvcore.plan_model(config, gpu=gpu, tensor_parallel_size=tp,
                              max_model_len=max_model_len, max_num_batched_tokens=mnbt,
                              max_num_seqs=mns)
@@ -114,8 +119,8 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     mnbt = int(row.get("max_num_batched_tokens", mnbt))
     mns = int(row.get("max_num_seqs", mns))
     isl, osl = int(row["input_len"]), int(row["output_len"])
-    mml = 1 << max(11, math.ceil(math.log2(isl + osl)))
-    kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns)
+    mml = int(row.get("max_model_len") or 1 << max(11, math.ceil(math.log2(isl + osl))))
+    kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"))
     g0 = kv.kv_cache_groups[0].spec
     cap = (kv.num_blocks - 1) * g0.block_size if kv.num_blocks else None
     model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,
@@ -170,6 +175,7 @@ _GRID: dict[str, tuple[float, ...]] = {
     "request_overhead_s": (0.0, 2e-3, 5e-3, 1e-2, 1.5e-2, 2e-2),
     "moe_memory": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
     "per_request_s": (0.0, 1e-5, 2e-5, 5e-5, 1e-4),
+    "allreduce_latency_s": (1e-5, 2e-5, 5e-5, 1e-4, 2e-4),
 }
 
 

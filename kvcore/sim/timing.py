@@ -634,13 +634,12 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     return RooflineTimeModel(**kw)
 
 
-#: the fitted coefficients: ``python -m kvcore.sim.accuracy --fit`` on the ``fit`` rows
-#: of tests/data/sim_accuracy/measurements.json (docs/SIM_ACCURACY.md: how, which rows,
-#: and the held-out errors); ``per_block_table_s`` and ``allreduce_latency_s`` are not
-#: fitted (no multi-group or TP > 1 row): 1 us per block table (vLLM's input batch copies
-#: one block-table row per request per group) and 10 us per all-reduce (NCCL / custom
-#: all-reduce latency on NVLink at small sizes).
+#: the fitted coefficients (v2): ``python -m kvcore.sim.accuracy --fit --fast`` on the
+#: ``fit`` rows of tests/data/sim_accuracy/measurements.json (docs/SIM_ACCURACY.md: how,
+#: which rows, the held-out errors, and the v1 fit they replace); ``per_block_table_s``
+#: is not fitted (no row has several KV-cache groups): 1 us per block table (vLLM's
+#: input batch copies one block-table row per request per group).
 DEFAULT_EFFICIENCY = Efficiency(
-    compute=0.4, memory=0.5, memory_gddr=0.95, roofline_p=3.0, step_s=1.5e-3,
-    per_request_s=0.0, per_block_table_s=1e-6, allreduce_latency_s=1e-5,
-    prefill_token_s=0.0, moe_memory=0.6, request_overhead_s=0.015)
+    compute=0.8, memory=0.6, memory_gddr=0.9, roofline_p=3.0, step_s=1.5e-3,
+    per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
+    prefill_token_s=0.0, moe_memory=0.5, request_overhead_s=0.02)

@@ -55,7 +55,8 @@ class Driver:
             n = rng.randrange(1, 120)
             toks = rng.choice(self.prefixes)[:rng.randrange(0, 96)] + \
                 [rng.randrange(50) for _ in range(n)]
-            kw = {"num_encoder_tokens": rng.randrange(1, 40)} if self.has_cross else {}
+            kw = {"num_encoder_tokens": rng.randrange(1, 40),
+                  "encoder_id": f"audio-{rng.randrange(3)}"} if self.has_cross else {}
             r = mgr.make_request(rid, toks, **kw)
             hit, k = mgr.get_computed_blocks(r)
             out = mgr.allocate_slots(r, r.num_tokens - k, k, hit)

@@ -53,7 +53,7 @@ def _serve(config, workload, model):
 @pytest.mark.parametrize("model,budget,length,mnbt", CASES)
 def test_chosen_layout_serves_no_slower_than_vllms(model, budget, length, mnbt):
     seen = []
-    inner = sim_judge(model, max_requests=MAX_REQUESTS)
+    inner = sim_judge(model, max_requests=MAX_REQUESTS, max_requests_cap=MAX_REQUESTS)
 
     def judge(cands, workload):
         times = inner(cands, workload)

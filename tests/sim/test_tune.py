@@ -114,7 +114,10 @@ def test_cli_bad_input_one_line(capsys):
 def test_docs_example_runs(capsys):
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "SIM_TIMING.md").read_text()
+    path = Path(__file__).resolve().parents[2] / "docs" / "SIM_TIMING.md"
+    if not path.exists():  # the packaging checks run a copy of tests/ only
+        pytest.skip("docs/ is not beside this copy of the tests")
+    doc = path.read_text()
     line = next(ln for ln in doc.splitlines() if ln.startswith("kvcore tune "))
     argv = shlex.split(line)[1:] + ["--backend", "serial", "--json"]
     assert main(argv) == 0

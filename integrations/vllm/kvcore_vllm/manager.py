@@ -279,6 +279,10 @@ class _Coordinator:
         return None
 
 
+#: the one argument :meth:`KVCacheManager.__new__` gets when pickle or deepcopy
+#: rebuilds a manager (its state is then set by ``__setstate__``)
+_UNPICKLING = "<kvcore_vllm.KVCacheManager: unpickling>"
+
 #: set by ``install(fallback=...)``: build vLLM's own manager for configurations this
 #: one does not support, instead of raising
 FALLBACK_TO_VLLM = False
@@ -418,6 +422,8 @@ class KVCacheManager:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if args == (_UNPICKLING,) and not kwargs:  # pickle / deepcopy (__getnewargs__)
+            return super().__new__(cls)
         require_vllm("KVCacheManager()")
         import inspect
 
@@ -592,6 +598,9 @@ class KVCacheManager:
         self.empty_kv_cache_blocks = self._KVCacheBlocks(tuple(() for _ in vgroups))
 
     # ---- pickle / deepcopy -----------------------------------------------------------
+    def __getnewargs__(self) -> tuple[str]:
+        return (_UNPICKLING,)
+
     def __getstate__(self) -> dict[str, Any]:
         """The state without the debug switch's wrappers and owner thread (kvcore's
         :func:`~kvcore.runtime.manager.checked_state`); any pool size pickles."""
