@@ -9,6 +9,13 @@ the Azure 2023 code trace (no shared prefixes: routing can only balance load), t
 first ``--limit`` requests of each, at their own timestamps.  Step times from the
 roofline model on ``--gpu``.  Prints prefix-hit ratio, mean / p99 TTFT, mean TPOT,
 duration and busy-time imbalance per router.
+
+``--mamba`` (on by default; ``--no-mamba`` skips it) adds a Mamba hybrid: Qwen3-Next-80B
+(Gated DeltaNet + full attention, TP 4) in ``--mamba-cache-mode align`` on vLLM's random
+dataset with one shared 4,000-token prefix.  In align mode a state exists only at a
+block boundary where a step ended, so most of the prefix the attention group holds
+cannot be served: the attention-only router predicts hits the replicas do not give
+(``pred hit %`` above ``hit %``) and piles the prefix's requests on one replica.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ def main() -> None:
     ap.add_argument("--gpu", default="H100-SXM")
     ap.add_argument("--event-delay", type=float, default=0.0)
     ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--mamba", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--mamba-prompts", type=int, default=160)
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}")
@@ -71,6 +80,33 @@ def main() -> None:
                       f"{d['busy_imbalance']:13.2f} "
                       f"{'' if pred is None else f'{100 * pred:.1f}':>10} "
                       f"{time.perf_counter() - t0:6.1f}", flush=True)
+
+    if a.mamba:
+        mamba(a)
+
+
+MAMBA_MODEL = "qwen3-next-80b-a3b-thinking"
+
+
+def mamba(a: argparse.Namespace) -> None:
+    """The Mamba-align scenario of the module docstring, one sweep."""
+    argv = ["simulate", MAMBA_MODEL, "--dataset", "random", "--random-prefix-len", "4000",
+            "--random-input-len", "300", "--random-output-len", "64", "--num-prompts",
+            str(a.mamba_prompts), "--request-rate", "16", "--gpu", "H100", "--tp", "4",
+            "--replicas", str(a.replicas), "--router", ",".join(
+                ("round-robin", "prefix-aware", "prefix-aware-attention-only")),
+            "--event-delay", str(a.event_delay), "--backend", "serial", "--json"]
+    for mode in ("align", "none"):
+        t0 = time.perf_counter()
+        rows = run([*argv, "--mamba-cache-mode", mode])["sweep"]
+        for d in rows:
+            pred = d["router_predicted_hit_ratio"]
+            print(f"{'random-prefix4000':<22} {'qwen3-next:' + mode:<16} {d['router']:<28} "
+                  f"{100 * d['prefix_hit_ratio']:6.1f} {d['mean_ttft_ms']:8.0f} "
+                  f"{d['p99_ttft_ms']:9.0f} {d['mean_tpot_ms']:8.1f} {d['duration']:7.1f} "
+                  f"{d['busy_imbalance']:13.2f} "
+                  f"{'' if pred is None else f'{100 * pred:.1f}':>10} "
+                  f"{(time.perf_counter() - t0) / len(rows):6.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ engine (vLLM's Scheduler loop with a step-time model), serving figures named as
 
 from __future__ import annotations
 
-from kvcore.sim.engine import EngineResult, SimRequest, run_engine
+from kvcore.sim.engine import Engine, EngineResult, SimRequest, StepRecord, run_engine
 from kvcore.sim.metrics import format_summary, parse_goodput, serving_metrics
 from kvcore.sim.replay import Job, ReplayResult, prepare_jobs, replay
 from kvcore.sim.traces import (
@@ -21,6 +21,8 @@ from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
 __all__ = [
     "SimRequest",
     "EngineResult",
+    "Engine",
+    "StepRecord",
     "run_engine",
     "serving_metrics",
     "format_summary",

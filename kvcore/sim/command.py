@@ -86,6 +86,10 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                         "serve default for the clocked run: 16384 on GPUs of >= 160 GiB, "
                         "8192 on >= 70 GiB but A100, else 2048)")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"],
+                   help="vLLM's --mamba-cache-mode for Mamba / linear-attention layers: "
+                        "none (default; prefix caching off on such models), align (a "
+                        "state cached at each block boundary a step ends on) or all")
     p.add_argument("--limit", type=length_arg("limit", minimum=0), default=None,
                    help="replay the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -105,7 +109,7 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
              max_num_batched_tokens: int = 8192, enable_prefix_caching: bool = True,
              trace_format: str = "auto", limit: int | None = None,
              progress: Any = None, sample_every: int | None = None,
-             requests: Sequence[Any] | None = None,
+             requests: Sequence[Any] | None = None, mamba_cache_mode: str = "none",
              ) -> tuple[dict[str, Any], Any]:
     """Plan, replay, and return ``(report dict, ReplayResult)`` (see the module
     docstring for the fields).
@@ -136,6 +140,8 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     opts: dict[str, Any] = {}
     if num_blocks is not None:
         opts["num_gpu_blocks_override"] = num_blocks
+    if mamba_cache_mode != "none":
+        opts["mamba_cache_mode"] = mamba_cache_mode
     cfg = kvcore.plan_model(
         model, kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len,
         block_size=block_size, kv_cache_dtype=kv_cache_dtype,
@@ -397,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
             max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=not args.no_prefix_caching,
             trace_format=args.trace_format, limit=args.limit, progress=progress_cb,
-            requests=traces)
+            requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
     except NotEnoughMemoryError as exc:
         raise _explain_not_enough(exc, args, budget) from exc
     finally:
@@ -589,13 +595,23 @@ def add_clock_arguments(p: Any) -> None:
                    help="a step-time model by name (constant, or one registered under the "
                         "kvcore.time_models entry points); default: the roofline with "
                         "--gpu, else a constant 10 ms a step")
-    g.add_argument("--replicas", type=length_arg("replicas"), default=None,
+    from kvcore.deploy.sweep import list_of
+
+    g.add_argument("--replicas", type=list_of(length_arg("replicas")), default=None,
                    help="simulate a fleet of N replicas of the plan behind --router "
-                        "(kvcore.sim.fleet; default 1)")
+                        "(kvcore.sim.fleet; default 1); a comma list sweeps")
     g.add_argument("--router", default=None, metavar="NAME",
                    help="round-robin (default), least-loaded, prefix-aware, "
                         "prefix-aware-attention-only, or one registered under the "
-                        "kvcore.routers entry points")
+                        "kvcore.routers entry points; a comma list sweeps")
+    g.add_argument("--backend", choices=["local", "ray", "serial"], default=None,
+                   help="where a fleet sweep (a comma list in the model, --trace, "
+                        "--replicas or --router) runs its simulations: a local process "
+                        "pool (default), Ray, or this process (kvcore.sim.backends)")
+    g.add_argument("--workers", type=length_arg("workers"), default=None,
+                   help="worker processes of a fleet sweep (default: the CPUs)")
+    g.add_argument("--address", default=None,
+                   help="Ray cluster address for --backend ray (default: a local Ray)")
     g.add_argument("--event-delay", type=_seconds_arg,
                    default=None, metavar="S",
                    help="seconds before a replica's KV events reach the router (default 0)")
@@ -804,6 +820,8 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         enable_prefix_caching=not args.no_prefix_caching)
     if args.num_blocks is not None:
         plan_kw["num_gpu_blocks_override"] = args.num_blocks
+    if getattr(args, "mamba_cache_mode", "none") != "none":
+        plan_kw["mamba_cache_mode"] = args.mamba_cache_mode
     if gpu_info is not None:
         from kvcore.deploy.budget import plan_on_gpu
 
@@ -922,6 +940,8 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     """The clocked branch of :func:`run` (prints the report; returns the exit status)."""
     from kvcore.sim.metrics import format_summary
 
+    if is_fleet_sweep(args):
+        return run_fleet_sweep(args, budget)
     path = result_path(args) if args.save_result else None  # checked before the run
     report, res = simulate_clocked(args, budget=budget, progress=progress)
     if path is not None:
@@ -959,4 +979,105 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
     print(format_summary(report, max_concurrency=args.max_concurrency,
                          request_rate=math.inf if rate in (None, "inf") else float(rate),
                          extra=extra))
+    return 0
+
+
+# ---- fleet sweeps (kvcore.sim.backends) ---------------------------------------------------
+#: a sweep row's figures (the table's columns, in order)
+SWEEP_FIGURES = ("prefix_hit_ratio", "router_predicted_hit_ratio", "mean_ttft_ms",
+                 "p99_ttft_ms", "mean_tpot_ms", "output_throughput", "duration",
+                 "busy_imbalance", "preemptions", "completed", "failed")
+
+
+def _axis(value: Any) -> list[Any]:
+    if value is None:
+        return [None]
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        return [v for v in value.split(",")]
+    return [value]
+
+
+def is_fleet_sweep(args: argparse.Namespace) -> bool:
+    """Whether ``args`` ask for several fleets: a comma list in the model, ``--trace``,
+    ``--replicas`` or ``--router`` (or ``--backend`` given)."""
+    return getattr(args, "backend", None) is not None or any(
+        len(_axis(getattr(args, f, None))) > 1 for f in ("model", "trace", "replicas",
+                                                          "router"))
+
+
+def fleet_sweep_tasks(args: argparse.Namespace, budget: int | None
+                      ) -> list[dict[str, Any]]:
+    """One task per (model, trace, replicas, router), in that nesting order: the
+    namespace's fields with the axes set to one value each."""
+    base = {k: v for k, v in vars(args).items()
+            if k not in ("model", "trace", "replicas", "router")}
+    tasks = []
+    for model in _axis(args.model):
+        for trace in _axis(args.trace):
+            for n in _axis(args.replicas):
+                for router in _axis(args.router):
+                    tasks.append({**base, "model": model, "trace": trace,
+                                  "replicas": n or 1, "router": router or "round-robin",
+                                  "_budget": budget})
+    return tasks
+
+
+def simulate_fleet_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One fleet of a sweep (a module-level function: pools and Ray pickle it by name):
+    the report of :func:`simulate_clocked` without its wall time and per-step series,
+    so every backend gives the same row."""
+    import argparse as _ap
+
+    t = dict(task)
+    budget = t.pop("_budget")
+    args = _ap.Namespace(**t)
+    args.json = True
+    args.plot = None
+    args.save_result = False
+    report, _ = simulate_clocked(args, budget=budget, progress=None)
+    for k in ("wall_seconds", "kv_usage", "per_replica"):
+        report.pop(k, None)
+    return report
+
+
+def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
+    """Run :func:`fleet_sweep_tasks` on ``--backend`` (default local) and print one
+    table (``--json``: ``{"sweep": [rows]}``, each row a fleet's report)."""
+    from kvcore.errors import ConfigError
+    from kvcore.sim.backends import run_tasks
+
+    if args.plot or args.save_result:
+        raise ConfigError("--plot and --save-result draw or save one run; a fleet sweep "
+                          "prints a table (use --json for its rows)",
+                          field="plot" if args.plot else "save_result",
+                          value=args.plot or True)
+    tasks = fleet_sweep_tasks(args, budget)
+    rows = run_tasks(simulate_fleet_task, tasks, backend=args.backend or "local",
+                     workers=args.workers, address=args.address,
+                     label="simulating fleets")
+    if args.json:
+        print(json.dumps({"sweep": rows}))
+        return 0
+    head = ["model", "trace", "replicas", "router", "hit %", "pred hit %", "TTFT ms",
+            "p99 TTFT", "TPOT ms", "out tok/s", "dur s", "busy max/mean", "preempt",
+            "done", "failed"]
+    body = []
+    for task, r in zip(tasks, rows):
+        pred = r.get("router_predicted_hit_ratio")
+        body.append([str(task["model"]), os.path.basename(str(task["trace"]))
+                     if task["trace"] else str(task.get("dataset") or "-"),
+                     str(r["replicas"]), str(r["router"]),
+                     f"{100 * r['prefix_hit_ratio']:.1f}",
+                     "" if pred is None else f"{100 * pred:.1f}",
+                     f"{r['mean_ttft_ms']:.1f}", f"{r['p99_ttft_ms']:.1f}",
+                     f"{r['mean_tpot_ms']:.2f}", f"{r['output_throughput']:.0f}",
+                     f"{r['duration']:.1f}", f"{r['busy_imbalance']:.2f}",
+                     str(r["preemptions"]), str(r["completed"]), str(r["failed"])])
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for b in body:
+        print("  ".join(c.ljust(w) if i < 4 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(b, widths))))
     return 0

@@ -44,12 +44,21 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvcore.errors import ConfigError
-from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
+from kvcore.sim.timing import (
+    ConstantTimeModel,
+    RooflineTimeModel,
+    ScheduledRequest,
+    StepTimeModel,
+    describe_batch,
+)
 
-__all__ = ["SimRequest", "EngineResult", "run_engine"]
+__all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine"]
+
+_PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
+_MEMO_MAX = 1 << 18
 
 #: on_step(step, [(request_id, num_new_tokens)], [preempted ids], [finished ids])
 StepHook = Callable[[int, list[tuple[str, int]], list[str], list[str]], None]
@@ -68,7 +77,7 @@ class SimRequest:
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out")
+                 "preemptions", "rejected", "num_out", "route_est")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         if trace.prompt_len < 1 or trace.output_len < 0:
@@ -91,6 +100,8 @@ class SimRequest:
         self.preemptions = 0
         self.rejected = False
         self.num_out = 0
+        #: a fleet router's estimate of its prefill tokens, until its first token (-1)
+        self.route_est = -1
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -155,117 +166,133 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
-def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTimeModel,
-               *, max_num_seqs: int, max_num_batched_tokens: int,
-               long_prefill_token_threshold: int = 0, max_model_len: int | None = None,
-               max_concurrency: int | None = None, num_lookahead_tokens: int = 0,
-               kv_cache_config: Any = None, on_step: StepHook | None = None,
-               progress: Callable[[int], None] | None = None,
-               record_steps: bool = True, keep_requests: bool = False,
-               max_steps: int | None = None, reserve_full_prompt: bool = True
-               ) -> EngineResult:
-    """Run the loop of the module docstring over ``requests`` to completion.
+class StepRecord(NamedTuple):
+    """What one :meth:`Engine.step` did: ``scheduled`` ``(request, num_new_tokens)`` in
+    schedule order, the ``preempted``, ``finished`` and ``rejected`` requests (a
+    rejection here: a request that can never be admitted), ``dt`` the step's time, s."""
 
-    manager: a :class:`kvcore.runtime.KVCacheManager` (fresh).  time_model: any object
-    with ``step_time(batch) -> seconds``.  kv_cache_config: the plan passed to
-    :func:`~kvcore.sim.timing.describe_batch` (default ``manager.kv_cache_config``).
-    on_step: called after each step with the scheduled ``(request_id, tokens)`` in
-    schedule order, the preempted and the finished request ids.  progress(n): requests
-    finished or rejected so far, after each step that changed it.  A finished request
-    drops its runtime Request and output ids unless ``keep_requests``.
-    max_steps: stop after that many steps (None: run to completion).
-    reserve_full_prompt: vLLM's ``scheduler_reserve_full_isl`` (default on in 0.32): a
-    waiting request is admitted only if the blocks for its whole current token
-    sequence fit (windowed groups capped at their admission limit), not only its
-    first chunk (:func:`_admission_blocks`).
+    scheduled: list[tuple[SimRequest, int]]
+    preempted: list[SimRequest]
+    finished: list[SimRequest]
+    rejected: list[SimRequest]
+    dt: float
 
-    Raises ConfigError for a count out of range (naming it) or a step time that is not
-    a finite number >= 0.
+
+class Engine:
+    """One replica's scheduler (the loop of the module docstring), one step at a time.
+
+    The caller releases requests (:meth:`add_request`, with ``sent`` set) and calls
+    :meth:`step` while :attr:`has_work`; ``now`` is the end of the last step, s (the
+    caller may move it forward to an arrival while the engine is idle).
+    :func:`run_engine` and :func:`kvcore.sim.fleet.run_fleet` are loops over it.
+
+    manager: a fresh :class:`kvcore.runtime.KVCacheManager`; time_model: any object with
+    ``step_time(batch) -> seconds``; the counts as :func:`run_engine` takes them.
+    max_samples: keep the per-step series (``EngineResult.step_*``) to at most that many
+    points, halving them (every other point) when reached (None: every step); the
+    exact time-weighted usage is then :attr:`usage_area` / :attr:`now` and its peak
+    :attr:`peak_usage`.  Raises ConfigError for a count out of range (naming it).
     """
-    _check_int("max_num_seqs", max_num_seqs, 1)
-    _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
-    _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
-    _check_int("num_lookahead_tokens", num_lookahead_tokens, 0)
-    if max_concurrency is not None:
-        _check_int("max_concurrency", max_concurrency, 1)
-    pc = time.perf_counter
-    wall0 = pc()
-    alloc = manager.allocate_slots
-    lookup = manager.get_computed_blocks
-    free = manager.free
-    chunk_cap = manager.max_prefill_chunk_tokens
-    capped = bool(getattr(manager, "_chunk_cappers", True))
-    pool = manager.block_pool
-    fq = pool.free_queue
-    usable = max(1, pool.num_usable_blocks)
-    kvcfg = manager.kv_cache_config if kv_cache_config is None else kv_cache_config
-    step_time = time_model.step_time
-    mml = manager.max_model_len if max_model_len is None else max_model_len
-    lookahead = num_lookahead_tokens
-    gate = _admission_plan(manager, max_num_batched_tokens, mml) \
-        if reserve_full_prompt else None
-    res = EngineResult(requests=list(requests))
-    order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
-    pending: deque[SimRequest] = deque(res.requests[k] for k in order)
-    slots: deque[float] | None = (deque([float("-inf")] * max_concurrency)
-                                  if max_concurrency is not None else None)
-    waiting: deque[SimRequest] = deque()
-    running: list[SimRequest] = []
-    SR = ScheduledRequest
-    decode_srs: dict[int, ScheduledRequest] = {}
-    now = 0.0
-    step = 0
-    n_done = 0
-    idle_steps = 0
-    rec = record_steps
-    s_end, s_use, s_run, s_wait, s_tok = (res.step_end, res.step_usage, res.step_running,
-                                          res.step_waiting, res.step_tokens)
-    while True:
-        # 1. release the requests that have arrived (under the concurrency cap)
-        released = False
-        while pending:
-            r = pending[0]
-            if r.arrival > now:
-                break
-            if slots is not None:
-                if not slots:
-                    break
-                free_at = slots.popleft()
-                r.sent = r.arrival if r.arrival > free_at else free_at
-            else:
-                r.sent = r.arrival
-            pending.popleft()
-            if r.prompt_len + r.output_len > mml:
-                r.rejected = True
-                res.rejected += 1
-                n_done += 1
-                released = True
-                if slots is not None:
-                    slots.append(r.sent)
-                continue
-            if r.request is None:
-                r.materialize(manager)
-            waiting.append(r)
-        if released and progress is not None:
-            progress(n_done)
-        if not waiting and not running:
-            if not pending:
-                break
-            if slots is not None and not slots:  # pragma: no cover - cannot happen
-                raise RuntimeError("engine: no free concurrency slot with nothing running")
-            if pending[0].arrival > now:
-                now = pending[0].arrival
-            continue
-        if max_steps is not None and step >= max_steps:
-            break
-        step += 1
-        # 2. schedule (Scheduler.schedule)
-        token_budget = max_num_batched_tokens
-        lpt = long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+
+    def __init__(self, manager: Any, time_model: StepTimeModel, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, long_prefill_token_threshold: int = 0,
+                 max_model_len: int | None = None, num_lookahead_tokens: int = 0,
+                 kv_cache_config: Any = None, record_steps: bool = True,
+                 keep_requests: bool = False, reserve_full_prompt: bool = True,
+                 result: EngineResult | None = None, max_samples: int | None = None
+                 ) -> None:
+        _check_int("max_num_seqs", max_num_seqs, 1)
+        _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
+        _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
+        _check_int("num_lookahead_tokens", num_lookahead_tokens, 0)
+        self.manager = manager
+        self.step_time = time_model.step_time
+        self.kvcfg = manager.kv_cache_config if kv_cache_config is None \
+            else kv_cache_config
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.max_model_len: int = manager.max_model_len if max_model_len is None \
+            else max_model_len
+        self.lookahead = num_lookahead_tokens
+        self.capped = bool(getattr(manager, "_chunk_cappers", True))
+        self.fq = manager.block_pool.free_queue
+        self.usable = max(1, manager.block_pool.num_usable_blocks)
+        self.gate = _admission_plan(manager, max_num_batched_tokens, self.max_model_len) \
+            if reserve_full_prompt else None
+        self.record_steps = record_steps
+        #: per-step series kept to at most this many points (halved when reached)
+        self.max_samples = max_samples
+        self._stride = 1
+        self._k = 0
+        #: time integral of the KV usage (fraction x s) and its peak: exact, whatever
+        #: the thinning of the series
+        self.usage_area = 0.0
+        self.peak_usage = 0.0
+        self.keep_requests = keep_requests
+        self.res = EngineResult(requests=[]) if result is None else result
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.now = 0.0
+        self.busy = 0.0
+        self._decode_srs: dict[int, ScheduledRequest] = {}
+        # step times of small decode-only batches, by their context lengths, for the
+        # built-in time models (pure functions of the batch: the cache is exact)
+        self._memo: dict[Any, float] | None = {} if type(time_model) in _PURE_MODELS \
+            else None
+
+    @property
+    def has_work(self) -> bool:
+        """Whether a request waits or runs (a step would do something)."""
+        return bool(self.waiting or self.running)
+
+    @property
+    def next_event_time(self) -> float:
+        """When this engine's next step starts, s (``inf`` with nothing to do)."""
+        return self.now if (self.waiting or self.running) else float("inf")
+
+    def add_request(self, r: SimRequest) -> None:
+        """Queue ``r`` (already released: ``r.sent`` set) behind the waiting requests,
+        materializing its runtime Request on this engine's manager if needed."""
+        if r.request is None:
+            r.materialize(self.manager)
+        self.waiting.append(r)
+
+    def result(self) -> EngineResult:
+        """The :class:`EngineResult` accumulated so far (the same object each call)."""
+        return self.res
+
+    def step(self, slots: Any = None) -> StepRecord:
+        """One engine step at :attr:`now` (Scheduler.schedule, the step time,
+        update_from_output); ``slots``: the ``max_concurrency`` slots a finished or
+        rejected request frees (its time appended), or None.
+
+        Raises ConfigError for a step time that is not a finite number >= 0.
+        """
+        manager = self.manager
+        res = self.res
+        alloc = manager.allocate_slots
+        free = manager.free
+        chunk_cap = manager.max_prefill_chunk_tokens
+        capped = self.capped
+        mml = self.max_model_len
+        lookahead = self.lookahead
+        running = self.running
+        waiting = self.waiting
+        keep_requests = self.keep_requests
+        mnbt = self.max_num_batched_tokens
+        res.steps += 1
+        step = res.steps
+        token_budget = mnbt
+        lpt = self.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
         sched: list[tuple[SimRequest, int]] = []
         batch_reqs: list[ScheduledRequest] = []
         preempted: list[SimRequest] = []
+        rejected: list[SimRequest] = []
         lone: SimRequest | None = None
+        SR = ScheduledRequest
+        decode_srs = self._decode_srs
+        n_prefill = 0
         i = 0
         while i < len(running) and token_budget > 0:
             r = running[i]
@@ -311,6 +338,7 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             sched.append((r, n))
             if prefill:
                 batch_reqs.append(SR(n, nc, True))
+                n_prefill += 1
             else:  # decodes share one frozen ScheduledRequest per context length
                 sr = decode_srs.get(nc)
                 if sr is None:
@@ -319,6 +347,10 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             token_budget -= n
             i += 1
         if not preempted:
+            lookup = manager.get_computed_blocks
+            gate = self.gate
+            fq = self.fq
+            max_num_seqs = self.max_num_seqs
             while token_budget > 0 and waiting and len(running) < max_num_seqs:
                 r = waiting[0]
                 req = r.request
@@ -339,12 +371,12 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                     out = None
                 else:
                     out = alloc(req, n, nloc, hit) if not lookahead else alloc(
-                    req, n, nloc, hit, num_lookahead_tokens=lookahead)
+                        req, n, nloc, hit, num_lookahead_tokens=lookahead)
                 if out is None:
                     if not running:  # nothing will ever free blocks for it
                         waiting.popleft()
-                        _reject(r, res, slots, now, keep_requests)
-                        n_done += 1
+                        _reject(r, res, slots, self.now, keep_requests)
+                        rejected.append(r)
                         continue
                     break
                 waiting.popleft()
@@ -356,27 +388,32 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                     res.prefix_hit_tokens += nloc
                 sched.append((r, n))
                 batch_reqs.append(SR(n, nloc, True))
+                n_prefill += 1
                 token_budget -= n
         elif lone is not None:
             # it preempted itself while running alone: it needs more than the pool
             waiting.remove(lone)
-            _reject(lone, res, slots, now, keep_requests)
-            n_done += 1
-        if sched or preempted or lone is not None:
-            idle_steps = 0
+            _reject(lone, res, slots, self.now, keep_requests)
+            rejected.append(lone)
+        # run the step
+        memo = self._memo
+        if memo is not None and not n_prefill and len(batch_reqs) <= 2:
+            key: Any = tuple([sr.num_computed_tokens for sr in batch_reqs]) \
+                if len(batch_reqs) != 1 else batch_reqs[0].num_computed_tokens
+            dt = memo.get(key, -1.0)
+            if dt < 0.0:
+                dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
+                if len(memo) >= _MEMO_MAX:
+                    memo.clear()
+                memo[key] = dt
         else:
-            idle_steps += 1
-            if idle_steps > 1 and not (pending and pending[0].arrival > now):
-                raise RuntimeError(  # pragma: no cover - a scheduler bug, not input
-                    f"engine: step {step} scheduled nothing with {len(running)} running "
-                    f"and {len(waiting)} waiting; nothing would ever change")
-        # 3. run the step
-        dt = step_time(describe_batch(kvcfg, batch_reqs))
+            dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
         if not (dt >= 0.0) or dt == float("inf"):
             raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step time "
                               "must be a finite number >= 0", field="step_time", value=dt)
-        now += dt
-        # 4. update_from_output
+        now = self.now = self.now + dt
+        self.busy += dt
+        # update_from_output
         finished: list[SimRequest] = []
         for r, n in sched:
             req = r.request
@@ -396,21 +433,142 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                         r.request = r.outputs = None
         if finished:
             fin = set(map(id, finished))
-            running = [r for r in running if id(r) not in fin]
-            n_done += len(finished)
+            running = self.running = [r for r in running if id(r) not in fin]
             res.duration = now
+        if self.record_steps:
+            use = 1.0 - self.fq.num_free_blocks / self.usable
+            if self.max_samples is None:
+                res.step_end.append(now)
+                res.step_usage.append(use)
+                res.step_running.append(len(running))
+                res.step_waiting.append(len(waiting))
+                res.step_tokens.append(mnbt - token_budget)
+            else:
+                self.usage_area += dt * use
+                if use > self.peak_usage:
+                    self.peak_usage = use
+                self._k += 1
+                if self._k >= self._stride:  # a thinned series
+                    self._k = 0
+                    res.step_end.append(now)
+                    res.step_usage.append(use)
+                    res.step_running.append(len(running))
+                    res.step_waiting.append(len(waiting))
+                    res.step_tokens.append(mnbt - token_budget)
+                    if len(res.step_end) >= self.max_samples:
+                        for series in (res.step_end, res.step_usage, res.step_running,
+                                       res.step_waiting, res.step_tokens):
+                            del series[::2]
+                        self._stride *= 2
+        return StepRecord(sched, preempted, finished, rejected, dt)
+
+
+def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTimeModel,
+               *, max_num_seqs: int, max_num_batched_tokens: int,
+               long_prefill_token_threshold: int = 0, max_model_len: int | None = None,
+               max_concurrency: int | None = None, num_lookahead_tokens: int = 0,
+               kv_cache_config: Any = None, on_step: StepHook | None = None,
+               progress: Callable[[int], None] | None = None,
+               record_steps: bool = True, keep_requests: bool = False,
+               max_steps: int | None = None, reserve_full_prompt: bool = True
+               ) -> EngineResult:
+    """Run the loop of the module docstring over ``requests`` to completion: an
+    :class:`Engine` fed the requests as they arrive.
+
+    manager: a :class:`kvcore.runtime.KVCacheManager` (fresh).  time_model: any object
+    with ``step_time(batch) -> seconds``.  kv_cache_config: the plan passed to
+    :func:`~kvcore.sim.timing.describe_batch` (default ``manager.kv_cache_config``).
+    on_step: called after each step with the scheduled ``(request_id, tokens)`` in
+    schedule order, the preempted and the finished request ids.  progress(n): requests
+    finished or rejected so far, after each step that changed it.  A finished request
+    drops its runtime Request and output ids unless ``keep_requests``.
+    max_steps: stop after that many steps (None: run to completion).
+    reserve_full_prompt: vLLM's ``scheduler_reserve_full_isl`` (default on in 0.32): a
+    waiting request is admitted only if the blocks for its whole current token
+    sequence fit (windowed groups capped at their admission limit), not only its
+    first chunk (:func:`_admission_blocks`).
+
+    Raises ConfigError for a count out of range (naming it) or a step time that is not
+    a finite number >= 0.
+    """
+    if max_concurrency is not None:
+        _check_int("max_concurrency", max_concurrency, 1)
+    pc = time.perf_counter
+    wall0 = pc()
+    res = EngineResult(requests=list(requests))
+    eng = Engine(manager, time_model, max_num_seqs=max_num_seqs,
+                 max_num_batched_tokens=max_num_batched_tokens,
+                 long_prefill_token_threshold=long_prefill_token_threshold,
+                 max_model_len=max_model_len, num_lookahead_tokens=num_lookahead_tokens,
+                 kv_cache_config=kv_cache_config, record_steps=record_steps,
+                 keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
+                 result=res)
+    mml = eng.max_model_len
+    order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
+    pending: deque[SimRequest] = deque(res.requests[k] for k in order)
+    slots: deque[float] | None = (deque([float("-inf")] * max_concurrency)
+                                  if max_concurrency is not None else None)
+    waiting = eng.waiting
+    add = eng.add_request
+    step = eng.step
+    n_done = 0
+    idle_steps = 0
+    while True:
+        # 1. release the requests that have arrived (under the concurrency cap)
+        released = False
+        now = eng.now
+        while pending:
+            r = pending[0]
+            if r.arrival > now:
+                break
+            if slots is not None:
+                if not slots:
+                    break
+                free_at = slots.popleft()
+                r.sent = r.arrival if r.arrival > free_at else free_at
+            else:
+                r.sent = r.arrival
+            pending.popleft()
+            if r.prompt_len + r.output_len > mml:
+                r.rejected = True
+                res.rejected += 1
+                n_done += 1
+                released = True
+                if slots is not None:
+                    slots.append(r.sent)
+                continue
+            add(r)
+        if released and progress is not None:
+            progress(n_done)
+        if not waiting and not eng.running:
+            if not pending:
+                break
+            if slots is not None and not slots:  # pragma: no cover - cannot happen
+                raise RuntimeError("engine: no free concurrency slot with nothing running")
+            if pending[0].arrival > now:
+                eng.now = pending[0].arrival
+            continue
+        if max_steps is not None and res.steps >= max_steps:
+            break
+        # 2.-4. one step
+        sched, preempted, finished, rejected, _ = step(slots)
+        if sched or preempted or rejected:
+            idle_steps = 0
+        else:
+            idle_steps += 1
+            if idle_steps > 1 and not (pending and pending[0].arrival > eng.now):
+                raise RuntimeError(  # pragma: no cover - a scheduler bug, not input
+                    f"engine: step {res.steps} scheduled nothing with "
+                    f"{len(eng.running)} running and {len(waiting)} waiting; nothing "
+                    "would ever change")
+        if finished or rejected:
+            n_done += len(finished) + len(rejected)
             if progress is not None:
                 progress(n_done)
-        if rec:
-            s_end.append(now)
-            s_use.append(1.0 - fq.num_free_blocks / usable)
-            s_run.append(len(running))
-            s_wait.append(len(waiting))
-            s_tok.append(max_num_batched_tokens - token_budget)
         if on_step is not None:
-            on_step(step, [(r.request_id, n) for r, n in sched],
+            on_step(res.steps, [(r.request_id, n) for r, n in sched],
                     [r.request_id for r in preempted], [r.request_id for r in finished])
-    res.steps = step
+    now = eng.now
     if res.duration < now and not any(r.finish >= 0 for r in res.requests):
         res.duration = now
     res.wall_seconds = pc() - wall0

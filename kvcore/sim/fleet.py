@@ -49,26 +49,22 @@ import heapq
 import itertools
 import math
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.errors import ConfigError
-from kvcore.sim.engine import (
-    EngineResult,
-    SimRequest,
-    _admission_blocks,
-    _admission_plan,
-    _reject,
-)
-from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
+from kvcore.sim.engine import Engine, EngineResult, SimRequest
+from kvcore.sim.timing import StepTimeModel
 
 __all__ = ["ROUTERS_ENTRY_POINT_GROUP", "FleetView", "FleetResult", "RoundRobinRouter",
            "LeastLoadedRouter", "PrefixAwareRouter", "AttentionOnlyPrefixRouter",
            "load_router", "router_names", "run_fleet", "fleet_metrics"]
 
 ROUTERS_ENTRY_POINT_GROUP = "kvcore.routers"
+#: most points kept per replica of the per-step series (thinned by 2 when reached, so
+#: a million-request run does not keep tens of millions of floats)
+MAX_SAMPLES = 4096
 
 
 # ---- routers ---------------------------------------------------------------------------
@@ -263,169 +259,6 @@ class FleetView:
         return [got[k] for k in range(self.num_replicas)]
 
 
-# ---- one replica, one step at a time ------------------------------------------------------
-class _Replica:
-    """The state of :func:`~kvcore.sim.engine.run_engine`'s loop for one replica and one
-    iteration of it (:meth:`step`); kept in step with ``run_engine`` by
-    tests/sim/test_fleet.py."""
-
-    def __init__(self, manager: Any, time_model: StepTimeModel, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, long_prefill_token_threshold: int,
-                 max_model_len: int, reserve_full_prompt: bool) -> None:
-        self.m = manager
-        self.step_time = time_model.step_time
-        self.kvcfg = manager.kv_cache_config
-        self.max_num_seqs = max_num_seqs
-        self.mnbt = max_num_batched_tokens
-        self.lpt = long_prefill_token_threshold
-        self.mml = max_model_len
-        self.capped = bool(getattr(manager, "_chunk_cappers", True))
-        self.fq = manager.block_pool.free_queue
-        self.usable = max(1, manager.block_pool.num_usable_blocks)
-        self.gate = _admission_plan(manager, max_num_batched_tokens, max_model_len) \
-            if reserve_full_prompt else None
-        self.res = EngineResult(requests=[])
-        self.waiting: deque[SimRequest] = deque()
-        self.running: list[SimRequest] = []
-        self.now = 0.0
-        self.busy = 0.0
-        self.seq = 0
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
-
-    def step(self, slots: Any) -> tuple[list[tuple[SimRequest, int]],
-                                                        list[SimRequest],
-                                                        list[SimRequest]]:
-        """One engine step at ``self.now``: ``(scheduled, finished, rejected)``."""
-        m, res = self.m, self.res
-        alloc, free, chunk_cap = m.allocate_slots, m.free, m.max_prefill_chunk_tokens
-        mml, running, waiting = self.mml, self.running, self.waiting
-        res.steps += 1
-        token_budget = self.mnbt
-        lpt = self.lpt if len(running) + len(waiting) > 1 else 0
-        sched: list[tuple[SimRequest, int]] = []
-        batch: list[ScheduledRequest] = []
-        preempted: list[SimRequest] = []
-        rejected: list[SimRequest] = []
-        lone: SimRequest | None = None
-        i = 0
-        while i < len(running) and token_budget > 0:
-            r = running[i]
-            req = r.request
-            nc = req.num_computed_tokens
-            num_tokens = len(req.all_token_ids)
-            n = num_tokens - nc
-            if 0 < lpt < n:
-                n = lpt
-            if n > token_budget:
-                n = token_budget
-            if n > mml - nc - 1:
-                n = mml - nc - 1
-            prefill = nc < num_tokens - 1 or nc < r.prompt_len
-            if prefill and self.capped and n > 0:
-                n = chunk_cap(req, n)
-            if n <= 0:
-                i += 1
-                continue
-            while True:
-                out = alloc(req, n)
-                if out is not None:
-                    break
-                victim = running.pop()
-                free(victim.request)
-                victim.request.num_computed_tokens = 0
-                victim.preemptions += 1
-                res.preemptions += 1
-                preempted.append(victim)
-                waiting.appendleft(victim)
-                if victim is r:
-                    if not running:
-                        lone = r
-                    break
-            if out is None:
-                break
-            sched.append((r, n))
-            batch.append(ScheduledRequest(n, nc, prefill))
-            token_budget -= n
-            i += 1
-        if not preempted:
-            while token_budget > 0 and waiting and len(running) < self.max_num_seqs:
-                r = waiting[0]
-                req = r.request
-                hit, nloc = m.get_computed_blocks(req)
-                num_tokens = len(req.all_token_ids)
-                n = num_tokens - nloc
-                if 0 < lpt < n:
-                    n = lpt
-                if n > token_budget:
-                    n = token_budget
-                if self.capped:
-                    n = chunk_cap(req, n, nloc)
-                if n <= 0:
-                    break
-                if self.gate is not None and _admission_blocks(
-                        self.gate, req, min(num_tokens, mml), hit.blocks, nloc) \
-                        > self.fq.num_free_blocks:
-                    out = None
-                else:
-                    out = alloc(req, n, nloc, hit)
-                if out is None:
-                    if not running:
-                        waiting.popleft()
-                        _reject(r, res, slots, self.now, False)
-                        rejected.append(r)
-                        continue
-                    break
-                waiting.popleft()
-                running.append(r)
-                req.num_computed_tokens = nloc
-                if r.num_cached_tokens < 0:
-                    r.num_cached_tokens = nloc
-                    res.prompt_tokens += r.prompt_len
-                    res.prefix_hit_tokens += nloc
-                sched.append((r, n))
-                batch.append(ScheduledRequest(n, nloc, True))
-                token_budget -= n
-        elif lone is not None:
-            waiting.remove(lone)
-            _reject(lone, res, slots, self.now, False)
-            rejected.append(lone)
-        dt = self.step_time(describe_batch(self.kvcfg, batch))
-        if not (dt >= 0.0) or dt == float("inf"):
-            raise ConfigError(f"step_time returned {dt!r} s for a step; a step time must "
-                              "be a finite number >= 0", field="step_time", value=dt)
-        self.now += dt
-        self.busy += dt
-        now = self.now
-        finished: list[SimRequest] = []
-        for r, n in sched:
-            req = r.request
-            req.num_computed_tokens += n
-            if req.num_computed_tokens >= len(req.all_token_ids):
-                req.append_output_token_ids(r.outputs[r.num_out])  # type: ignore[index]
-                r.num_out += 1
-                r.token_times.append(now)
-                if r.num_out >= r.output_len or len(req.all_token_ids) >= mml:
-                    free(req)
-                    r.finish = now
-                    finished.append(r)
-                    if slots is not None:
-                        slots.append(now)
-                    r.request = r.outputs = None
-        if finished:
-            fin = set(map(id, finished))
-            self.running = [r for r in running if id(r) not in fin]
-            res.duration = now
-        res.step_end.append(now)
-        res.step_usage.append(1.0 - self.fq.num_free_blocks / self.usable)
-        res.step_running.append(len(self.running))
-        res.step_waiting.append(len(waiting))
-        res.step_tokens.append(self.mnbt - token_budget)
-        return sched, finished, rejected
-
-
 # ---- the fleet ---------------------------------------------------------------------------
 class _Slots:
     """``max_concurrency`` slots as a min-heap of the times they free (replicas finish
@@ -469,6 +302,9 @@ class FleetResult:
     wall_seconds: float = 0.0
     duration: float = 0.0
     stale_replicas: int = 0
+    #: per replica, time-weighted mean and peak KV usage (fractions of usable blocks)
+    mean_kv_usage: list[float] = field(default_factory=list)
+    peak_kv_usage: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -478,8 +314,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               long_prefill_token_threshold: int = 0, max_model_len: int | None = None,
               max_concurrency: int | None = None, event_delay_s: float = 0.0,
               enable_caching: bool = True, reserve_full_prompt: bool = True,
-              manager_kw: dict[str, Any] | None = None, progress: Any = None
-              ) -> FleetResult:
+              manager_kw: dict[str, Any] | None = None, progress: Any = None,
+              keep_requests: bool = True, on_done: Any = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -487,9 +323,16 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     ``kv_cache_config`` with events on (``manager_kw`` passed through).
     ``event_delay_s``: seconds between a step's end and its KV events reaching the
     router (>= 0).  ``progress(n)``: requests finished or rejected so far.
+    ``on_done(request, replica)``: called once per request when it finishes or is
+    rejected (replica -1: rejected on arrival, before routing).
 
-    Raises ConfigError for a count out of range, a negative or non-finite delay, or an
-    unknown router.
+    ``keep_requests=False`` streams: ``requests`` may be any iterable (a generator) in
+    arrival order, and no request is kept past ``on_done`` (``FleetResult.requests``,
+    ``assignment`` and the replicas' ``requests`` stay empty), so memory is bounded by
+    the requests in flight; fold the figures in ``on_done``.
+
+    Raises ConfigError for a count out of range, a negative or non-finite delay, an
+    unknown router, or (streaming) a request earlier than the one before it.
     """
     from kvcore.runtime import KVCacheManager
 
@@ -514,17 +357,22 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                           value=max_concurrency)
     rt = load_router(router) if isinstance(router, str) else router
     wall0 = time.perf_counter()
+    # only a router that reads an index needs the replicas' KV events
+    feed = bool(getattr(rt, "uses_index", False) or getattr(rt, "uses_attention_index",
+                                                                False))
     mkw = dict(manager_kw or {})
     mkw.setdefault("max_num_batched_tokens", max_num_batched_tokens)
     managers = [KVCacheManager(kv_cache_config, max_model_len=max_model_len,
-                               enable_caching=enable_caching, enable_events=True, **mkw)
+                               enable_caching=enable_caching, enable_events=feed, **mkw)
                 for _ in range(replicas)]
     mml = managers[0].max_model_len
-    reps = [_Replica(mg, time_model, max_num_seqs=max_num_seqs,
-                     max_num_batched_tokens=max_num_batched_tokens,
-                     long_prefill_token_threshold=long_prefill_token_threshold,
-                     max_model_len=mml, reserve_full_prompt=reserve_full_prompt)
+    reps = [Engine(mg, time_model, max_num_seqs=max_num_seqs,
+                   max_num_batched_tokens=max_num_batched_tokens,
+                   long_prefill_token_threshold=long_prefill_token_threshold,
+                   max_model_len=mml, reserve_full_prompt=reserve_full_prompt,
+                   max_samples=MAX_SAMPLES)
             for mg in managers]
+    seqs = [0] * replicas
     index = att = None
     ikw: dict[str, Any] = dict(max_model_len=mml, enable_caching=enable_caching,
                                max_num_batched_tokens=max_num_batched_tokens,
@@ -536,18 +384,23 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     if getattr(rt, "uses_attention_index", False):
         att = _AttentionIndex(kv_cache_config, **ikw)
     view = FleetView(replicas, index, att)
-    reqs = list(requests)
-    assignment = [-1] * len(reqs)
-    pos = {id(r): i for i, r in enumerate(reqs)}
-    order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
-    pending: deque[SimRequest] = deque(reqs[k] for k in order)
+    reqs: list[SimRequest] = []
+    assignment: list[int] = []
+    pos: dict[int, int] = {}
+    if keep_requests:
+        reqs = list(requests)
+        assignment = [-1] * len(reqs)
+        pos = {id(r): i for i, r in enumerate(reqs)}
+        order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
+        source: Any = iter([reqs[k] for k in order])
+    else:
+        source = iter(requests)
+    nxt: SimRequest | None = next(source, None)
     slots: Any = _Slots(max_concurrency) if max_concurrency is not None else None
     # notices the router sees at their time: (time, tiebreak, kind, replica, payload)
     notices: list[tuple[float, int, int, int, Any]] = []
     tie = itertools.count()
     EVENTS, FIRST, DONE = 0, 1, 2
-    est: dict[int, int] = {}
-    first_seen: set[int] = set()
     n_done = 0
     pred_tokens = pred_reqs = 0
 
@@ -565,17 +418,28 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             else:
                 view.outstanding[k] -= 1
 
+    # replicas with work, by the start of their next step (ties: the lower index, as
+    # the one-replica equality with run_engine and a stable order need)
+    ready: list[tuple[float, int]] = []
+    inf = math.inf
+    push, pop = heapq.heappush, heapq.heappop
     while True:
-        busy = [rp for rp in reps if rp.has_work]
-        t_step = min((rp.now for rp in busy), default=math.inf)
-        t_arr = math.inf
-        if pending and (slots is None or slots):
-            free_at = slots[0] if slots is not None else -math.inf
-            t_arr = max(pending[0].arrival, free_at)
-        if t_arr == math.inf and t_step == math.inf:
+        t_step = ready[0][0] if ready else inf
+        t_arr = inf
+        if nxt is not None and (slots is None or slots):
+            free_at = slots[0] if slots is not None else -inf
+            t_arr = nxt.arrival if nxt.arrival > free_at else free_at
+        if t_arr == inf and t_step == inf:
             break
         if t_arr <= t_step:
-            r = pending.popleft()
+            r = nxt
+            assert r is not None
+            nxt = next(source, None)
+            if nxt is not None and nxt.arrival < r.arrival:
+                raise ConfigError(f"request {nxt.request_id!r} arrives at {nxt.arrival} s, "
+                                  f"before {r.request_id!r} at {r.arrival} s; a streamed "
+                                  "fleet run takes requests in arrival order",
+                                  field="arrival", value=nxt.arrival)
             if slots is not None:
                 slots.popleft()
             r.sent = t_arr
@@ -584,6 +448,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                 n_done += 1
                 if slots is not None:
                     slots.append(r.sent)
+                if on_done is not None:
+                    on_done(r, -1)
                 if progress is not None:
                     progress(n_done)
                 continue
@@ -600,48 +466,55 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                 pred_tokens += view.predicted_hit
                 pred_reqs += 1
             hit_est = view.predicted_hit or 0
-            est[id(r)] = r.prompt_len - hit_est
+            r.route_est = r.prompt_len - hit_est
             view.outstanding[k] += 1
-            view.prefill_backlog[k] += r.prompt_len - hit_est
-            assignment[pos[id(r)]] = k
+            view.prefill_backlog[k] += r.route_est
             rp = reps[k]
-            rp.res.requests.append(r)
-            if not rp.has_work and rp.now < t_arr:
-                rp.now = t_arr
-            rp.waiting.append(r)
+            if keep_requests:
+                assignment[pos[id(r)]] = k
+                rp.res.requests.append(r)
+            if not rp.has_work:
+                if rp.now < t_arr:
+                    rp.now = t_arr
+                push(ready, (rp.now, k))
+            rp.add_request(r)
             continue
-        rp = min(busy, key=lambda x: x.now)
-        k = reps.index(rp)
-        sched, finished, rejected = rp.step(slots)
+        t, k = pop(ready)
+        rp = reps[k]
+        sched, _, finished, rejected, _ = rp.step(slots)
         t = rp.now
-        evs = rp.m.take_events()
-        if evs and (index is not None or att is not None):
-            heapq.heappush(notices, (t + event_delay_s, next(tie), EVENTS, k,
-                                     (rp.seq, evs)))
-            rp.seq += 1
-        for r, _ in sched:
-            if r.token_times and id(r) not in first_seen:
-                first_seen.add(id(r))
-                heapq.heappush(notices, (t, next(tie), FIRST, k, est.get(id(r), 0)))
-        for r in finished + rejected:
-            if id(r) not in first_seen:
-                first_seen.add(id(r))
-                heapq.heappush(notices, (t, next(tie), FIRST, k, est.get(id(r), 0)))
-            heapq.heappush(notices, (t, next(tie), DONE, k, None))
+        if rp.has_work:
+            push(ready, (t, k))
+        if feed:
+            evs = rp.manager.take_events()
+            if evs:
+                push(notices, (t + event_delay_s, next(tie), EVENTS, k, (seqs[k], evs)))
+                seqs[k] += 1
+        for r, _ in sched:  # first tokens answer the router's backlog estimate
+            if r.route_est >= 0 and r.num_out:
+                push(notices, (t, next(tie), FIRST, k, r.route_est))
+                r.route_est = -1
         if finished or rejected:
+            for r in finished + rejected:
+                if r.route_est >= 0:
+                    push(notices, (t, next(tie), FIRST, k, r.route_est))
+                    r.route_est = -1
+                push(notices, (t, next(tie), DONE, k, None))
+                if on_done is not None:
+                    on_done(r, k)
             n_done += len(finished) + len(rejected)
             if progress is not None:
                 progress(n_done)
     results = [rp.res for rp in reps]
-    for rp in reps:
-        rp.res.rejected = sum(1 for r in rp.res.requests if r.rejected)
     stale = sum(1 for k in range(replicas) if index is not None and index.is_stale(k))
     return FleetResult(
         requests=reqs, replicas=results, assignment=assignment,
         busy_seconds=[rp.busy for rp in reps], router=getattr(rt, "name", str(rt)),
         event_delay_s=float(event_delay_s), predicted_hit_tokens=pred_tokens,
         predicted_requests=pred_reqs, wall_seconds=time.perf_counter() - wall0,
-        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale)
+        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale,
+        mean_kv_usage=[rp.usage_area / rp.now if rp.now > 0 else 0.0 for rp in reps],
+        peak_kv_usage=[rp.peak_usage for rp in reps])
 
 
 # ---- figures -----------------------------------------------------------------------------
@@ -684,8 +557,12 @@ def fleet_metrics(res: FleetResult, *, goodput: dict[str, float] | None = None,
                     "busy_seconds": res.busy_seconds[k],
                     **{key: m[key] for key in (
                         "completed", "prefix_hit_ratio", "mean_ttft_ms", "p99_ttft_ms",
-                        "mean_tpot_ms", "p99_tpot_ms", "preemptions", "mean_kv_usage",
-                        "peak_kv_usage", "steps") if key in m}})
+                        "mean_tpot_ms", "p99_tpot_ms", "preemptions",
+                        "steps") if key in m},
+                    "mean_kv_usage": res.mean_kv_usage[k] if res.mean_kv_usage else
+                    m["mean_kv_usage"],
+                    "peak_kv_usage": res.peak_kv_usage[k] if res.peak_kv_usage else
+                    m["peak_kv_usage"]})
     counts = [p["requests"] for p in per]
     ri, rcv = _imbalance(counts)
     bi, bcv = _imbalance(res.busy_seconds)

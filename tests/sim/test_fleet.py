@@ -262,3 +262,152 @@ def test_cli_bad_fleet_flags_one_line_exit_2(capsys, flags):
     assert main([*FLEET, *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
+
+
+def test_step_series_are_thinned_but_usage_figures_are_exact(monkeypatch):
+    """A long run keeps at most MAX_SAMPLES points per replica; the mean and peak KV
+    usage come from the exact time integral, the same however thin the series."""
+    from kvcore.sim import fleet
+
+    cfg = _cfg(400, _full())
+    reqs, _ = _trace(_prefixes(3, [100]), 30, seed=6, gap_ms=20, out=(10, 40))
+    figs = []
+    for cap in (10**9, 8):
+        monkeypatch.setattr(fleet, "MAX_SAMPLES", cap)
+        res = run_fleet(cfg, [SimRequest(r) for r in reqs], TM, replicas=2,
+                        router="least-loaded", max_num_seqs=4, max_num_batched_tokens=256)
+        assert all(len(r.step_end) < min(cap, 10**6) for r in res.replicas)
+        m = fleet_metrics(res)
+        figs.append((m["mean_kv_usage"], m["peak_kv_usage"], m["mean_ttft_ms"]))
+    assert figs[0] == figs[1] and figs[0][1] > 0
+
+
+@pytest.mark.parametrize("router", ["round-robin", "prefix-aware"])
+def test_streamed_run_gives_the_kept_run_request_by_request(router):
+    """keep_requests=False over a generator (arrival order) keeps nothing, and
+    on_done sees every request with the same times, hits and replica as the kept run
+    (the same loop: streaming only changes what is retained)."""
+    cfg = _cfg(300, _full(), _swa(64))
+    reqs, _ = _trace(_prefixes(4, [150, 400]), 50, seed=8, gap_ms=10, out=(5, 60))
+    kw = dict(replicas=3, router=router, max_num_seqs=6, max_num_batched_tokens=256,
+              max_concurrency=12)
+    kept = run_fleet(cfg, [SimRequest(r) for r in reqs], TM, **kw)
+    done = {}
+    res = run_fleet(cfg, (SimRequest(r) for r in reqs), TM, keep_requests=False,
+                    on_done=lambda r, k: done.setdefault(r.request_id, (
+                        r.sent, tuple(r.token_times), r.num_cached_tokens, k)), **kw)
+    assert res.requests == [] and res.assignment == []
+    assert all(rep.requests == [] for rep in res.replicas)
+    assert len(done) == len(reqs)
+    for r, k in zip(kept.requests, kept.assignment):
+        assert done[r.request_id] == (r.sent, tuple(r.token_times), r.num_cached_tokens, k)
+
+
+def test_streamed_run_refuses_out_of_order_arrivals():
+    cfg = _cfg(300, _full())
+    reqs, _ = _trace(_prefixes(2, [100]), 5, seed=9, gap_ms=10)
+    sims = [SimRequest(r) for r in reversed(reqs)]
+    with pytest.raises(ConfigError, match="arrival order") as e:
+        run_fleet(cfg, iter(sims), TM, replicas=2, router="round-robin", max_num_seqs=4,
+                  max_num_batched_tokens=256, keep_requests=False)
+    assert e.value.extra["field"] == "arrival"
+
+
+# ---- sweeps over fleets ----------------------------------------------------------------------
+def _sweep(capsys, *flags):
+    from kvcore.cli import main
+
+    assert main([*FLEET, "--replicas", "1,3", "--router", "round-robin,prefix-aware",
+                 "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)["sweep"]
+
+
+def test_fleet_sweep_rows_are_the_single_runs_and_backends_agree(capsys):
+    """A comma list in --replicas / --router runs one fleet per combination (replicas
+    outer, routers inner); each row is the figures the same single run prints; the
+    serial and the process-pool backends (and Ray when importable) give the same rows."""
+    from kvcore.cli import main
+
+    serial = _sweep(capsys, "--backend", "serial")
+    assert [(r["replicas"], r["router"]) for r in serial] == [
+        (1, "round-robin"), (1, "prefix-aware"), (3, "round-robin"), (3, "prefix-aware")]
+    assert main([*FLEET, "--replicas", "3", "--router", "prefix-aware", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    row = serial[3]
+    for k in ("prefix_hit_ratio", "mean_ttft_ms", "p99_tpot_ms", "requests_per_replica",
+              "router_predicted_hit_ratio", "completed"):
+        assert row[k] == one[k], k
+    # one replica: the router cannot matter
+    assert serial[0]["mean_ttft_ms"] == serial[1]["mean_ttft_ms"]
+    assert _sweep(capsys, "--backend", "local", "--workers", "2") == serial
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return
+    assert _sweep(capsys, "--backend", "ray", "--workers", "2") == serial
+
+
+def test_fleet_sweep_prints_one_table(capsys):
+    from kvcore.cli import main
+
+    assert main([*FLEET, "--replicas", "2,3", "--router", "prefix-aware",
+                 "--backend", "serial"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[:4] == ["model", "trace", "replicas", "router"]
+    assert [ln.split()[2] for ln in lines[1:]] == ["2", "3"]
+
+
+def test_fleet_sweep_refuses_plot(capsys, tmp_path):
+    from kvcore.cli import main
+
+    assert main([*FLEET, "--replicas", "2,3", "--plot", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sweep" in err[0]
+
+
+# ---- Mamba hybrids ---------------------------------------------------------------------------
+MAMBA = ["simulate", "qwen3-next-80b-a3b-thinking", "--dataset", "random",
+         "--random-prefix-len", "4000", "--random-input-len", "300",
+         "--random-output-len", "32", "--num-prompts", "64", "--request-rate", "16",
+         "--gpu", "H100", "--tp", "4", "--replicas", "4", "--router",
+         "round-robin,prefix-aware,prefix-aware-attention-only", "--backend", "serial",
+         "--json"]
+
+
+def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
+    """Qwen3-Next (Gated DeltaNet + full attention) in --mamba-cache-mode align: a
+    state exists only where a step ended on a block boundary, so the shared 4,000-token
+    prefix the attention group holds is mostly not servable.  The attention-only router
+    predicts more hits than the replicas give; the group-aware one predicts exactly
+    what it gets (the manager's rule across all groups).  With mode none (vLLM: prefix
+    caching off for Mamba hybrids) nothing hits."""
+    from kvcore.cli import main
+
+    assert main([*MAMBA, "--mamba-cache-mode", "align"]) == 0
+    rr, ga, ao = json.loads(capsys.readouterr().out)["sweep"]
+    assert ao["router_predicted_hit_ratio"] > ao["prefix_hit_ratio"]
+    assert ga["router_predicted_hit_ratio"] == pytest.approx(ga["prefix_hit_ratio"])
+    # the attention-only router piles the prefix's requests on one replica
+    assert ao["busy_imbalance"] > ga["busy_imbalance"]
+    assert main([*MAMBA, "--mamba-cache-mode", "none"]) == 0
+    rows = json.loads(capsys.readouterr().out)["sweep"]
+    assert all(r["prefix_hit_ratio"] == 0 for r in rows)
+
+
+def test_routing_md_sweep_command_runs(capsys):
+    """The sweep command of docs/ROUTING.md runs (docs examples are tests) and prints
+    one row per (replicas, router)."""
+    import pathlib
+    import shlex
+
+    from kvcore.cli import main
+
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "ROUTING.md").read_text()
+    start = doc.index("    kvcore simulate llama-3.1-8b --dataset random")
+    block = doc[start:doc.index("\n\n", start)].replace("\\\n", " ")
+    argv = shlex.split(block)[1:]
+    assert main([*argv, "--num-prompts", "12", "--backend", "serial"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[2:4] for ln in lines[1:]] == [
+        ["2", "round-robin"], ["2", "prefix-aware"], ["4", "round-robin"],
+        ["4", "prefix-aware"]]
