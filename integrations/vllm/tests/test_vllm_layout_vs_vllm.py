@@ -241,3 +241,61 @@ def test_random_layouts_vllm_layout_is_vllms():
           f"skipped {dict(skipped)}")
     assert not diffs, f"{dict(counts)}\n" + "\n".join(diffs[:20])
     assert counts["same"] + counts["both fail"] >= len(cases) // 2, counts
+
+
+def test_non_divisor_attention_page_is_padded_not_scaled():
+    """vLLM 0.32 scales a smaller attention page only by an exact ratio; otherwise it
+    pads the page and keeps the block size (``unify_kv_cache_spec_page_size``).
+    Full attention 8 KV heads x 128, block 16, bf16: 16 x 8 x 128 x 2 x 2 = 65,536 B;
+    sliding window 1,024 with 3 KV heads: 24,576 B, 65,536 / 24,576 = 2.67 -> padded to
+    65,536 B at block 16 (kvcore's largest-factor unification gave 32 tokens)."""
+    from kvcore import FullAttentionSpec, SlidingWindowSpec
+
+    fa = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype="bfloat16")
+    sw = SlidingWindowSpec(block_size=16, num_kv_heads=3, head_size=128,
+                           sliding_window=1024, dtype="bfloat16")
+    specs = {f"model.layers.{i}.attn": (fa if i % 2 else sw) for i in range(8)}
+    opts = {"kv_cache_memory_bytes": 2 * GiB, "max_model_len": 8192,
+            "max_num_batched_tokens": 2048}
+    v = _vllm_side(_helpers(), specs, opts)
+    assert sorted((g[1], g[2], g[3]) for g in v["groups"]) == [
+        ("FullAttentionSpec", 16, 65536), ("SlidingWindowSpec", 16, 65536)], v
+    k = _kvcore_side(specs, opts)
+    assert sorted((g.spec.kind, g.spec.block_size, g.spec.page_size_bytes)
+                  for g in k.groups) == [("full_attention", 16, 65536),
+                                         ("sliding_window", 16, 65536)]
+    assert _compare(_helpers(), specs, opts)[0] == "same"
+
+
+def test_deepseek_v4_flash_vllm_refuses_kvcores_layers():
+    """kvcore's DeepSeek-V4-Flash layers (sliding-window MLA x105, MLA x41, MLA indexer
+    x21) cannot be unified by vLLM 0.32: the indexer's page does not divide the largest
+    and vLLM pads only non-MLA attention, so ``get_kv_cache_configs`` raises
+    NotImplementedError.  kvcore's model says so (no vLLM layout, the reason named), and
+    the planner reports no vLLM layout (no floor) with that note.
+
+    Not expressible: vLLM's own deepseek_v4 model (vllm/models/deepseek_v4) builds other
+    specs (compressor states of block 4 / 8, MLA pages aligned to 576 / 512 B); its
+    256-token layout (issue 22) comes from those, not from kvcore's layer kinds."""
+    from kvcore.grouping import normalize_specs, vllm_refusal
+    from kvcore.models.config import CacheConfig, load_model_config
+    from kvcore.models.embedded import embedded_config_path
+    from kvcore.models.planner import layer_specs_for, plan_model
+
+    specs = layer_specs_for(load_model_config(embedded_config_path("deepseek-v4-flash")),
+                            CacheConfig())
+    opts = {"kv_cache_memory_bytes": 20 * GiB, "max_model_len": 8192,
+            "max_num_batched_tokens": 8192}
+    v = _vllm_side(_helpers(), specs, opts)
+    assert v.get("error", "").startswith("NotImplementedError"), v
+    assert _kvcore_side(specs, opts) is None
+    from kvcore.grouping import SearchEnv
+    from kvcore.specs import PlanContext
+
+    items, _, _ = normalize_specs(specs, max_model_len=None)
+    why = vllm_refusal(items, SearchEnv(ctx=PlanContext(max_model_len=8192)))
+    assert why is not None and "mla_indexer" in why, why
+    c = plan_model("deepseek-v4-flash", kv_cache_memory_bytes=20 * GiB,
+                   max_model_len=8192)
+    assert c.stats.vllm_layout is None
+    assert any("no vLLM layout to compare" in n for n in c.stats.notes), c.stats.notes
