@@ -106,11 +106,18 @@ def notes_table(models: list[str], budgets: list[int], lengths: list[int], mnbt:
                 except (NotEnoughMemoryError, Exception) as exc:  # noqa: BLE001
                     print(f"{m:32} {b:>4}Gi {n:>6}  {type(exc).__name__}")
                     continue
-                w, v = c.stats.serving, c.stats.vllm_layout.figures
+                w = c.stats.serving
                 gain = c.stats.gain_over_vllm
 
                 def f(x):
                     return "-" if x is None else f"{x:,.1f}"
+                if c.stats.vllm_layout is None:  # vLLM 0.32's planner raises here
+                    print(f"{m:32} {b:>4}Gi {n:>6}  {'-':>4}/{w.num_groups:<5} "
+                          f"{'-':>6}/{w.prefix_hit_alignment_tokens or 0:<6} "
+                          f"{'-':>6}/{f(w.steady_capacity_requests):<6} "
+                          f"{'-':>9}/{w.time_s:<9.2f} {'-':>7}  (vLLM raises)")
+                    continue
+                v = c.stats.vllm_layout.figures
                 print(f"{m:32} {b:>4}Gi {n:>6}  {v.num_groups:>4}/{w.num_groups:<5} "
                       f"{v.prefix_hit_alignment_tokens or 0:>6}/{w.prefix_hit_alignment_tokens or 0:<6} "
                       f"{f(v.steady_capacity_requests):>6}/{f(w.steady_capacity_requests):<6} "

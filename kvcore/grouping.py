@@ -82,6 +82,9 @@ __all__ = [
     "candidate_layouts",
     "score_layout",
     "search_layouts",
+    "VllmLayout",
+    "vllm_layout_of",
+    "vllm_refusal",
     "vllm_rule_layouts",
     "check_spec_sizes",
     "unify_page_sizes",
@@ -1170,14 +1173,170 @@ def choose(scored: Sequence[tuple[Layout, Score]], env: SearchEnv) -> int:
                                    scored[i][1].padding_bytes_per_request, i))
 
 
+#: kinds whose page vLLM 0.32 can pad to a larger, non-multiple page
+#: (``unify_kv_cache_spec_page_size``: non-MLA attention; Mamba states are padded too)
+_VLLM_PADDABLE = frozenset({"full_attention", "sliding_window", "chunked_local_attention",
+                            "cross_attention", "sink_full_attention", "sliding_window_mla",
+                            "rswa", "turboquant_full_attention"})
+#: kinds vLLM's MLA + sliding-window fallback rejects (``SlidingWindowMLASpec``,
+#: ``ChunkedLocalAttentionSpec``)
+_VLLM_NO_FALLBACK = frozenset({"sliding_window_mla", "chunked_local_attention",
+                               "hidden_state_cache"})
+
+
+def _vllm_unify(specs: list[KVCacheSpec], env: SearchEnv
+                ) -> tuple[dict[int, KVCacheSpec] | None, str | None]:
+    """vLLM 0.32's page unification of distinct ``specs``: ``({id(spec): unified}, None)``
+    or ``(None, why vLLM raises)``.
+
+    Source: ``unify_kv_cache_spec_page_size`` (vllm/v1/core/kv_cache_utils.py@0.32), after
+    the platform's ``_align_hybrid_block_size`` (attention blocks raised, by
+    :func:`unify_page_sizes` without scaling, so one page holds the Mamba state): a page
+    equal to the largest is kept; a state page is padded to it; an attention page that
+    divides it takes ``block_size * ratio``; another non-MLA attention page is padded
+    (its block size kept); an MLA / indexer page that does not divide it makes vLLM
+    raise ``NotImplementedError``."""
+    raised, _, _ = unify_page_sizes(specs, env.kernel_block_size, scale=False)
+    base = {id(s): (raised[s].copy_with_new_block_size(raised[s].block_size)
+                    if raised[s].scales_with_block_size else raised[s]) for s in specs}
+    target = max(b.real_page_size_bytes for b in base.values())
+    out: dict[int, KVCacheSpec] = {}
+    for s in specs:
+        b = base[id(s)]
+        page = b.real_page_size_bytes
+        if page == target or page == 0:
+            out[id(s)] = b
+        elif not b.scales_with_block_size:
+            out[id(s)] = b.with_page_size_padded(target)
+        elif target % page == 0:
+            out[id(s)] = b.copy_with_new_block_size(b.block_size * (target // page))
+        elif b.kind in _VLLM_PADDABLE:
+            out[id(s)] = b.with_page_size_padded(target)
+        else:
+            return None, (f"vLLM 0.32 cannot unify the pages: a {b.kind} page of {page} B "
+                          f"does not divide the largest, {target} B, and vLLM pads only "
+                          "non-MLA attention pages (unify_kv_cache_spec_page_size raises "
+                          "NotImplementedError)")
+    return out, None
+
+
 def vllm_rule_layouts(items: Items, env: SearchEnv) -> list[Layout]:
-    """vLLM 0.32's own layout of ``items`` (one group when the layers share a table,
-    else the unified-page hybrid with its group size), marked as the baseline."""
-    first = one_group(items, env) or hybrid(items, env)[:1]
+    """vLLM 0.32's own layout of ``items`` (windows as given), marked as the baseline;
+    ``[]`` where vLLM's planner raises (:func:`vllm_refusal` says why).
+
+    Source: ``get_kv_cache_groups`` (vllm/v1/core/kv_cache_utils.py@0.32): one group
+    when every layer shares a block table (``UniformTypeKVCacheSpecs``); else pages
+    unified by :func:`_vllm_unify`, layers bucketed by their unified spec, each bucket
+    cut into ``cdiv(n, group_size)`` strided groups (group size: the smallest bucket,
+    the largest when it is under 1.5x the smallest;
+    ``_get_kv_cache_groups_uniform_page_size``); where the pages cannot be unified, the
+    MLA + sliding-window fallback (``_try_get_full_allocation_fallback_groups``: the
+    windows as full attention in one group) or nothing.  Differential test against
+    vLLM's planner: integrations/vllm/tests/test_vllm_layout_vs_vllm.py."""
+    lays, _ = _vllm_rule(items, env)
+    return lays
+
+
+def vllm_refusal(items: Items, env: SearchEnv) -> str | None:
+    """Why vLLM 0.32's planner raises on ``items`` (None when it plans them)."""
+    return _vllm_rule(items, env)[1]
+
+
+def _vllm_rule(items: Items, env: SearchEnv) -> tuple[list[Layout], str | None]:
+    tag = " (vLLM's rule, windows as given)"
+    first = one_group(items, env)
+    if not first:
+        specs = uniq(s for _, s in items)
+        by_id, why = _vllm_unify(specs, env)
+        if by_id is None:
+            kinds = {s.kind for s in specs}
+            full = _as_full(items) if ("mla_attention" in kinds and "sliding_window" in kinds
+                                       and not kinds & _VLLM_NO_FALLBACK) else None
+            first = one_group(full, env) if full is not None else []
+            if not first:
+                return [], why
+            tag = " (vLLM's rule: pages not unifiable, windows as full attention)"
+        else:
+            mapped = [by_id[id(s)] for s in specs]
+            key = {id(u): u for u in mapped}
+            buckets = _bucketed([(n, by_id[id(s)]) for n, s in items], key)
+            size = group_sizes([len(n) for n, _ in buckets])[0]
+            first = [Layout("hybrid", functools.partial(_strided, buckets, size, True),
+                            (f"{len(buckets)} buckets, group size {size}",),
+                            entries=_bucket_entries(buckets, size, True), baseline=True)]
     for lay in first:
-        lay.strategy = f"{lay.strategy} (vLLM's rule, windows as given)"
+        lay.strategy = f"{lay.strategy}{tag}"
         lay.baseline = True
-    return first
+    return first, None
+
+
+@dataclass(frozen=True)
+class VllmLayout:
+    """vLLM 0.32's layout of a model's layers, scored (:func:`vllm_layout_of`).
+
+    ``groups``: vLLM's KV-cache groups; ``num_blocks``: blocks of the pool (bytes //
+    bytes per block id); ``max_concurrency``: ``num_blocks / blocks per request``
+    (vLLM's ``get_max_concurrency_for_kv_cache_config``); ``score``: kvcore's full
+    :class:`Score`."""
+
+    layout: Layout
+    score: Score
+
+    @property
+    def groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        return self.layout.groups
+
+    @property
+    def strategy(self) -> str:
+        return self.layout.strategy
+
+    @property
+    def num_blocks(self) -> int | None:
+        return self.score.num_blocks
+
+    @property
+    def max_concurrency(self) -> float | None:
+        return self.score.max_concurrency
+
+    def describe(self) -> str:
+        return f"{self.strategy}: {self.score.describe()}"
+
+
+def vllm_layout_of(
+    layer_specs: Mapping[str, KVCacheSpec], *, ctx: PlanContext,
+    kv_cache_memory_bytes: int | None = None, kernel_block_size: int | None = None,
+    disable_hybrid_kv_cache_manager: bool = False, enable_prefix_caching: bool = True,
+    env: SearchEnv | None = None,
+) -> VllmLayout | None:
+    """vLLM 0.32's own layout of ``layer_specs`` ({layer name: spec}, windows as given),
+    scored on ``kv_cache_memory_bytes`` (bytes) at ``ctx``; None where vLLM's planner
+    raises (:func:`vllm_refusal`).  The one implementation behind ``PlanStats.vllm_layout``
+    (the planner's baseline) and ``PlanStats.vllm_own_layout``
+    (:func:`kvcore.deploy.ceilings.vllm_layout`).  ``env`` replaces the other options
+    but ``disable_hybrid_kv_cache_manager``.  Raises ConfigError as
+    :func:`group_layers`."""
+    layer_specs = check_layer_specs(layer_specs)
+    _arg_ctx(ctx, "vllm_layout_of")
+    if env is None:
+        env = SearchEnv(ctx=ctx, kernel_block_size=kernel_block_size,
+                        budgets=None if kv_cache_memory_bytes is None
+                        else (int(kv_cache_memory_bytes),),
+                        max_model_len=ctx.max_model_len,
+                        enable_prefix_caching=enable_prefix_caching)
+    if disable_hybrid_kv_cache_manager and any(
+            s.kind == "sliding_window_mla" for s in layer_specs.values()):
+        # unify_hybrid_kv_cache_specs@0.32 rebuilds a SlidingWindowMLASpec as an
+        # MLAAttentionSpec with its bounded_replay field: TypeError (vLLM raises)
+        return None
+    items, _, _ = normalize_specs(
+        layer_specs, max_model_len=None, kernel_block_size=env.kernel_block_size,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+    if not items:
+        return None
+    lays = vllm_rule_layouts(items, env)
+    if not lays:
+        return None
+    return VllmLayout(lays[0], score_layout(lays[0], env))
 
 
 def search_layouts(items: Items, env: SearchEnv, raw_items: Items | None = None
@@ -1398,6 +1557,10 @@ def group_layers(
                 why.append(_versus(win, base))
         front = tuple(LayoutReport(c.strategy, c.figures, c.is_vllm_layout)
                       for c in pareto_front(judged))
+    if not any(lay.baseline for lay, _ in scored):
+        refusal = vllm_refusal(raw_items if raw_items is not None else items, env)
+        if refusal:
+            why.append(f"no vLLM layout to compare: {refusal}")
     return GroupingResult(winner.groups, winner.strategy, skipped,
                           tuple(notes) + _dedupe(winner.notes) + tuple(why), runner,
                           distinct, env.block_outermost, serving, vllm_report, front,

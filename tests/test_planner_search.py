@@ -554,7 +554,7 @@ def test_never_worse_than_the_former_ladder():
 
     from kvcore.planning import plan_from_specs_file
 
-    checked = better = without_plugin = traded = 0
+    checked = better = without_plugin = traded = refused = 0
     for row, specs, digest in _ladder_cases():
         assert digest == row["specs_sha256"], "the fuzz generator changed: regenerate"
         kinds = {layer["type"] for layer in specs["layers"].values()}
@@ -577,11 +577,18 @@ def test_never_worse_than_the_former_ladder():
             # issue 22: the guarantee is a floor at vLLM's layout, not the objective:
             # below the ladder's figure only for a layout that serves faster than
             # vLLM's, or vLLM's own layout kept (never below vLLM's guarantee)
-            vllm, won = config.stats.vllm_layout.figures, config.stats.serving
-            assert config.max_concurrency >= vllm.guarantee * (1 - 1e-9), row
-            if config.max_concurrency < row["max_concurrency"] * (1 - 1e-9):
-                assert won.time_s < vllm.time_s or won == vllm, row
-                traded += 1
+            if config.stats.vllm_layout is None:
+                # vLLM 0.32's planner raises on these layers (an MLA page that does
+                # not divide the largest): no floor, the ladder's figure is kept
+                assert any("no vLLM layout to compare" in n for n in config.stats.notes), row
+                assert config.max_concurrency >= row["max_concurrency"] * (1 - 1e-9), row
+                refused += 1
+            else:
+                vllm, won = config.stats.vllm_layout.figures, config.stats.serving
+                assert config.max_concurrency >= vllm.guarantee * (1 - 1e-9), row
+                if config.max_concurrency < row["max_concurrency"] * (1 - 1e-9):
+                    assert won.time_s < vllm.time_s or won == vllm, row
+                    traded += 1
             better += config.max_concurrency > row["max_concurrency"] * (1 + 1e-9)
         checked += 1
     assert checked + without_plugin >= 300 and better >= 50

@@ -69,12 +69,17 @@ def test_gemma3_at_2048_batched_tokens_no_group_explosion(budget):
 @needs_mla
 @pytest.mark.parametrize("length,mnbt", [(8192, 8192), (32768, 2048)])
 def test_deepseek_v4_flash_groups_and_alignment(length, mnbt):
-    """Not 167 groups (the issue), never more than vLLM's layout's; the hit alignment
-    below the 5,120 tokens the old search took."""
+    """Not 167 groups (the issue); the hit alignment below the 5,120 tokens the old
+    search took.  vLLM 0.32's planner raises on kvcore's DeepSeek-V4 layers (the MLA
+    indexer page, 8,640 B, does not divide the largest, 37,440 B, and vLLM pads only
+    non-MLA attention: integrations/vllm/tests/test_vllm_layout_vs_vllm.py checks it
+    against vLLM), so the plan has no vLLM layout to compare and says why."""
     config = plan_model("deepseek-v4-flash", kv_cache_memory_bytes=40 * GiB,
                         max_model_len=length, max_num_batched_tokens=mnbt)
     s = config.stats
-    assert len(config.kv_cache_groups) <= s.vllm_layout.figures.num_groups < 167
+    assert s.vllm_layout is None
+    assert any("no vLLM layout to compare" in n and "mla_indexer" in n for n in s.notes)
+    assert len(config.kv_cache_groups) < 167
     assert s.prefix_hit_alignment_tokens < 5120
 
 

@@ -225,7 +225,8 @@ def vllm_layout(cfg: Any, config: Any, plan_kwargs: dict[str, Any] | None = None
     else the unified-page hybrid: groups of the smallest bucket's size, one block size
     unified so that every group's page has the same bytes; vLLM does not turn windows
     longer than ``max_model_len`` into full attention) -- kvcore's
-    :func:`kvcore.grouping.vllm_rule_layouts`, scored on the same budget.  kvcore's own
+    :func:`kvcore.grouping.vllm_layout_of`, the same function the planner's baseline
+    (``PlanStats.vllm_layout``) comes from, scored on the same budget.  kvcore's own
     search may pick a layout with more blocks; what vLLM *does* (how many Mamba blocks
     it has against ``max_num_seqs``, what its log prints) follows this one.
 
@@ -233,17 +234,11 @@ def vllm_layout(cfg: Any, config: Any, plan_kwargs: dict[str, Any] | None = None
     "num_layers", "blocks_per_request"}], "num_blocks", "max_concurrency",
     "bytes_per_block", "same_as_kvcore"}`` (``num_blocks``: bytes per rank // bytes per
     block id, vLLM's ``get_kv_cache_config_from_groups``; None under pipeline
-    parallelism, where the stages' split decides), or None without a budget or when the
-    layers cannot be rebuilt (a model no installed plugin serves).
+    parallelism, where the stages' split decides), or None without a budget, when the
+    layers cannot be rebuilt (a model no installed plugin serves), or where vLLM 0.32's
+    planner raises on them (:func:`kvcore.grouping.vllm_refusal`).
     """
-    from kvcore.grouping import (
-        SearchEnv,
-        blocks_per_request,
-        bytes_per_block_of,
-        normalize_specs,
-        score_layout,
-        vllm_rule_layouts,
-    )
+    from kvcore.grouping import blocks_per_request, bytes_per_block_of, vllm_layout_of
     from kvcore.models.config import CacheConfig
     from kvcore.models.planner import layer_specs_for
     from kvcore.specs import PlanContext
@@ -257,6 +252,11 @@ def vllm_layout(cfg: Any, config: Any, plan_kwargs: dict[str, Any] | None = None
         return None
     tp = int(kw.get("tensor_parallel_size", 1) or 1)
     pp = int(kw.get("pipeline_parallel_size", 1) or 1)
+    ctx = PlanContext(max_model_len=mml,
+                      max_num_batched_tokens=int(kw.get("max_num_batched_tokens") or 8192),
+                      tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                      mamba_cache_mode=kw.get("mamba_cache_mode", "none") or "none",
+                      num_speculative_tokens=int(kw.get("num_speculative_tokens", 0) or 0))
     try:
         cache = CacheConfig(block_size=kw.get("block_size"),
                             kv_cache_dtype=kw.get("kv_cache_dtype", "auto"),
@@ -266,28 +266,20 @@ def vllm_layout(cfg: Any, config: Any, plan_kwargs: dict[str, Any] | None = None
                             include_mtp_layers=kw.get("include_mtp_layers", False),
                             mamba_ssm_cache_dtype=kw.get("mamba_ssm_cache_dtype"))
         specs = layer_specs_for(cfg, cache)
-        items, _, _ = normalize_specs(
-            specs, max_model_len=None, kernel_block_size=kw.get("kernel_block_size"),
+        # the one model of vLLM's layout (the planner's baseline, PlanStats.vllm_layout)
+        vl = vllm_layout_of(
+            specs, ctx=ctx, kv_cache_memory_bytes=int(budget),
+            kernel_block_size=kw.get("kernel_block_size"),
             disable_hybrid_kv_cache_manager=kw.get("disable_hybrid_kv_cache_manager",
-                                                   False))
+                                                   False),
+            enable_prefix_caching=bool(kw.get("enable_prefix_caching", True)))
     except Exception:  # noqa: BLE001 - a layout we cannot rebuild is reported as None
         return None
-    if not items:
+    if vl is None:  # vLLM's planner raises on these layers (grouping.vllm_refusal)
         return None
-    ctx = PlanContext(max_model_len=mml,
-                      max_num_batched_tokens=int(kw.get("max_num_batched_tokens") or 8192),
-                      tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                      mamba_cache_mode=kw.get("mamba_cache_mode", "none") or "none",
-                      num_speculative_tokens=int(kw.get("num_speculative_tokens", 0) or 0))
-    env = SearchEnv(ctx=ctx, kernel_block_size=kw.get("kernel_block_size"),
-                    budgets=(int(budget),), max_model_len=mml,
-                    enable_prefix_caching=bool(kw.get("enable_prefix_caching", True)))
-    lays = vllm_rule_layouts(items, env)
-    if not lays:
-        return None
-    lay = lays[0]
+    lay = vl.layout
     groups = lay.groups
-    sc = score_layout(lay, env)
+    sc = vl.score
     bpb = bytes_per_block_of(groups)
     per_group = []
     for g in groups:
