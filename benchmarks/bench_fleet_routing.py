@@ -46,11 +46,15 @@ def main() -> None:
     ap.add_argument("--gpu", default="H100-SXM")
     ap.add_argument("--event-delay", type=float, default=0.0)
     ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--kv-cache-memory", default=None,
+                    help="KV budget per replica (default: what fits on --gpu)")
+    ap.add_argument("--routers", default=",".join(ROUTERS))
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}")
     print(f"command: kvpy benchmarks/bench_fleet_routing.py --limit {a.limit} --replicas "
-          f"{a.replicas} --models {a.models} --gpu {a.gpu} --event-delay {a.event_delay}")
+          f"{a.replicas} --models {a.models} --gpu {a.gpu} --event-delay {a.event_delay}"
+          + (f" --kv-cache-memory {a.kv_cache_memory}" if a.kv_cache_memory else ""))
     hdr = (f"{'trace':<22} {'model':<14} {'router':<28} {'hit %':>6} {'TTFT ms':>8} "
            f"{'p99 TTFT':>9} {'TPOT ms':>8} {'dur s':>7} {'busy max/mean':>13} "
            f"{'pred hit %':>10} {'wall s':>6}")
@@ -58,11 +62,13 @@ def main() -> None:
     for trace in a.traces.split(","):
         path = os.path.join(a.traces_dir, trace)
         for model in a.models.split(","):
-            for router in ROUTERS:
+            for router in a.routers.split(","):
                 t0 = time.perf_counter()
                 d = run(["simulate", model, "--trace", path, "--limit", str(a.limit),
                          "--gpu", a.gpu, "--replicas", str(a.replicas), "--router",
-                         router, "--event-delay", str(a.event_delay), "--json"])
+                         router, "--event-delay", str(a.event_delay), "--json"]
+                        + (["--kv-cache-memory", a.kv_cache_memory]
+                           if a.kv_cache_memory else []))
                 pred = d["router_predicted_hit_ratio"]
                 print(f"{trace.split('_')[0] + ':' + trace.split('_')[-2]:<22} "
                       f"{model:<14} {router:<28} {100 * d['prefix_hit_ratio']:6.1f} "

@@ -69,6 +69,9 @@ __all__ = ["ROUTERS_ENTRY_POINT_GROUP", "FleetView", "FleetResult", "RoundRobinR
            "load_router", "router_names", "run_fleet", "fleet_metrics"]
 
 ROUTERS_ENTRY_POINT_GROUP = "kvcore.routers"
+#: most points kept per replica of the per-step series (thinned by 2 when reached, so
+#: a million-request run does not keep tens of millions of floats)
+MAX_SAMPLES = 4096
 
 
 # ---- routers ---------------------------------------------------------------------------
@@ -290,6 +293,11 @@ class _Replica:
         self.now = 0.0
         self.busy = 0.0
         self.seq = 0
+        #: time-integral of the usage (s) and its peak: exact, unlike the thinned series
+        self.usage_area = 0.0
+        self.peak_usage = 0.0
+        self._k = 0
+        self._stride = 1
 
     @property
     def has_work(self) -> bool:
@@ -418,11 +426,23 @@ class _Replica:
             fin = set(map(id, finished))
             self.running = [r for r in running if id(r) not in fin]
             res.duration = now
-        res.step_end.append(now)
-        res.step_usage.append(1.0 - self.fq.num_free_blocks / self.usable)
-        res.step_running.append(len(self.running))
-        res.step_waiting.append(len(waiting))
-        res.step_tokens.append(self.mnbt - token_budget)
+        use = 1.0 - self.fq.num_free_blocks / self.usable
+        self.usage_area += dt * use
+        if use > self.peak_usage:
+            self.peak_usage = use
+        self._k += 1
+        if self._k >= self._stride:  # a thinned series (at most MAX_SAMPLES points)
+            self._k = 0
+            res.step_end.append(now)
+            res.step_usage.append(use)
+            res.step_running.append(len(self.running))
+            res.step_waiting.append(len(waiting))
+            res.step_tokens.append(self.mnbt - token_budget)
+            if len(res.step_end) >= MAX_SAMPLES:
+                for series in (res.step_end, res.step_usage, res.step_running,
+                               res.step_waiting, res.step_tokens):
+                    del series[::2]
+                self._stride *= 2
         return sched, finished, rejected
 
 
@@ -469,6 +489,9 @@ class FleetResult:
     wall_seconds: float = 0.0
     duration: float = 0.0
     stale_replicas: int = 0
+    #: per replica, time-weighted mean and peak KV usage (fractions of usable blocks)
+    mean_kv_usage: list[float] = field(default_factory=list)
+    peak_kv_usage: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -641,7 +664,9 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
         busy_seconds=[rp.busy for rp in reps], router=getattr(rt, "name", str(rt)),
         event_delay_s=float(event_delay_s), predicted_hit_tokens=pred_tokens,
         predicted_requests=pred_reqs, wall_seconds=time.perf_counter() - wall0,
-        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale)
+        duration=max((r.duration for r in results), default=0.0), stale_replicas=stale,
+        mean_kv_usage=[rp.usage_area / rp.now if rp.now > 0 else 0.0 for rp in reps],
+        peak_kv_usage=[rp.peak_usage for rp in reps])
 
 
 # ---- figures -----------------------------------------------------------------------------
@@ -684,8 +709,12 @@ def fleet_metrics(res: FleetResult, *, goodput: dict[str, float] | None = None,
                     "busy_seconds": res.busy_seconds[k],
                     **{key: m[key] for key in (
                         "completed", "prefix_hit_ratio", "mean_ttft_ms", "p99_ttft_ms",
-                        "mean_tpot_ms", "p99_tpot_ms", "preemptions", "mean_kv_usage",
-                        "peak_kv_usage", "steps") if key in m}})
+                        "mean_tpot_ms", "p99_tpot_ms", "preemptions",
+                        "steps") if key in m},
+                    "mean_kv_usage": res.mean_kv_usage[k] if res.mean_kv_usage else
+                    m["mean_kv_usage"],
+                    "peak_kv_usage": res.peak_kv_usage[k] if res.peak_kv_usage else
+                    m["peak_kv_usage"]})
     counts = [p["requests"] for p in per]
     ri, rcv = _imbalance(counts)
     bi, bcv = _imbalance(res.busy_seconds)
