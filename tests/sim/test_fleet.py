@@ -280,3 +280,26 @@ def test_step_series_are_thinned_but_usage_figures_are_exact(monkeypatch):
         m = fleet_metrics(res)
         figs.append((m["mean_kv_usage"], m["peak_kv_usage"], m["mean_ttft_ms"]))
     assert figs[0] == figs[1] and figs[0][1] > 0
+
+
+def test_the_readme_fleet_command_runs(capsys, monkeypatch):
+    """The README's fleet example, as written there."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from kvcore.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    readme = root / "README.md"
+    if not readme.exists():
+        pytest.skip("README absent (packaging copy of tests/)")
+    blocks = re.findall(r"```bash\n(kvcore simulate .*?)```", readme.read_text(), re.S)
+    block = next((b for b in blocks if "--replicas" in b), None)
+    assert block, "README has no fleet example"
+    argv = shlex.split(block.replace("\\\n", " "))[1:]
+    monkeypatch.chdir(root)
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["replicas"] == 4 and out["router"] == "prefix-aware"
+    assert out["completed"] + out["failed"] == 100 and out["prefix_hit_ratio"] > 0
