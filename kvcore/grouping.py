@@ -1308,8 +1308,9 @@ def vllm_layout_of(
     disable_hybrid_kv_cache_manager: bool = False, enable_prefix_caching: bool = True,
     env: SearchEnv | None = None,
 ) -> VllmLayout | None:
-    """vLLM 0.32's own layout of ``layer_specs`` ({layer name: spec}, windows as given),
-    scored on ``kv_cache_memory_bytes`` (bytes) at ``ctx``; None where vLLM's planner
+    """vLLM 0.32's own layout of ``layer_specs`` ({layer name: spec}, windows as given,
+    each spec given ``ctx`` by ``with_plan_context`` as :func:`kvcore.planning.plan` does:
+    a Mamba state in ``none`` mode takes ``max_model_len`` as its block size), scored on ``kv_cache_memory_bytes`` (bytes) at ``ctx``; None where vLLM's planner
     raises (:func:`vllm_refusal`).  The one implementation behind ``PlanStats.vllm_layout``
     (the planner's baseline) and ``PlanStats.vllm_own_layout``
     (:func:`kvcore.deploy.ceilings.vllm_layout`).  ``env`` replaces the other options
@@ -1317,6 +1318,11 @@ def vllm_layout_of(
     :func:`group_layers`."""
     layer_specs = check_layer_specs(layer_specs)
     _arg_ctx(ctx, "vllm_layout_of")
+    done: dict[int, KVCacheSpec] = {}  # the plan's context, as kvcore.planning.plan
+    for s in layer_specs.values():
+        if id(s) not in done:
+            done[id(s)] = s.with_plan_context(ctx)
+    layer_specs = {n: done[id(s)] for n, s in layer_specs.items()}
     if env is None:
         env = SearchEnv(ctx=ctx, kernel_block_size=kernel_block_size,
                         budgets=None if kv_cache_memory_bytes is None

@@ -132,6 +132,13 @@ def _compare(h: types.ModuleType, layer_specs: dict[str, Any], opts: dict[str, A
     why = _not_modelled(opts)
     if why is not None:
         return f"not modelled: {why}", NOT_MODELLED[why]
+    from kvcore.specs import PlanContext
+
+    # the specs as a plan sees them (a Mamba state in none mode: block size
+    # max_model_len, vLLM's mamba_block_size); both sides get the same layers
+    ctx = PlanContext(max_model_len=opts["max_model_len"],
+                      max_num_batched_tokens=opts["max_num_batched_tokens"])
+    layer_specs = {n: s.with_plan_context(ctx) for n, s in layer_specs.items()}
     v = _vllm_side(h, layer_specs, opts)
     k = _kvcore_side(layer_specs, opts)
     if "error" in v:
