@@ -1270,6 +1270,19 @@ def _vllm_rule(items: Items, env: SearchEnv) -> tuple[list[Layout], str | None]:
     return first, None
 
 
+def _vllm_disable_hybrid_refusal(layer_specs: Mapping[str, KVCacheSpec],
+                                 disable_hybrid: bool) -> str | None:
+    """Why vLLM 0.32 raises before grouping with ``disable_hybrid_kv_cache_manager``:
+    ``unify_hybrid_kv_cache_specs`` rebuilds a ``SlidingWindowMLASpec`` as an
+    ``MLAAttentionSpec`` passing its ``bounded_replay`` field (TypeError; found by the
+    differential test against vLLM's planner)."""
+    if disable_hybrid and any(s.kind == "sliding_window_mla" for s in layer_specs.values()):
+        return ("vLLM 0.32 raises with disable_hybrid_kv_cache_manager on sliding-window "
+                "MLA layers (unify_hybrid_kv_cache_specs: MLAAttentionSpec got an "
+                "unexpected keyword argument 'bounded_replay')")
+    return None
+
+
 @dataclass(frozen=True)
 class VllmLayout:
     """vLLM 0.32's layout of a model's layers, scored (:func:`vllm_layout_of`).
@@ -1308,8 +1321,9 @@ def vllm_layout_of(
     disable_hybrid_kv_cache_manager: bool = False, enable_prefix_caching: bool = True,
     env: SearchEnv | None = None,
 ) -> VllmLayout | None:
-    """vLLM 0.32's own layout of ``layer_specs`` ({layer name: spec}, windows as given),
-    scored on ``kv_cache_memory_bytes`` (bytes) at ``ctx``; None where vLLM's planner
+    """vLLM 0.32's own layout of ``layer_specs`` ({layer name: spec}, windows as given,
+    each spec given ``ctx`` by ``with_plan_context`` as :func:`kvcore.planning.plan` does:
+    a Mamba state in ``none`` mode takes ``max_model_len`` as its block size), scored on ``kv_cache_memory_bytes`` (bytes) at ``ctx``; None where vLLM's planner
     raises (:func:`vllm_refusal`).  The one implementation behind ``PlanStats.vllm_layout``
     (the planner's baseline) and ``PlanStats.vllm_own_layout``
     (:func:`kvcore.deploy.ceilings.vllm_layout`).  ``env`` replaces the other options
@@ -1317,16 +1331,18 @@ def vllm_layout_of(
     :func:`group_layers`."""
     layer_specs = check_layer_specs(layer_specs)
     _arg_ctx(ctx, "vllm_layout_of")
+    done: dict[int, KVCacheSpec] = {}  # the plan's context, as kvcore.planning.plan
+    for s in layer_specs.values():
+        if id(s) not in done:
+            done[id(s)] = s.with_plan_context(ctx)
+    layer_specs = {n: done[id(s)] for n, s in layer_specs.items()}
     if env is None:
         env = SearchEnv(ctx=ctx, kernel_block_size=kernel_block_size,
                         budgets=None if kv_cache_memory_bytes is None
                         else (int(kv_cache_memory_bytes),),
                         max_model_len=ctx.max_model_len,
                         enable_prefix_caching=enable_prefix_caching)
-    if disable_hybrid_kv_cache_manager and any(
-            s.kind == "sliding_window_mla" for s in layer_specs.values()):
-        # unify_hybrid_kv_cache_specs@0.32 rebuilds a SlidingWindowMLASpec as an
-        # MLAAttentionSpec with its bounded_replay field: TypeError (vLLM raises)
+    if _vllm_disable_hybrid_refusal(layer_specs, disable_hybrid_kv_cache_manager):
         return None
     items, _, _ = normalize_specs(
         layer_specs, max_model_len=None, kernel_block_size=env.kernel_block_size,
@@ -1423,12 +1439,14 @@ def _groups_of(lay: Layout) -> tuple[KVCacheGroupSpec, ...]:
     return lay.groups
 
 
-def _search(items: Items, env: SearchEnv, raw_items: Items | None = None
+def _search(items: Items, env: SearchEnv, raw_items: Items | None = None,
+            with_vllm: bool = True
             ) -> tuple[Layout, Score, list[tuple[Layout, Score]], Any]:
     layouts = candidate_layouts(items, env)
     for lay in layouts:
         lay.baseline = False
-    vllm = vllm_rule_layouts(raw_items if raw_items is not None else items, env)[:1]
+    vllm = vllm_rule_layouts(raw_items if raw_items is not None else items, env)[:1] \
+        if with_vllm else []
     same = [lay for lay in layouts[:8] if vllm and lay.entries == vllm[0].entries]
     if same:  # vLLM's layout is already a candidate (under a generator's name)
         same[0].baseline = True
@@ -1534,7 +1552,9 @@ def group_layers(
         raw_items, _, _ = normalize_specs(
             layer_specs, max_model_len=None, kernel_block_size=env.kernel_block_size,
             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
-    winner, best, scored, judgment = _search(items, env, raw_items)
+    refused = _vllm_disable_hybrid_refusal(layer_specs, disable_hybrid_kv_cache_manager)
+    winner, best, scored, judgment = _search(items, env, raw_items,
+                                             with_vllm=refused is None)
     runner = _runner_up(scored, winner, env)
     distinct = len(scored)
     why = [f"search: {winner.strategy} chosen among {distinct} candidate layouts "
@@ -1558,7 +1578,8 @@ def group_layers(
         front = tuple(LayoutReport(c.strategy, c.figures, c.is_vllm_layout)
                       for c in pareto_front(judged))
     if not any(lay.baseline for lay, _ in scored):
-        refusal = vllm_refusal(raw_items if raw_items is not None else items, env)
+        refusal = refused or vllm_refusal(raw_items if raw_items is not None else items,
+                                          env)
         if refusal:
             why.append(f"no vLLM layout to compare: {refusal}")
     return GroupingResult(winner.groups, winner.strategy, skipped,

@@ -116,7 +116,9 @@ def print_serving(stats: Any, table: Any, explain: bool = False) -> None:
     if base is not None:
         rows.append(["vLLM's layout"] + _row(base.figures))
     wl = stats.workload or {}
-    table(f"serving: the chosen layout and vLLM's on the workload "
+    which = "the chosen layout and vLLM's" if base is not None else \
+        "the chosen layout (no vLLM layout: see the note)"
+    table(f"serving: {which} on the workload "
           f"({wl.get('source', 'default')}; judged by {won.judged_by})",
           ["layout"] + HEADERS, rows)
     gain = stats.gain_over_vllm

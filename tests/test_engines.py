@@ -473,3 +473,26 @@ def test_vllm_own_layout_agrees_with_the_planners_vllm_layout(model, tp, max_len
     f = theirs.figures
     assert mine["num_groups"] == f.num_groups
     assert mine["max_concurrency"] == pytest.approx(f.guarantee, rel=1e-9)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "gemma-3-27b-it",
+                                   "qwen3-next-80b-a3b-thinking", "nemotron-h-56b-base-8k",
+                                   "llama-4-scout-17b-16e-instruct"])
+def test_vllm_own_layout_is_the_planners_vllm_layout(model):
+    """One model of vLLM's layout (kvcore.grouping.vllm_layout_of): the start-up figures'
+    layout (``stats.vllm_own_layout``) and the planner's baseline (``stats.vllm_layout``)
+    have the same groups and block sizes, and vLLM's max concurrency
+    (num_blocks / blocks per request, get_max_concurrency_for_kv_cache_config)
+    is the baseline's guarantee (both at TP 4, max_model_len 8,192).  That layout is checked against vLLM 0.32's own planner
+    in integrations/vllm/tests/test_vllm_layout_vs_vllm.py."""
+    skip_unless_served(model)
+    c = plan_on_gpu(model, gpu="H100-SXM", tensor_parallel_size=4, max_model_len=8192,
+                    raise_if_not_fits=False)
+    own, base = c.stats.vllm_own_layout, c.stats.vllm_layout
+    assert c.stats.fits
+    assert own is not None and base is not None
+    assert own["num_groups"] == base.figures.num_groups
+    assert sorted({g["block_size"] for g in own["groups"]}) == \
+        sorted(set(base.figures.block_sizes))
+    assert base.figures.guarantee is not None
+    assert own["max_concurrency"] == pytest.approx(base.figures.guarantee, rel=1e-12)

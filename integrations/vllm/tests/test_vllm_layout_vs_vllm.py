@@ -132,6 +132,13 @@ def _compare(h: types.ModuleType, layer_specs: dict[str, Any], opts: dict[str, A
     why = _not_modelled(opts)
     if why is not None:
         return f"not modelled: {why}", NOT_MODELLED[why]
+    from kvcore.specs import PlanContext
+
+    # the specs as a plan sees them (a Mamba state in none mode: block size
+    # max_model_len, vLLM's mamba_block_size); both sides get the same layers
+    ctx = PlanContext(max_model_len=opts["max_model_len"],
+                      max_num_batched_tokens=opts["max_num_batched_tokens"])
+    layer_specs = {n: s.with_plan_context(ctx) for n, s in layer_specs.items()}
     v = _vllm_side(h, layer_specs, opts)
     k = _kvcore_side(layer_specs, opts)
     if "error" in v:
@@ -299,3 +306,29 @@ def test_deepseek_v4_flash_vllm_refuses_kvcores_layers():
                    max_model_len=8192)
     assert c.stats.vllm_layout is None
     assert any("no vLLM layout to compare" in n for n in c.stats.notes), c.stats.notes
+
+
+def test_disable_hybrid_with_sliding_window_mla_vllm_raises():
+    """Found by this test (seed 22, layout 82): with disable_hybrid_kv_cache_manager,
+    vLLM 0.32's ``unify_hybrid_kv_cache_specs`` rebuilds a SlidingWindowMLASpec as an
+    MLAAttentionSpec with its ``bounded_replay`` field and raises TypeError.  kvcore's
+    model says vLLM fails, and the planner (which plans the layers) reports no vLLM
+    layout, with the reason."""
+    import kvcore
+    from kvcore.specs import KVCacheSpec
+
+    mla = {"type": "mla_attention", "block_size": 64, "num_kv_heads": 1,
+           "head_size": 576, "dtype": "bfloat16"}
+    swa = dict(mla, type="sliding_window_mla", sliding_window=128)
+    specs = {f"model.layers.{i}.attn": KVCacheSpec.from_dict(swa if i % 2 else mla)
+             for i in range(4)}
+    opts = {"kv_cache_memory_bytes": GiB, "max_model_len": 2048,
+            "max_num_batched_tokens": 2048, "disable_hybrid_kv_cache_manager": True}
+    v = _vllm_side(_helpers(), specs, opts)
+    assert v.get("error", "").startswith("TypeError") and "bounded_replay" in v["error"]
+    assert _kvcore_side(specs, opts) is None
+    c = kvcore.plan(specs, kv_cache_memory_bytes=GiB, max_model_len=2048,
+                    max_num_batched_tokens=2048, disable_hybrid_kv_cache_manager=True)
+    assert c.stats.vllm_layout is None
+    assert any("no vLLM layout to compare" in n and "bounded_replay" in n
+               for n in c.stats.notes), c.stats.notes
