@@ -1197,6 +1197,15 @@ def _vllm_unify(specs: list[KVCacheSpec], env: SearchEnv
     (its block size kept); an MLA / indexer page that does not divide it makes vLLM
     raise ``NotImplementedError``."""
     raised, _, _ = unify_page_sizes(specs, env.kernel_block_size, scale=False)
+    # vLLM has one cache_config.block_size: in 'align' mode the platform hook sets
+    # mamba_block_size to it after raising it (update_block_size_for_backend,
+    # vllm/platforms/interface.py@0.32), so a state follows the raised attention block
+    attn_blocks = {m.block_size for m in raised.values() if m.scales_with_block_size}
+    if len(attn_blocks) == 1:
+        block = next(iter(attn_blocks))
+        raised = {s: (m if m.scales_with_block_size
+                      or getattr(m, "mamba_cache_mode", None) != "align"
+                      else m.with_attention_block_size(block)) for s, m in raised.items()}
     base = {id(s): (raised[s].copy_with_new_block_size(raised[s].block_size)
                     if raised[s].scales_with_block_size else raised[s]) for s in specs}
     target = max(b.real_page_size_bytes for b in base.values())
