@@ -6,7 +6,7 @@ Python's own arity TypeError); only success or a KVCoreError may come out.
 
 The runtime entry points (KVCacheManager, block_tables, slot_mapping, state_indices,
 Request, KVCacheBlocks) belong to another branch of the same issue; they are covered
-here too, marked xfail(strict=False) where this branch does not fix them.
+here too (their argument checks landed with the runtime's, issue #24 item 3).
 """
 
 from __future__ import annotations
@@ -73,9 +73,7 @@ def _targets() -> list[Any]:
     for name in kvcore.__all__:
         if name in SKIP:
             continue
-        marks = [pytest.mark.xfail(strict=False, reason="runtime entry point (rt24)")] \
-            if name in RUNTIME else []
-        out.append(pytest.param(getattr(kvcore, name), id=f"kvcore.{name}", marks=marks))
+        out.append(pytest.param(getattr(kvcore, name), id=f"kvcore.{name}"))
     for mod, name in MODULE_NAMES:
         out.append(pytest.param(getattr(mod, name), id=f"{mod.__name__}.{name}"))
     return out

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.errors import BlockPoolError
+from kvcore.errors import BlockPoolError, RequestError
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
 from kvcore.runtime.coordinator import UnitaryCoordinator, make_coordinator
 from kvcore.runtime.hashing import BlockHasher, Request
@@ -103,7 +103,15 @@ class KVCacheBlocks:
     __slots__ = ("blocks",)
 
     def __init__(self, blocks: Sequence[list[KVCacheBlock]]) -> None:
-        self.blocks = tuple(blocks)
+        """``blocks``: one list (or tuple) of blocks per KV-cache group.
+
+        Raises RequestError when ``blocks`` is not a sequence of lists of blocks."""
+        t = tuple(blocks) if isinstance(blocks, (list, tuple)) else None
+        if t is None or not all(type(g) is list or isinstance(g, (list, tuple)) for g in t):
+            raise RequestError(f"KVCacheBlocks: blocks must be one list of blocks per "
+                               f"KV-cache group, got {type(blocks).__name__}",
+                               field="blocks")
+        self.blocks = t
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         """Block ids per group."""
