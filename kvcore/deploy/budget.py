@@ -525,6 +525,33 @@ def check_kv_cache_dtype(value: Any) -> None:
     get_registry().kv_cache_dtype(value)
 
 
+def _override_problem(config: Any, override: int, stage_budget: int) -> str:
+    """Why ``num_gpu_blocks_override`` blocks do not fit the KV budget the GPU leaves
+    (``""`` when they do).
+
+    vLLM 0.32 profiles the free memory, then replaces the block count by the override
+    (``may_override_num_blocks`` and ``get_kv_cache_configs``, kv_cache_utils.py@0.32,
+    which sets ``available_memory = override x bytes_per_block``) and allocates
+    ``num_blocks x bytes_per_block`` per rank: past the budget the allocation runs out
+    of GPU memory at start-up.  ``stage_budget`` is the smallest stage's budget (bytes);
+    the largest override that fits is ``floor(stage_budget / bytes_per_block)``."""
+    from kvcore.planning import format_bytes
+
+    bpb = int(getattr(config, "bytes_per_block", 0) or 0)
+    if bpb <= 0:
+        return ""
+    need = override * bpb
+    if need <= stage_budget:
+        return ""
+    largest = max(stage_budget // bpb, 0)
+    return (f"num_gpu_blocks_override {override:,} blocks (simulate's --num-blocks, "
+            f"num_blocks) x {format_bytes(bpb)} = "
+            f"{format_bytes(need)} per rank exceed the {format_bytes(stage_budget)} KV "
+            f"budget the GPU leaves (vLLM allocates the override and runs out of memory "
+            f"at start-up); the largest num_gpu_blocks_override that fits is {largest:,} "
+            f"(--num-gpu-blocks-override {largest})")
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -669,17 +696,24 @@ def plan_on_gpu(
                        f"{format_bytes(b.shortfall_bytes())}")
         if not raise_if_not_fits:
             config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))
+    override = plan_kwargs.get("num_gpu_blocks_override")
+    if config is not None and not problem and isinstance(override, int):
+        problem = _override_problem(config, override, min(b.stage_budgets))
+        if problem:
+            cause = "override"
     fits = not problem
     # the smallest TP that fits, also when this one fits (it may be smaller)
-    min_tp: int | None = tp if fits and tp == 1 else min_tensor_parallel_size_that_fits(
-        cfg, plan_kwargs=plan_kwargs, **budget_kwargs)
+    min_tp: int | None = None if cause == "override" else (
+        tp if fits and tp == 1 else min_tensor_parallel_size_that_fits(
+            cfg, plan_kwargs=plan_kwargs, **budget_kwargs))
     where = b.gpu.name if b.gpu else format_bytes(b.gpu_memory_bytes)
     if not fits and raise_if_not_fits:
         hint = (f"the smallest tensor-parallel size that fits is {min_tp} (--tp {min_tp})"
-                if min_tp else _no_tp_hint(cfg, cause, plan_kwargs, budget_kwargs))
+                if min_tp else "" if cause == "override"
+                else _no_tp_hint(cfg, cause, plan_kwargs, budget_kwargs))
         raise NotEnoughMemoryError(
             f"{cfg.name or cfg.source}: does not fit on {where} at tensor_parallel_size "
-            f"{tp}: {problem}; {hint}", fits=False, weights_bytes=b.weights.per_rank_bytes,
+            f"{tp}: {problem}" + (f"; {hint}" if hint else ""), fits=False, weights_bytes=b.weights.per_rank_bytes,
             overhead_bytes=b.overhead_bytes, min_tensor_parallel_size_that_fits=min_tp)
     assert config is not None
     config.stats.update({
@@ -711,6 +745,20 @@ def plan_on_gpu(
                                 f"the longest that starts is {int(longest_that_starts):,} "
                                 f"tokens (--max-model-len {int(longest_that_starts)})")
         config.stats["ceilings"] = ceilings
+        fatal = [c for c in ceilings if c.get("fatal")]
+        if fits and fatal:
+            # a fatal ceiling is a not-fit: vLLM refuses to start (kvcore.deploy.ceilings)
+            fits = False
+            config.stats["fits"] = False
+            if raise_if_not_fits:
+                raise NotEnoughMemoryError(
+                    f"{cfg.name or cfg.source}: does not start on {where} at "
+                    f"tensor_parallel_size {tp}: "
+                    + "; ".join(f"{c['message']} [{c['source']}]" for c in fatal),
+                    fits=False, weights_bytes=b.weights.per_rank_bytes,
+                    overhead_bytes=b.overhead_bytes,
+                    min_tensor_parallel_size_that_fits=min_tp,
+                    reason=fatal[0]["kind"], ceilings=fatal)
     notes = [hub_note] if hub_note else []
     w = b.weights
     # MTP layers: said once, in the GPU summary line (kvcore.deploy.sweep.print_gpu_summary)
