@@ -525,6 +525,33 @@ def check_kv_cache_dtype(value: Any) -> None:
     get_registry().kv_cache_dtype(value)
 
 
+def _default_step_note(b: GPUBudget, usage: str, max_model_len: int | None) -> str:
+    """A note when vLLM's default ``max_num_batched_tokens`` on this GPU is not the one of
+    the memory tier just below (``get_batch_defaults``, vllm/engine/arg_utils.py@0.32:
+    ``device_memory >= 160 GiB`` gives 16,384 tokens, ``>= 70 GiB`` and not A100 8,192
+    (serve), else 2,048): a bigger step reserves more activation memory and, on a
+    sliding-window layer, more blocks per request (vLLM's ``SlidingWindowSpec`` needs
+    ``sliding_window - 1 + max_num_batched_tokens`` tokens), so a GPU with more memory can
+    hold fewer tokens of KV cache at the engine's defaults.  ``""`` when it is the same."""
+    from kvcore.deploy.engines import batch_defaults
+
+    ledger = b.ledger
+    mem = b.gpu_memory_bytes
+    tiers = [t * _GIB for t in (160, 70) if mem >= t * _GIB]
+    if not tiers:
+        return ""
+    below, _, _ = batch_defaults(ledger.engine, gpu=b.gpu, memory_bytes=tiers[0] - 1,
+                                 usage=usage, max_model_len=max_model_len)
+    here = ledger.max_num_batched_tokens
+    if below == here:
+        return ""
+    return (f"max_num_batched_tokens {here:,}: vLLM's default on a GPU of "
+            f">= {tiers[0] // _GIB} GiB (get_batch_defaults, arg_utils.py@0.32; {below:,} "
+            f"below it): the larger step reserves more activation memory and, on "
+            f"sliding-window layers, more blocks per request, so capacity can be lower than "
+            f"on a smaller GPU; compare GPUs at a fixed --max-num-batched-tokens")
+
+
 def _override_problem(config: Any, override: int, stage_budget: int) -> str:
     """Why ``num_gpu_blocks_override`` blocks do not fit the KV budget the GPU leaves
     (``""`` when they do).
@@ -635,6 +662,7 @@ def plan_on_gpu(
         max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens"),
         kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"),
         max_model_len=mml if isinstance(mml, int) else None, **budget_kwargs)
+    user_mnbt = plan_kwargs.get("max_num_batched_tokens")
     if b.ledger is not None and plan_kwargs.get("max_num_batched_tokens") is None:
         # the planner sizes sliding-window blocks by the step: the engine's default
         plan_kwargs = dict(plan_kwargs, max_num_batched_tokens=b.ledger.max_num_batched_tokens)
@@ -760,6 +788,10 @@ def plan_on_gpu(
                     min_tensor_parallel_size_that_fits=min_tp,
                     reason=fatal[0]["kind"], ceilings=fatal)
     notes = [hub_note] if hub_note else []
+    if b.ledger is not None and user_mnbt is None:
+        step_note = _default_step_note(b, usage, mml if isinstance(mml, int) else None)
+        if step_note:
+            notes.append(step_note)
     w = b.weights
     # MTP layers: said once, in the GPU summary line (kvcore.deploy.sweep.print_gpu_summary)
     config.stats.update({"weights_mtp_bytes": w.mtp_bytes,
