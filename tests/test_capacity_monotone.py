@@ -79,3 +79,27 @@ def test_default_step_follows_vllm_and_the_plan_says_so(gib: int, step: int) -> 
                             tensor_parallel_size=8, max_model_len=32768,
                             max_num_batched_tokens=step)
     assert not [n for n in given_step.stats.notes or [] if "get_batch_defaults" in n]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(model=st.sampled_from(["gemma-3-27b-it", "gpt-oss-20b", "gemma-2-2b-it",
+                              "mistral-7b-v0.1"]),
+       gib=st.integers(60, 200), util=st.sampled_from([0.85, 0.9]),
+       mml=st.sampled_from([8192, 32768]))
+def test_chosen_layout_never_holds_fewer_requests_than_vllms(model: str, gib: int,
+                                                             util: float, mml: int
+                                                             ) -> None:
+    """The win rule (kvcore.grouping._serving_judgment + kvcore.serving.pick) keeps only
+    layouts whose guarantee is at least vLLM's own layout's: a layout change with more
+    memory never drops below what vLLM itself would hold (capacity changes with the
+    layout are the serving judge's call, said in the plan's 'serving:' note)."""
+    try:
+        c = plan_model(model, gpu_memory_bytes=gib * GIB, gpu_memory_utilization=util,
+                       tensor_parallel_size=8, max_model_len=mml)
+    except (NotEnoughMemoryError, ConfigError):
+        return
+    vl = c.stats["vllm_own_layout"]
+    if vl and vl.get("max_concurrency") is not None:
+        assert c.stats["max_concurrency"] >= vl["max_concurrency"] * (1 - 1e-9)
+    if vl and not vl.get("same_as_kvcore"):
+        assert any(n.startswith("serving:") for n in c.stats.notes or [])
