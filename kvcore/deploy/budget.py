@@ -618,7 +618,11 @@ def plan_on_gpu(
         and the smallest TP that fits; ``extra`` carries ``fits`` (False),
         ``weights_bytes`` and ``min_tensor_parallel_size_that_fits``.  With
         ``raise_if_not_fits=False`` a config is returned instead (budget-less when the
-        weights do not fit) with ``fits`` False.
+        weights do not fit) with ``fits`` False.  Also raised (``extra``: ``reason``,
+        the ceiling's kind, and ``ceilings``) when a fatal ceiling says vLLM refuses to
+        start (:mod:`kvcore.deploy.ceilings`), and when ``num_gpu_blocks_override``
+        blocks exceed the KV budget (vLLM allocates them and runs out of memory; the
+        message names the largest override that fits).
     ConfigError
         Bad GPU, utilization, overhead or plan option.
     """
