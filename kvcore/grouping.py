@@ -1426,7 +1426,11 @@ def _serving_judgment(scored: list[tuple[Layout, Score]], env: SearchEnv) -> Any
     top = [cands[k] for k in order[:max(1, env.judge_top_k)]]
     if not any(c.is_vllm_layout for c in top):
         top += [c for c in cands if c.is_vllm_layout]
-    if env.judge is not None:
+    distinct: list[Any] = []
+    for c in top:  # vLLM's layout under a generator's name is one layout, not two
+        if scored[c.index][0].entries not in distinct:
+            distinct.append(scored[c.index][0].entries)
+    if env.judge is not None and len(distinct) > 1:  # one layout: nothing to choose
         times = list(env.judge(top, workload))
         if len(times) != len(top):
             raise ConfigError(f"the plan's judge returned {len(times)} times for "

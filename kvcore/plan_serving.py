@@ -167,9 +167,35 @@ def workload_requests(workload: Workload, max_requests: int = 48) -> list[Any]:
     return out
 
 
+#: the longest output (tokens) the sim judge serves of the default workload (no
+#: --workload): its outputs are max_model_len // 4 tokens, one decode step each, so a
+#: 131,072-token max_model_len would time 48 x 32,768 decode steps per candidate
+DEFAULT_WORKLOAD_MAX_OUTPUT_LEN = 256
+
+
+def bounded_default_workload(workload: Workload,
+                             max_output_len: int = DEFAULT_WORKLOAD_MAX_OUTPUT_LEN
+                             ) -> Workload:
+    """The default workload (``source`` "default ...", :func:`kvcore.serving.
+    default_workload`) with each output cut to ``max_output_len`` tokens; prompts and
+    shared prefixes (what windows, chunks and prefix hits depend on) kept.  Any other
+    workload (a --workload trace) is returned as it is."""
+    import dataclasses
+
+    if not workload.source.startswith("default") or all(
+            r.output_len <= max_output_len for r in workload.requests):
+        return workload
+    cut = tuple(dataclasses.replace(r, output_len=min(r.output_len, max_output_len))
+                for r in workload.requests)
+    return dataclasses.replace(workload, requests=cut,
+                               source=f"{workload.source}, outputs cut to "
+                                      f"{max_output_len:,} tokens for the sim judge")
+
+
 def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size: int = 1,
               pipeline_parallel_size: int = 1, max_requests: int = 48,
-              max_requests_cap: int = 256) -> Judge:
+              max_requests_cap: int = 256,
+              default_max_output_len: int = DEFAULT_WORKLOAD_MAX_OUTPUT_LEN) -> Judge:
     """A judge that serves each candidate's plan in the clocked simulator
     (:func:`kvcore.sim.engine.run_engine` over kvcore's runtime ``KVCacheManager``,
     vLLM 0.32's scheduling rules) and returns the simulated duration (seconds, every
@@ -179,8 +205,11 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
     the time counts steps).  The workload is cut (:func:`workload_requests`) to keep
     the judge quick: to ``max_requests`` requests, or to twice the largest steady
     capacity of the candidates (at most ``max_requests_cap``) so that memory binds
-    where it binds on the whole workload.  A candidate whose plan does
-    not hold one request is infinitely slow."""
+    where it binds on the whole workload.  The default workload (no --workload) has its
+    outputs cut to ``default_max_output_len`` tokens (:func:`bounded_default_workload`),
+    so the judge's cost is bounded whatever max_model_len is.  A candidate whose plan
+    does not hold one request is infinitely slow.  The planner does not call a judge
+    when there is one layout to judge (:func:`kvcore.grouping` ``_serving_judgment``)."""
     from kvcore.errors import NotEnoughMemoryError
     from kvcore.sim import timing
 
@@ -199,6 +228,11 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
         return models[0]
 
     def judge(cands: Sequence[Any], workload: Workload) -> list[float]:
+        cut = bounded_default_workload(workload, default_max_output_len)
+        judge.judged_by = base + (  # type: ignore[attr-defined]
+            ")" if cut is workload else f"; the default workload's outputs cut to "
+            f"{default_max_output_len:,} tokens: give --workload to judge on yours)")
+        workload = cut
         # enough requests that memory binds where it binds on the whole workload
         # (twice the largest steady capacity, at most max_requests_cap)
         cap = max((c.figures.steady_capacity_requests or 0.0) for c in cands)
@@ -217,7 +251,8 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
             times.append(t)
         return times
 
-    judge.judged_by = f"sim ({'roofline ' + gpu if model is not None else 'steps'})"  # type: ignore[attr-defined]
+    base = f"sim ({'roofline ' + gpu if model is not None else 'steps'}"
+    judge.judged_by = base + ")"  # type: ignore[attr-defined]
     return judge
 
 

@@ -689,7 +689,11 @@ def _with_configs(judge: Judge, opts: _Options, env: SearchEnv,
     def wrapped(cands: Sequence[Any], workload: Workload) -> Sequence[float]:
         for c in cands:
             c.extra["config"] = functools.partial(build, c.groups())
-        return judge(cands, workload)
+        times = judge(cands, workload)
+        # a judge may say more once it has run (plan_serving.sim_judge: a cut workload)
+        wrapped.judged_by = getattr(judge, "judged_by",  # type: ignore[attr-defined]
+                                    wrapped.judged_by)  # type: ignore[attr-defined]
+        return times
 
     wrapped.judged_by = getattr(judge, "judged_by",  # type: ignore[attr-defined]
                                 getattr(judge, "__name__", "judge"))

@@ -439,13 +439,20 @@ def test_cli_prints_vllms_own_layout_and_json_carries_it(capsys):
     api = plan_on_gpu("nemotron-h-56b-base-8k", gpu="H100-SXM", tensor_parallel_size=2,
                       max_model_len=8192, engine="vllm==0.25.1",
                       raise_if_not_fits=False).stats.vllm_own_layout
-    main(argv)
+    # 1024: the default seqs on >= 70 GiB GPUs at 0.25 (vllm#49064 / kaito#2319 logs):
+    # a fatal ceiling is a not-fit, so the CLI exits 2 as a not-fit does, naming it
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "does not start" in err and (
+        f"max_num_seqs (1024) exceeds the Mamba cache blocks ({api['num_blocks']})") in err
+    argv += ["--max-num-seqs", str(api["num_blocks"])]  # the largest that starts
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"vLLM's own layout: {api['num_groups']} groups" in out
     assert "kvcore's layout differs" in out
-    # 1024: the default seqs on >= 70 GiB GPUs at 0.25 (vllm#49064 / kaito#2319 logs)
-    assert (f"does not start: max_num_seqs (1024) exceeds the Mamba cache blocks "
-            f"({api['num_blocks']})") in out
+    api = plan_on_gpu("nemotron-h-56b-base-8k", gpu="H100-SXM", tensor_parallel_size=2,
+                      max_model_len=8192, engine="vllm==0.25.1",
+                      max_num_seqs=api["num_blocks"]).stats.vllm_own_layout
     main(argv + ["--json"])
     data = json.loads(capsys.readouterr().out)
     plan = data[0] if isinstance(data, list) else data

@@ -525,6 +525,60 @@ def check_kv_cache_dtype(value: Any) -> None:
     get_registry().kv_cache_dtype(value)
 
 
+def _default_step_note(b: GPUBudget, usage: str, max_model_len: int | None) -> str:
+    """A note when vLLM's default ``max_num_batched_tokens`` on this GPU is not the one of
+    the memory tier just below (``get_batch_defaults``, vllm/engine/arg_utils.py@0.32:
+    ``device_memory >= 160 GiB`` gives 16,384 tokens, ``>= 70 GiB`` and not A100 8,192
+    (serve), else 2,048): a bigger step reserves more activation memory and, on a
+    sliding-window layer, more blocks per request (vLLM's ``SlidingWindowSpec`` needs
+    ``sliding_window - 1 + max_num_batched_tokens`` tokens), so a GPU with more memory can
+    hold fewer tokens of KV cache at the engine's defaults.  ``""`` when it is the same."""
+    from kvcore.deploy.engines import batch_defaults
+
+    ledger = b.ledger
+    mem = b.gpu_memory_bytes
+    tiers = [t * _GIB for t in (160, 70) if mem >= t * _GIB]
+    if not tiers:
+        return ""
+    below, _, _ = batch_defaults(ledger.engine, gpu=b.gpu, memory_bytes=tiers[0] - 1,
+                                 usage=usage, max_model_len=max_model_len)
+    here = ledger.max_num_batched_tokens
+    if below == here:
+        return ""
+    return (f"max_num_batched_tokens {here:,}: vLLM's default on a GPU of "
+            f">= {tiers[0] // _GIB} GiB (get_batch_defaults, arg_utils.py@0.32; {below:,} "
+            f"below it): the larger step reserves more activation memory and, on "
+            f"sliding-window layers, more blocks per request, so capacity can be lower than "
+            f"on a smaller GPU; compare GPUs at a fixed --max-num-batched-tokens")
+
+
+def _override_problem(config: Any, override: int, stage_budget: int) -> str:
+    """Why ``num_gpu_blocks_override`` blocks do not fit the KV budget the GPU leaves
+    (``""`` when they do).
+
+    vLLM 0.32 profiles the free memory, then replaces the block count by the override
+    (``may_override_num_blocks`` and ``get_kv_cache_configs``, kv_cache_utils.py@0.32,
+    which sets ``available_memory = override x bytes_per_block``) and allocates
+    ``num_blocks x bytes_per_block`` per rank: past the budget the allocation runs out
+    of GPU memory at start-up.  ``stage_budget`` is the smallest stage's budget (bytes);
+    the largest override that fits is ``floor(stage_budget / bytes_per_block)``."""
+    from kvcore.planning import format_bytes
+
+    bpb = int(getattr(config, "bytes_per_block", 0) or 0)
+    if bpb <= 0:
+        return ""
+    need = override * bpb
+    if need <= stage_budget:
+        return ""
+    largest = max(stage_budget // bpb, 0)
+    return (f"num_gpu_blocks_override {override:,} blocks (simulate's --num-blocks, "
+            f"num_blocks) x {format_bytes(bpb)} = "
+            f"{format_bytes(need)} per rank exceed the {format_bytes(stage_budget)} KV "
+            f"budget the GPU leaves (vLLM allocates the override and runs out of memory "
+            f"at start-up); the largest num_gpu_blocks_override that fits is {largest:,} "
+            f"(--num-gpu-blocks-override {largest})")
+
+
 def plan_on_gpu(
     model: str | Path | ModelConfig,
     *,
@@ -564,7 +618,11 @@ def plan_on_gpu(
         and the smallest TP that fits; ``extra`` carries ``fits`` (False),
         ``weights_bytes`` and ``min_tensor_parallel_size_that_fits``.  With
         ``raise_if_not_fits=False`` a config is returned instead (budget-less when the
-        weights do not fit) with ``fits`` False.
+        weights do not fit) with ``fits`` False.  Also raised (``extra``: ``reason``,
+        the ceiling's kind, and ``ceilings``) when a fatal ceiling says vLLM refuses to
+        start (:mod:`kvcore.deploy.ceilings`), and when ``num_gpu_blocks_override``
+        blocks exceed the KV budget (vLLM allocates them and runs out of memory; the
+        message names the largest override that fits).
     ConfigError
         Bad GPU, utilization, overhead or plan option.
     """
@@ -608,6 +666,7 @@ def plan_on_gpu(
         max_num_batched_tokens=plan_kwargs.get("max_num_batched_tokens"),
         kv_cache_memory_bytes=plan_kwargs.get("kv_cache_memory_bytes"),
         max_model_len=mml if isinstance(mml, int) else None, **budget_kwargs)
+    user_mnbt = plan_kwargs.get("max_num_batched_tokens")
     if b.ledger is not None and plan_kwargs.get("max_num_batched_tokens") is None:
         # the planner sizes sliding-window blocks by the step: the engine's default
         plan_kwargs = dict(plan_kwargs, max_num_batched_tokens=b.ledger.max_num_batched_tokens)
@@ -669,17 +728,24 @@ def plan_on_gpu(
                        f"{format_bytes(b.shortfall_bytes())}")
         if not raise_if_not_fits:
             config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))
+    override = plan_kwargs.get("num_gpu_blocks_override")
+    if config is not None and not problem and isinstance(override, int):
+        problem = _override_problem(config, override, min(b.stage_budgets))
+        if problem:
+            cause = "override"
     fits = not problem
     # the smallest TP that fits, also when this one fits (it may be smaller)
-    min_tp: int | None = tp if fits and tp == 1 else min_tensor_parallel_size_that_fits(
-        cfg, plan_kwargs=plan_kwargs, **budget_kwargs)
+    min_tp: int | None = None if cause == "override" else (
+        tp if fits and tp == 1 else min_tensor_parallel_size_that_fits(
+            cfg, plan_kwargs=plan_kwargs, **budget_kwargs))
     where = b.gpu.name if b.gpu else format_bytes(b.gpu_memory_bytes)
     if not fits and raise_if_not_fits:
         hint = (f"the smallest tensor-parallel size that fits is {min_tp} (--tp {min_tp})"
-                if min_tp else _no_tp_hint(cfg, cause, plan_kwargs, budget_kwargs))
+                if min_tp else "" if cause == "override"
+                else _no_tp_hint(cfg, cause, plan_kwargs, budget_kwargs))
         raise NotEnoughMemoryError(
             f"{cfg.name or cfg.source}: does not fit on {where} at tensor_parallel_size "
-            f"{tp}: {problem}; {hint}", fits=False, weights_bytes=b.weights.per_rank_bytes,
+            f"{tp}: {problem}" + (f"; {hint}" if hint else ""), fits=False, weights_bytes=b.weights.per_rank_bytes,
             overhead_bytes=b.overhead_bytes, min_tensor_parallel_size_that_fits=min_tp)
     assert config is not None
     config.stats.update({
@@ -711,7 +777,25 @@ def plan_on_gpu(
                                 f"the longest that starts is {int(longest_that_starts):,} "
                                 f"tokens (--max-model-len {int(longest_that_starts)})")
         config.stats["ceilings"] = ceilings
+        fatal = [c for c in ceilings if c.get("fatal")]
+        if fits and fatal:
+            # a fatal ceiling is a not-fit: vLLM refuses to start (kvcore.deploy.ceilings)
+            fits = False
+            config.stats["fits"] = False
+            if raise_if_not_fits:
+                raise NotEnoughMemoryError(
+                    f"{cfg.name or cfg.source}: does not start on {where} at "
+                    f"tensor_parallel_size {tp}: "
+                    + "; ".join(f"{c['message']} [{c['source']}]" for c in fatal),
+                    fits=False, weights_bytes=b.weights.per_rank_bytes,
+                    overhead_bytes=b.overhead_bytes,
+                    min_tensor_parallel_size_that_fits=min_tp,
+                    reason=fatal[0]["kind"], ceilings=fatal)
     notes = [hub_note] if hub_note else []
+    if b.ledger is not None and user_mnbt is None:
+        step_note = _default_step_note(b, usage, mml if isinstance(mml, int) else None)
+        if step_note:
+            notes.append(step_note)
     w = b.weights
     # MTP layers: said once, in the GPU summary line (kvcore.deploy.sweep.print_gpu_summary)
     config.stats.update({"weights_mtp_bytes": w.mtp_bytes,

@@ -411,9 +411,24 @@ class RooflineTimeModel:
       (ring all-reduce; ``link_bytes_per_s`` one direction).
     * ``cpu_s = step_s + per_request_s x R + per_block_table_s x (block tables - R) +
       prefill_token_s x prefill tokens``.
-    * total = ``(compute_s**p + memory_s**p) ** (1/p) + comm_s + cpu_s``, times
-      ``pipeline_parallel_size`` (a step's batch passes every stage in turn; pipelining
-      of several batches is not modelled).
+    * total = ``(compute_s**p + memory_s**p) ** (1/p) + comm_s + cpu_s``.
+    * Pipeline parallelism (``pipeline_parallel_size`` ``pp`` > 1): vLLM v1 keeps
+      ``max_concurrent_batches = pp`` batches in flight, one per stage
+      (vllm/config/vllm.py@0.32 ``max_concurrent_batches``; vllm/v1/engine/core.py
+      ``batch_queue`` / ``step_with_batch_queue``), a request in one of them at a time.
+      A step here is one *round* (every scheduled request advances once): its
+      ``R`` requests run as ``m = min(pp, R)`` micro-batches of ``R / m`` requests
+      and ``T / m`` tokens; a stage holds ``1 / pp`` of the layers, so a micro-batch
+      on a stage reads the stage's weights (``dense_weight_bytes``: the fullest stage,
+      the bottleneck), ``1 / pp`` of the batch's KV and attention pairs (they are
+      whole-model figures) and ``1 / m`` of them; each request's token comes back
+      after ``pp`` stage times, so the round takes ``pp x`` the micro-batch's stage
+      time (+ ``cpu_s`` once: the next batch is scheduled while one runs).  With
+      ``m = pp`` the weights are read ``pp`` times a round on each stage (as PP 1
+      reads them once on one GPU) while the KV is split ``pp`` ways: a round is never
+      slower than PP 1's step on the same batch.  ``batches_in_flight`` (= ``pp``)
+      is what an engine reads to give each round ``pp x max_num_batched_tokens``
+      tokens (vLLM's budget is per batch).
 
     Build one with :func:`roofline_for`.
     """
@@ -437,8 +452,17 @@ class RooflineTimeModel:
     name: str = ""
     memory_type: str = "hbm"
 
+    @property
+    def batches_in_flight(self) -> int:
+        """Batches vLLM keeps in flight: ``pipeline_parallel_size`` (one per stage,
+        ``VllmConfig.max_concurrent_batches``@0.32 without async scheduling).  A step
+        of this model is one round of that many batches (see the class docstring)."""
+        return max(1, self.pipeline_parallel_size)
+
     def breakdown(self, batch: Batch) -> StepBreakdown:
-        """The step's time split into compute, memory, communication and CPU."""
+        """The step's time split into compute, memory, communication and CPU (seconds;
+        under pipeline parallelism compute, memory and communication are a stage's
+        per round: ``pp`` micro-batch stage times)."""
         eff = self.efficiency
         reqs = batch.requests
         tokens = 0
@@ -448,6 +472,9 @@ class RooflineTimeModel:
             if r.is_prefill:
                 prefill += r.num_new_tokens
         nreq = len(reqs)
+        pp = max(1, self.pipeline_parallel_size)
+        # micro-batches in flight (one request is in one batch at a time)
+        mb = max(1, min(pp, nreq))
         kv = 0
         pair_flops = 0.0
         tables = 0
@@ -456,19 +483,23 @@ class RooflineTimeModel:
             if g.attention_pairs:
                 pair_flops += g.attention_pairs * (g.qk_dim + g.v_dim)
             tables += g.num_block_tables
-        flops = (self.flops_per_token * tokens + self.lm_head_flops * nreq
-                 + 2.0 * pair_flops * self.q_heads_per_rank)
+        # one micro-batch on one stage: the stage's share (1 / pp) of the whole-model
+        # KV and attention pairs, 1 / mb of the batch (flops_per_token is per stage)
+        m_tokens = tokens / mb
+        kv_m = kv / (pp * mb)
+        flops = (self.flops_per_token * m_tokens + self.lm_head_flops * nreq / mb
+                 + 2.0 * pair_flops * self.q_heads_per_rank / (pp * mb))
         weights = self.dense_weight_bytes
         expert = 0.0
         if self.expert_bytes and self.num_experts:
             e, k = self.num_experts, max(1, self.experts_per_token)
-            touched = e * (1.0 - (1.0 - k / e) ** tokens) if tokens else 0.0
+            touched = e * (1.0 - (1.0 - k / e) ** m_tokens) if m_tokens else 0.0
             expert = self.expert_bytes * touched / e
             weights += expert
         compute_s = flops / (self.peak_flops * eff.compute)
         bw = self.hbm_bytes_per_s * (eff.memory_gddr if self.memory_type == "gddr"
                                      else eff.memory)
-        memory_s = (weights - expert + kv) / bw + expert / (bw * eff.moe_memory)
+        memory_s = (weights - expert + kv_m) / bw + expert / (bw * eff.moe_memory)
         p = eff.roofline_p
         if p >= 50:
             core = max(compute_s, memory_s)
@@ -479,17 +510,16 @@ class RooflineTimeModel:
         tp = self.tensor_parallel_size
         comm_s = 0.0
         if tp > 1 and tokens:
-            nbytes = tokens * self.hidden_size * self.act_bytes
+            nbytes = m_tokens * self.hidden_size * self.act_bytes
             comm_s = 2 * self.num_layers * (2.0 * (tp - 1) / tp * nbytes
                                             / self.link_bytes_per_s
                                             + eff.allreduce_latency_s)
         cpu_s = (eff.step_s + eff.per_request_s * nreq
                  + eff.per_block_table_s * max(0, tables - nreq)
                  + eff.prefill_token_s * prefill)
-        pp = self.pipeline_parallel_size
         total = (core + comm_s) * pp + cpu_s
-        return StepBreakdown(compute_s, memory_s, comm_s, cpu_s, total, flops, weights,
-                             float(kv))
+        return StepBreakdown(compute_s * pp, memory_s * pp, comm_s * pp, cpu_s, total,
+                             flops * pp, weights * pp, float(kv_m * pp))
 
     def step_time(self, batch: Batch) -> float:
         """Seconds of one step (:meth:`breakdown`'s ``total_s``)."""

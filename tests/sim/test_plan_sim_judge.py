@@ -20,7 +20,7 @@ import pytest
 
 from kvcore.errors import NotEnoughMemoryError
 from kvcore.models.planner import plan_model
-from kvcore.plan_serving import sim_judge, workload_requests
+from kvcore.plan_serving import bounded_default_workload, sim_judge, workload_requests
 from kvcore.serving import default_workload
 
 GiB = 1 << 30
@@ -74,7 +74,8 @@ def test_chosen_layout_serves_no_slower_than_vllms(model, budget, length, mnbt):
         vllm_config = base[0].extra["config"]()
     except NotEnoughMemoryError:
         return  # vLLM's layout does not hold one request: any plan is faster
-    wl = default_workload(length, mnbt)
+    # the sim judge serves the default workload with its outputs cut (plan_serving)
+    wl = bounded_default_workload(default_workload(length, mnbt))
     ours, theirs = _serve(config, wl, model), _serve(vllm_config, wl, model)
     cpu = s.serving.cpu_seconds_per_request_step * sum(ours.step_running)
     cpu_v = s.vllm_layout.figures.cpu_seconds_per_request_step * sum(theirs.step_running)
