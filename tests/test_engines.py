@@ -493,8 +493,10 @@ def test_vllm_own_layout_is_the_planners_vllm_layout(model):
     is the baseline's guarantee (both at TP 4, max_model_len 8,192).  That layout is checked against vLLM 0.32's own planner
     in integrations/vllm/tests/test_vllm_layout_vs_vllm.py."""
     skip_unless_served(model)
+    # max_num_seqs 256: vLLM 0.32's default 1,024 is above Nemotron-H's Mamba blocks at
+    # TP 4 (a start vLLM refuses: the fatal ceiling), and the layouts are the subject here
     c = plan_on_gpu(model, gpu="H100-SXM", tensor_parallel_size=4, max_model_len=8192,
-                    raise_if_not_fits=False)
+                    max_num_seqs=256, raise_if_not_fits=False)
     own, base = c.stats.vllm_own_layout, c.stats.vllm_layout
     assert c.stats.fits
     assert own is not None and base is not None
