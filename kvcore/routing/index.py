@@ -206,6 +206,7 @@ class ResidencyIndex:
         self.enable_caching = self._s.enable_caching
         self._replicas: dict[Hashable, ReplicaState] = {}
         self._hasher: Any = None
+        self._listeners: list[Any] = []
         for r in replicas:
             self.add_replica(r)
 
@@ -272,6 +273,18 @@ class ResidencyIndex:
         st.stale_reason = reason
 
     # ---- events ------------------------------------------------------------------
+    def add_listener(self, fn: Any) -> None:
+        """Call ``fn(replica, op, group_id, block_hashes)`` for every event applied
+        from now on (``op``: :data:`kvcore.routing.events.STORED`, ``REMOVED`` or
+        ``CLEARED``; ``block_hashes`` empty for ``CLEARED``), after the index applied
+        it.  Routers use it to retire their own predictions when the events for them
+        arrive.  Raises :class:`~kvcore.errors.ConfigError` for a non-callable."""
+        if not callable(fn):
+            raise ConfigError(f"fn: expected a callable, got {_short(fn)}", field="fn",
+                              value=_short(fn))
+        if fn not in self._listeners:
+            self._listeners.append(fn)
+
     def apply(self, replica: Hashable, events: Iterable[Any], seq: int | None = None,
               ) -> None:
         """Apply one batch of KV events of ``replica`` (oldest first).
@@ -321,6 +334,7 @@ class ResidencyIndex:
         sizes = self.block_sizes
         ngroups = self.num_groups
         media = self.media
+        lis = self._listeners
         n = 0
         try:
             for ev in events:
@@ -340,6 +354,8 @@ class ResidencyIndex:
                     if st.stale:
                         st.stale = False
                         st.stale_reason = ""
+                    for f in lis:
+                        f(replica, CLEARED, None, ())
                     continue
                 if g is None and ngroups == 1:
                     g = 0
@@ -373,6 +389,8 @@ class ResidencyIndex:
                             del d[h]
                         else:
                             d[h] = c - 1
+                for f in lis:
+                    f(replica, op, g, hashes)
         except (KVEventError, TypeError, ValueError, AttributeError, KeyError,
                 IndexError) as exc:
             e = exc if isinstance(exc, KVEventError) else KVEventError(
@@ -414,6 +432,23 @@ class ResidencyIndex:
                 "stale": st.stale}
 
     # ---- queries -----------------------------------------------------------------
+    def holds(self, replica: Hashable, block_hash: Any) -> bool:
+        """Whether the events delivered so far say ``replica`` holds a block with
+        ``block_hash`` in any group (False for an unknown replica).  Not a hit (the
+        hit rule is :meth:`longest_prefix`'s); routers use it to tell that the events
+        for a block they routed have arrived.  Raises
+        :class:`~kvcore.errors.KVEventError` for an unhashable hash."""
+        if getattr(block_hash, "__hash__", None) is None:
+            raise KVEventError(f"block_hash: expected bytes or an int, got "
+                               f"{_short(block_hash)}", field="block_hash",
+                               value=_short(block_hash))
+        st = self._replicas.get(replica)
+        if st is None:
+            return False
+        if self.int_hashes:
+            block_hash = self._keys([block_hash])[0]
+        return any(block_hash in c for c in st.cached)
+
     def block_hashes(self, token_ids: Sequence[int], *, lora_name: str | None = None,
                      cache_salt: str | None = None,
                      mm_features: Sequence[tuple[int, int, str]] | None = None,
