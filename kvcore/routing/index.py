@@ -43,10 +43,21 @@ and changes nothing.  A gap (a number above the expected one, or a first batch a
 its state again, i.e. until an ``AllBlocksCleared`` event, :meth:`reset_replica`
 (the replica is known to be empty) or :meth:`replay` (its events from the start).
 A bad event (unknown group, a ``block_size`` other than the group's, the removal of
-a hash the replica does not hold, an unknown event type) raises
-:class:`~kvcore.errors.KVEventError` and marks the replica stale (the batch may be
-half applied): an index never answers a hit it cannot vouch for.  While a replica is
+a hash the replica does not hold, an unknown event type) or a malformed one
+(``block_hashes`` not a list, a hash that is neither hex nor an int nor hashable, a
+non-int ``block_size``, an object that is not an event, a batch that is not a list)
+raises :class:`~kvcore.errors.KVEventError` and marks the replica stale (the batch
+may be half applied): an index never answers a hit it cannot vouch for, and no plain
+``TypeError`` / ``ValueError`` escapes.  While a replica is
 stale its events are still applied, leniently, so nothing but the trust is lost.
+
+Arguments
+=========
+Every public method checks its arguments: a wrong type or value raises
+:class:`~kvcore.errors.ConfigError` (constructor) or
+:class:`~kvcore.errors.KVEventError` (events, queries, replicas), naming the
+argument in ``extra["field"]``.  An unknown replica in :meth:`state` /
+:meth:`snapshot` raises :class:`UnknownReplicaError` (also a ``KeyError``).
 
 Sizes
 =====
@@ -64,7 +75,7 @@ from typing import Any
 from kvcore.errors import ConfigError, KVEventError
 from kvcore.routing.events import CLEARED, STORED, decode
 
-__all__ = ["ResidencyIndex", "ReplicaState", "KVEventError"]
+__all__ = ["ResidencyIndex", "ReplicaState", "KVEventError", "UnknownReplicaError"]
 
 #: media whose events describe the GPU prefix cache (vLLM's ``MEDIUM_GPU``; None =
 #: unspecified, kvcore's events)
@@ -432,23 +443,6 @@ class ResidencyIndex:
                 "stale": st.stale}
 
     # ---- queries -----------------------------------------------------------------
-    def holds(self, replica: Hashable, block_hash: Any) -> bool:
-        """Whether the events delivered so far say ``replica`` holds a block with
-        ``block_hash`` in any group (False for an unknown replica).  Not a hit (the
-        hit rule is :meth:`longest_prefix`'s); routers use it to tell that the events
-        for a block they routed have arrived.  Raises
-        :class:`~kvcore.errors.KVEventError` for an unhashable hash."""
-        if getattr(block_hash, "__hash__", None) is None:
-            raise KVEventError(f"block_hash: expected bytes or an int, got "
-                               f"{_short(block_hash)}", field="block_hash",
-                               value=_short(block_hash))
-        st = self._replicas.get(replica)
-        if st is None:
-            return False
-        if self.int_hashes:
-            block_hash = self._keys([block_hash])[0]
-        return any(block_hash in c for c in st.cached)
-
     def block_hashes(self, token_ids: Sequence[int], *, lora_name: str | None = None,
                      cache_salt: str | None = None,
                      mm_features: Sequence[tuple[int, int, str]] | None = None,

@@ -204,3 +204,22 @@ def test_generated_constructor_arguments_only_raise_config_errors(kw: dict[str, 
     except ConfigError:
         return
     assert ix.max_model_len >= 1
+
+
+def test_listeners_see_every_applied_event() -> None:
+    """add_listener: called once per applied event, after the index applied it (the
+    prefix-aware router retires its routing history through it)."""
+    from kvcore.routing.events import CLEARED, REMOVED, STORED
+
+    ix, hashes = _warm()
+    seen: list[tuple[Any, int, Any, tuple[Any, ...]]] = []
+    ix.add_listener(lambda r, op, g, hs: seen.append((r, op, g, tuple(hs))))
+    ix.apply("a", [{"type": "BlockRemoved", "block_hashes": [hashes[4].hex()],
+                    "group_id": 0}])
+    assert seen == [("a", REMOVED, 0, (hashes[4],))]
+    assert ix.longest_prefix(hashes, 21) == {"a": 16}
+    ix.apply("a", [{"type": "BlockStored", "block_hashes": [hashes[4].hex()],
+                    "block_size": 4, "group_id": 0}, {"type": "AllBlocksCleared"}])
+    assert [s[1] for s in seen[1:]] == [STORED, CLEARED]
+    with pytest.raises(ConfigError):
+        ix.add_listener(5)
