@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kvcore.errors import KVEventError
 from kvcore.routing.events import event_from_dict, event_to_dict
-from kvcore.routing.index import ReplicaState, ResidencyIndex
+from kvcore.routing.index import ReplicaState, ResidencyIndex, UnknownReplicaError
 
-__all__ = ["ResidencyIndex", "ReplicaState", "KVEventError", "event_to_dict",
-           "event_from_dict"]
+__all__ = ["ResidencyIndex", "ReplicaState", "KVEventError", "UnknownReplicaError",
+           "event_to_dict", "event_from_dict"]

@@ -47,25 +47,45 @@ def hash_to_json(h: Any) -> Any:
 
 
 def hash_from_json(v: Any) -> Any:
-    """Inverse of :func:`hash_to_json`."""
+    """Inverse of :func:`hash_to_json`.  Raises :class:`~kvcore.errors.KVEventError`
+    for a value that is neither a hex string nor an int."""
     if isinstance(v, str):
-        return bytes.fromhex(v)
-    return v
+        try:
+            return bytes.fromhex(v)
+        except ValueError:
+            pass
+    elif type(v) is int or isinstance(v, (bytes, bytearray)):
+        return v
+    from kvcore.errors import KVEventError
+
+    r = repr(v)
+    raise KVEventError(f"block hash {r[:40]}: expected a hex string or an int",
+                       field="block_hashes", value=r[:40])
 
 
 def _decode_dict(ev: dict[str, Any]) -> Decoded:
     from kvcore.errors import KVEventError
 
     t = ev.get("type")
-    op = _OPS.get(t)  # type: ignore[arg-type]
+    op = _OPS.get(t) if isinstance(t, str) else None
     if op is None:
         raise KVEventError(f"event type {t!r} is not one of {', '.join(_OPS)}",
                            field="type", value=t)
     if op == CLEARED:
         return CLEARED, None, None, (), None
     g = ev.get("group_id", ev.get("group_idx"))
-    hashes = [hash_from_json(h) for h in ev.get("block_hashes") or ()]
-    return op, g, ev.get("block_size"), hashes, ev.get("medium")
+    raw = ev.get("block_hashes")
+    if raw is None:
+        raw = []
+    if type(raw) not in (list, tuple):
+        raise KVEventError(f"block_hashes: expected a list of hex strings or ints, got "
+                           f"{repr(raw)[:40]}", field="block_hashes", value=repr(raw)[:40])
+    hashes = [hash_from_json(h) for h in raw]
+    bs = ev.get("block_size")
+    if op == STORED and (type(bs) is not int or bs <= 0):
+        raise KVEventError(f"block_size: expected an int > 0, got {repr(bs)[:40]}",
+                           field="block_size", value=repr(bs)[:40])
+    return op, g, bs, hashes, ev.get("medium")
 
 
 def _attr_decoder(cls: type) -> Callable[[Any], Decoded]:
@@ -130,8 +150,23 @@ def event_to_dict(ev: Any) -> dict[str, Any]:
 
 
 def event_from_dict(d: dict[str, Any]) -> Any:
-    """A kvcore runtime event from its JSON form."""
+    """A kvcore runtime event from its JSON form.  Raises
+    :class:`~kvcore.errors.KVEventError` naming the field for a malformed one."""
+    from kvcore.errors import KVEventError
     from kvcore.runtime.block_pool import AllBlocksCleared, BlockRemoved, BlockStored
+
+    if not isinstance(d, dict):
+        raise KVEventError(f"event: expected a dict (the JSON form), got "
+                           f"{type(d).__name__}", field="event", value=type(d).__name__)
+    g0 = d.get("group_id", d.get("group_idx"))
+    if g0 is not None and (type(g0) is not int or g0 < 0):
+        raise KVEventError(f"group_id: expected an int >= 0 or null, got {g0!r}"[:120],
+                           field="group_id", value=repr(g0)[:40])
+    tok = d.get("token_ids")
+    if tok is not None and (type(tok) not in (list, tuple)
+                            or any(type(t) is not int for t in tok)):
+        raise KVEventError("token_ids: expected a list of ints", field="token_ids",
+                           value=repr(tok)[:40])
 
     op, g, bs, hashes, _ = _decode_dict(d)
     if op == CLEARED:
@@ -139,5 +174,9 @@ def event_from_dict(d: dict[str, Any]) -> Any:
     if op == REMOVED:
         return BlockRemoved(tuple(hashes), g)
     parent = d.get("parent_block_hash")
+    lora = d.get("lora_name")
+    if lora is not None and not isinstance(lora, str):
+        raise KVEventError(f"lora_name: expected a str or null, got {lora!r}"[:120],
+                           field="lora_name", value=repr(lora)[:40])
     return BlockStored(tuple(hashes), None if parent is None else hash_from_json(parent),
                        tuple(d.get("token_ids") or ()), bs, g, d.get("lora_name"))

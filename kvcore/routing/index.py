@@ -43,10 +43,21 @@ and changes nothing.  A gap (a number above the expected one, or a first batch a
 its state again, i.e. until an ``AllBlocksCleared`` event, :meth:`reset_replica`
 (the replica is known to be empty) or :meth:`replay` (its events from the start).
 A bad event (unknown group, a ``block_size`` other than the group's, the removal of
-a hash the replica does not hold, an unknown event type) raises
-:class:`~kvcore.errors.KVEventError` and marks the replica stale (the batch may be
-half applied): an index never answers a hit it cannot vouch for.  While a replica is
+a hash the replica does not hold, an unknown event type) or a malformed one
+(``block_hashes`` not a list, a hash that is neither hex nor an int nor hashable, a
+non-int ``block_size``, an object that is not an event, a batch that is not a list)
+raises :class:`~kvcore.errors.KVEventError` and marks the replica stale (the batch
+may be half applied): an index never answers a hit it cannot vouch for, and no plain
+``TypeError`` / ``ValueError`` escapes.  While a replica is
 stale its events are still applied, leniently, so nothing but the trust is lost.
+
+Arguments
+=========
+Every public method checks its arguments: a wrong type or value raises
+:class:`~kvcore.errors.ConfigError` (constructor) or
+:class:`~kvcore.errors.KVEventError` (events, queries, replicas), naming the
+argument in ``extra["field"]``.  An unknown replica in :meth:`state` /
+:meth:`snapshot` raises :class:`UnknownReplicaError` (also a ``KeyError``).
 
 Sizes
 =====
@@ -64,7 +75,7 @@ from typing import Any
 from kvcore.errors import ConfigError, KVEventError
 from kvcore.routing.events import CLEARED, STORED, decode
 
-__all__ = ["ResidencyIndex", "ReplicaState", "KVEventError"]
+__all__ = ["ResidencyIndex", "ReplicaState", "KVEventError", "UnknownReplicaError"]
 
 #: media whose events describe the GPU prefix cache (vLLM's ``MEDIUM_GPU``; None =
 #: unspecified, kvcore's events)
@@ -171,6 +182,24 @@ class ResidencyIndex:
                               f"{type(kv_cache_config).__name__}", field="kv_cache_config")
         if max_model_len is None:
             max_model_len = getattr(kv_cache_config, "max_model_len", 0) or (1 << 31)
+        _int_arg("max_model_len", max_model_len, 1)
+        _int_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
+        for name, v in (("use_eagle", use_eagle), ("enable_caching", enable_caching),
+                        ("int_hashes", int_hashes)):
+            if not isinstance(v, bool):
+                raise ConfigError(f"{name}: expected True or False, got {v!r}",
+                                  field=name, value=repr(v))
+        from kvcore.runtime.hashing import get_hash_function
+
+        get_hash_function(hash)  # ConfigError naming the known hashes
+        media = _iter_arg("media", media, ConfigError)
+        for m in media:
+            if m is not None and not isinstance(m, str):
+                raise ConfigError(f"media: expected medium names (str or None), got "
+                                  f"{m!r}", field="media", value=repr(m))
+        replicas = _iter_arg("replicas", replicas, ConfigError)
+        for r in replicas:
+            _replica_arg(r, ConfigError)
         self.kv_cache_config = kv_cache_config
         self.max_model_len = int(max_model_len)
         self.use_eagle = bool(use_eagle)
@@ -188,6 +217,7 @@ class ResidencyIndex:
         self.enable_caching = self._s.enable_caching
         self._replicas: dict[Hashable, ReplicaState] = {}
         self._hasher: Any = None
+        self._listeners: list[Any] = []
         for r in replicas:
             self.add_replica(r)
 
@@ -199,7 +229,12 @@ class ResidencyIndex:
 
     def add_replica(self, replica: Hashable, *, next_seq: int | None = None) -> ReplicaState:
         """Start indexing ``replica`` as empty (its cache known to be empty; the next
-        batch should carry ``next_seq``, None for any).  Returns its state."""
+        batch should carry ``next_seq``, None for any).  Returns its state.  Raises
+        :class:`~kvcore.errors.KVEventError` for an unhashable replica or a
+        ``next_seq`` that is not None or an int >= 0."""
+        _replica_arg(replica)
+        if next_seq is not None:
+            _int_arg("next_seq", next_seq, 0, KVEventError)
         st = self._replicas.get(replica)
         if st is None:
             st = self._replicas[replica] = ReplicaState(
@@ -211,10 +246,22 @@ class ResidencyIndex:
         self._replicas.pop(replica, None)
 
     def state(self, replica: Hashable) -> ReplicaState:
-        """The replica's :class:`ReplicaState`; KeyError if unknown."""
-        return self._replicas[replica]
+        """The replica's :class:`ReplicaState`; KeyError if unknown (a
+        :class:`~kvcore.errors.KVEventError` that is also a ``KeyError``)."""
+        return self._known(replica)
+
+    def _known(self, replica: Hashable) -> ReplicaState:
+        _replica_arg(replica)
+        st = self._replicas.get(replica)
+        if st is None:
+            raise UnknownReplicaError(
+                f"replica {replica!r} is not indexed (known: {len(self._replicas)} "
+                f"replica(s))", field="replica", value=repr(replica))
+        return st
 
     def is_stale(self, replica: Hashable) -> bool:
+        """True while ``replica`` is not trusted (False for an unknown replica)."""
+        _replica_arg(replica)
         st = self._replicas.get(replica)
         return st is not None and st.stale
 
@@ -222,7 +269,7 @@ class ResidencyIndex:
         """The replica's cache is known to be empty (restarted, or reset with no
         event seen): clear it and trust it again; the next batch should carry
         ``next_seq`` (None for any)."""
-        st = self.add_replica(replica)
+        st = self.add_replica(replica, next_seq=next_seq)
         for c in st.cached:
             c.clear()
         st.stale = False
@@ -232,10 +279,23 @@ class ResidencyIndex:
     def mark_stale(self, replica: Hashable, reason: str) -> None:
         """Stop trusting ``replica`` until it is cleared or replayed."""
         st = self.add_replica(replica)
+        reason = str(reason)
         st.stale = True
         st.stale_reason = reason
 
     # ---- events ------------------------------------------------------------------
+    def add_listener(self, fn: Any) -> None:
+        """Call ``fn(replica, op, group_id, block_hashes)`` for every event applied
+        from now on (``op``: :data:`kvcore.routing.events.STORED`, ``REMOVED`` or
+        ``CLEARED``; ``block_hashes`` empty for ``CLEARED``), after the index applied
+        it.  Routers use it to retire their own predictions when the events for them
+        arrive.  Raises :class:`~kvcore.errors.ConfigError` for a non-callable."""
+        if not callable(fn):
+            raise ConfigError(f"fn: expected a callable, got {_short(fn)}", field="fn",
+                              value=_short(fn))
+        if fn not in self._listeners:
+            self._listeners.append(fn)
+
     def apply(self, replica: Hashable, events: Iterable[Any], seq: int | None = None,
               ) -> None:
         """Apply one batch of KV events of ``replica`` (oldest first).
@@ -249,12 +309,21 @@ class ResidencyIndex:
         and the value) for a ``seq`` below the expected one (nothing applied), and
         for a bad event while the replica is trusted (the replica is then stale).
         """
+        _replica_arg(replica)
         st = self._replicas.get(replica)
         if st is None:
             st = self.add_replica(replica)
         inner = getattr(events, "events", None)
         if inner is not None and not isinstance(events, (list, tuple)):
             events = inner
+        if isinstance(events, (str, bytes, dict)) or not isinstance(events, Iterable):
+            e = KVEventError(f"replica {replica!r}: events must be a list of KV-cache "
+                             f"events (or a batch with .events), got "
+                             f"{type(events).__name__}", replica=replica,
+                             field="events", value=_short(events))
+            if seq is None or (type(seq) is int and seq >= 0):
+                self.mark_stale(replica, str(e))
+            raise e
         if seq is not None:
             if type(seq) is not int or seq < 0:
                 raise KVEventError(f"replica {replica!r}: seq must be an int >= 0, got "
@@ -276,11 +345,17 @@ class ResidencyIndex:
         sizes = self.block_sizes
         ngroups = self.num_groups
         media = self.media
+        lis = self._listeners
         n = 0
         try:
             for ev in events:
                 n += 1
                 op, g, bs, hashes, medium = decode(ev)
+                if type(hashes) not in _SEQ and op != CLEARED:
+                    raise KVEventError(
+                        f"replica {replica!r}: block_hashes must be a list of hashes, "
+                        f"got {_short(hashes)}", replica=replica, field="block_hashes",
+                        value=_short(hashes))
                 if medium not in media:
                     st.num_ignored += 1
                     continue
@@ -290,6 +365,8 @@ class ResidencyIndex:
                     if st.stale:
                         st.stale = False
                         st.stale_reason = ""
+                    for f in lis:
+                        f(replica, CLEARED, None, ())
                     continue
                 if g is None and ngroups == 1:
                     g = 0
@@ -323,11 +400,18 @@ class ResidencyIndex:
                             del d[h]
                         else:
                             d[h] = c - 1
-        except KVEventError as e:
+                for f in lis:
+                    f(replica, op, g, hashes)
+        except (KVEventError, TypeError, ValueError, AttributeError, KeyError,
+                IndexError) as exc:
+            e = exc if isinstance(exc, KVEventError) else KVEventError(
+                f"replica {replica!r}: event {n - 1} of the batch is malformed "
+                f"({type(exc).__name__}: {exc})", replica=replica, field="events",
+                value=n - 1)
             if not st.stale:
                 self.mark_stale(replica, str(e))
                 st.num_events += n
-                raise
+                raise e from (None if e is exc else exc)
             st.num_events += n
             return
         st.num_events += n
@@ -337,6 +421,11 @@ class ResidencyIndex:
         each replica's from its first batch on: the replicas in the log are reset
         (empty, trusted) first, then every batch is applied in order.  The result
         equals the index that applied the same batches live (recovery)."""
+        log = _iter_arg("log", log, KVEventError)
+        for i, b in enumerate(log):
+            if not isinstance(b, (list, tuple)) or len(b) != 3:
+                raise KVEventError(f"log[{i}]: expected a (replica, seq, events) batch, "
+                                   f"got {_short(b)}", field="log", value=i)
         seen: set[Hashable] = set()
         for replica, seq, events in log:
             if replica not in seen:
@@ -346,8 +435,10 @@ class ResidencyIndex:
 
     def snapshot(self, replica: Hashable) -> dict[str, Any]:
         """The replica's state as plain data (per group ``{hash: count}``, ``next_seq``,
-        ``stale``): two indexes hold the same state iff their snapshots are equal."""
-        st = self._replicas[replica]
+        ``stale``): two indexes hold the same state iff their snapshots are equal.
+        Raises :class:`~kvcore.errors.KVEventError` (also a ``KeyError``) for an
+        unknown replica."""
+        st = self._known(replica)
         return {"cached": [dict(c) for c in st.cached], "next_seq": st.next_seq,
                 "stale": st.stale}
 
@@ -412,10 +503,27 @@ class ResidencyIndex:
         replicas: which replicas (default all).
         num_prompt_tokens: for kinds that cap hits at the prompt (R-SWA); default
             ``num_tokens``.
+
+        Raises :class:`~kvcore.errors.KVEventError` for block hashes that are not a
+        list of hashable values, a ``num_tokens`` / ``num_prompt_tokens`` that is not
+        an int >= 0, or ``replicas`` that is not an iterable of replica ids.
         """
+        if type(block_hashes) not in _SEQ:
+            raise KVEventError(f"block_hashes: expected a list of block hashes, got "
+                               f"{_short(block_hashes)}", field="block_hashes",
+                               value=_short(block_hashes))
+        if num_tokens is not None:
+            _int_arg("num_tokens", num_tokens, 0, KVEventError)
+        if num_prompt_tokens is not None:
+            _int_arg("num_prompt_tokens", num_prompt_tokens, 0, KVEventError)
         s = self._s
         out: dict[Hashable, int] = {}
-        ids = self._replicas if replicas is None else replicas
+        if replicas is None:
+            ids: Iterable[Hashable] = self._replicas
+        else:
+            ids = _iter_arg("replicas", replicas, KVEventError)
+            for r in ids:
+                _replica_arg(r)
         if not s.enable_caching:
             return dict.fromkeys(ids, 0)
         keys = self._keys(block_hashes) if self.int_hashes else block_hashes
@@ -430,6 +538,12 @@ class ResidencyIndex:
                     continue
                 pool.cached = st.cached
                 out[r] = s.find(keys, limit)
+        except TypeError as exc:
+            bad = next((h for h in block_hashes if getattr(h, "__hash__", None) is None),
+                       None)
+            raise KVEventError(f"block_hashes: every hash must be hashable (bytes or "
+                               f"int), got {_short(bad)}", field="block_hashes",
+                               value=_short(bad)) from exc
         finally:
             pool.cached = saved
         return out
@@ -449,4 +563,33 @@ class ResidencyIndex:
 def _short(h: Any) -> str:
     if isinstance(h, (bytes, bytearray)):
         return bytes(h).hex()[:16] + ("..." if len(h) > 8 else "")
-    return repr(h)
+    r = repr(h)
+    return r if len(r) <= 64 else r[:61] + "..."
+
+
+_SEQ = (list, tuple)
+
+
+class UnknownReplicaError(KVEventError, KeyError):
+    """A replica the index does not know (also a ``KeyError``, as ``state`` was)."""
+
+    __str__ = ValueError.__str__
+
+
+def _int_arg(name: str, v: Any, lo: int, err: type = ConfigError) -> None:
+    if type(v) is not int or v < lo:
+        raise err(f"{name}: expected an int >= {lo}, got {_short(v)}", field=name,
+                  value=_short(v))
+
+
+def _iter_arg(name: str, v: Any, err: type) -> list[Any]:
+    if isinstance(v, (str, bytes, dict)) or not isinstance(v, Iterable):
+        raise err(f"{name}: expected a list, got {_short(v)}", field=name,
+                  value=_short(v))
+    return list(v)
+
+
+def _replica_arg(r: Any, err: type = KVEventError) -> None:
+    if getattr(r, "__hash__", None) is None:
+        raise err(f"replica: expected a hashable id (str or int), got {_short(r)}",
+                  field="replica", value=_short(r))

@@ -240,15 +240,40 @@ def dump(vector: dict[str, Any], path: str | Path) -> None:
 # ---- reading and checking ----------------------------------------------------------
 def load(src: str | Path | dict[str, Any]) -> Vector:
     """A vector from a file path or an already parsed dict.  Raises
-    :class:`~kvcore.errors.ConfigError` for another format or version."""
+    :class:`~kvcore.errors.ConfigError` for another format or version, a path that
+    cannot be read, or a file that is not such a vector (naming the field)."""
+    from kvcore.errors import ConfigError, KVCoreError
+
+    try:
+        return _load(src)
+    except KVCoreError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ConfigError(f"vector {str(src)[:80]!r}: cannot be read as a {FORMAT} "
+                          f"v{VERSION} file ({type(e).__name__}: {e})"[:300],
+                          field="src", value=str(src)[:80]) from e
+
+
+def _load(src: Any) -> Vector:
     from kvcore.errors import ConfigError
 
+    if not isinstance(src, (str, Path, dict)):
+        raise ConfigError(f"src: expected a path or a dict, got {type(src).__name__}",
+                          field="src", value=type(src).__name__)
     d = src if isinstance(src, dict) else json.loads(Path(src).read_text())
+    if not isinstance(d, dict):
+        raise ConfigError(f"not a {FORMAT} file (a JSON {type(d).__name__})",
+                          field="format", value=None)
     if d.get("format") != FORMAT or d.get("version") != VERSION:
         raise ConfigError(f"not a {FORMAT} v{VERSION} file (format {d.get('format')!r}, "
                           f"version {d.get('version')!r})", field="format",
                           value=d.get("format"))
-    c = d["config"]
+    c = d.get("config")
+    recs = d.get("records")
+    if not isinstance(c, dict) or not isinstance(recs, list):
+        raise ConfigError("a vector needs a 'config' object and a 'records' list",
+                          field="config" if not isinstance(c, dict) else "records",
+                          value=None)
     cfg = config_from_dict(c)
     opts = {"hash": c.get("hash", "sha256"), "use_eagle": bool(c.get("use_eagle")),
             "max_model_len": c.get("max_model_len"),
@@ -263,10 +288,27 @@ def check(vector: Any, index: Any = None, *, replica: str = "r") -> list[Mismatc
     (empty: the index passes).  Raises :class:`~kvcore.errors.KVEventError` if an
     event is rejected and :class:`~kvcore.errors.ConfigError` if the index's
     ``hash_block_size`` differs from the vector's."""
-    from kvcore.errors import ConfigError
+    from kvcore.errors import ConfigError, KVCoreError, KVEventError
     from kvcore.routing.index import ResidencyIndex
 
     v = vector if isinstance(vector, Vector) else load(vector)
+    if index is not None and not isinstance(index, ResidencyIndex):
+        raise ConfigError(f"index: expected a ResidencyIndex or None, got "
+                          f"{type(index).__name__}", field="index",
+                          value=type(index).__name__)
+    try:
+        return _check(v, index, replica)
+    except KVCoreError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise KVEventError(f"vector {v.name!r}: a malformed record ({type(e).__name__}: "
+                           f"{e})"[:300], field="records", value=v.name) from e
+
+
+def _check(v: Vector, index: Any, replica: Any) -> list[Mismatch]:
+    from kvcore.errors import ConfigError
+    from kvcore.routing.index import ResidencyIndex
+
     if index is None:
         index = ResidencyIndex(v.kv_cache_config, use_eagle=v.options["use_eagle"],
                                hash=v.options["hash"],

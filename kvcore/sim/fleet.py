@@ -45,10 +45,12 @@ entry point names a callable ``factory(**options) -> router``.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,37 +118,232 @@ class LeastLoadedRouter(_LeastRecent):
 class PrefixAwareRouter(_LeastRecent):
     """The replica whose prefill backlog is smallest once this request's uncached
     tokens join it: ``argmin_k backlog[k] + prompt_len - hit[k]`` (ties: fewer
-    outstanding requests, then the replica chosen longest ago), ``hit`` from the
-    group-aware residency index.  A cached prefix is worth exactly the prefill it saves, so a hot
-    replica keeps a request only while its queue is shorter than the recompute."""
+    outstanding requests, then the replica chosen longest ago).  A cached prefix is
+    worth exactly the prefill it saves, so a hot replica keeps a request only while its
+    queue is shorter than the recompute.
+
+    ``hit[k]`` is the larger of two estimates:
+
+    * the group-aware residency index (the replicas' KV events, as delivered: up to
+      ``event_delay_s`` old);
+    * the router's own routing history: a request routed to replica R is assumed to
+      make its prefix resident on R once scheduled, for ``pending_ttl_s`` seconds
+      after it was routed (default 120 s, the TTL of Dynamo's approximate KV indexer,
+      which predicts residency from its routing decisions when no events arrive;
+      llm-d's approximate prefix-cache scorer does the same with an LRU of routed
+      prefixes).  The history answers only while the events have not caught up: a
+      replica's history for a block ends as soon as an event for that block on that
+      replica is delivered (its ``BlockStored``: confirmed; a ``BlockRemoved``:
+      contradicted; ``AllBlocksCleared`` ends all of the replica's history), through
+      :meth:`~kvcore.routing.ResidencyIndex.add_listener`; from then on the index
+      alone answers, with the replicas' own hit rule.  So a follow-up turn that arrives
+      before the first turn's blocks are visible still goes where that prefix is
+      being computed, and a prefix the events show lost is not believed.
+
+    The history assumes a routed prefix resident block by block, which is the hit
+    rule of full attention only: by default (``pending_ttl_s=None``) it is on where
+    every KV-cache group is full attention or MLA without a window, and off on
+    hybrids (a sliding window's or a Mamba state's hit depends on what the replica
+    kept, which only its events tell).  ``router_predicted_hit_ratio`` counts the
+    hit the router expected (index or history).  When neither estimate finds a hit on
+    any replica, the request goes to the replica
+    that rendezvous hashing of its first block hash picks (highest ``blake2b(hash,
+    replica)``), skipping replicas over the bounded-load cap ``ceil(c * (outstanding +
+    1) / N)`` with ``c = load_factor`` (1.25; Mirrokni, Thorup, Zadimoghaddam,
+    "Consistent Hashing with Bounded Loads", SODA 2018): requests that share a first
+    block land together even before any of them is cached, without piling onto one
+    replica.  Deterministic (no Python ``hash``, which is salted per process).
+
+    Options: ``pending_ttl_s`` (seconds >= 0; 0 turns the history off; None: 120 s
+    on full-attention layouts, 0 on hybrids),
+    ``max_pending_blocks`` (history size in block hashes, oldest dropped first),
+    ``load_factor`` (>= 1), ``hash_tie_break`` (False: least-backlog as before).
+    Raises :class:`~kvcore.errors.ConfigError` naming a bad option."""
 
     name = "prefix-aware"
     uses_index = True
     uses_attention_index = False
 
+    def __init__(self, *, pending_ttl_s: float | None = None,
+                 max_pending_blocks: int = 1 << 18, load_factor: float = 1.25,
+                 hash_tie_break: bool = True) -> None:
+        super().__init__()
+        for nm, v, lo in (("pending_ttl_s", 0.0 if pending_ttl_s is None
+                           else pending_ttl_s, 0.0),
+                          ("load_factor", load_factor, 1.0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    not math.isfinite(v) or v < lo:
+                raise ConfigError(f"{nm}: expected a finite number >= {lo}, got {v!r}",
+                                  field=nm, value=repr(v))
+        if type(max_pending_blocks) is not int or max_pending_blocks < 0:
+            raise ConfigError(f"max_pending_blocks: expected an int >= 0, got "
+                              f"{max_pending_blocks!r}", field="max_pending_blocks",
+                              value=repr(max_pending_blocks))
+        if not isinstance(hash_tie_break, bool):
+            raise ConfigError(f"hash_tie_break: expected True or False, got "
+                              f"{hash_tie_break!r}", field="hash_tie_break",
+                              value=repr(hash_tie_break))
+        #: None until the first route on an auto default (the layout decides)
+        self.pending_ttl_s: float | None = (None if pending_ttl_s is None
+                                            else float(pending_ttl_s))
+        self.max_pending_blocks = max_pending_blocks
+        self.load_factor = float(load_factor)
+        self.hash_tie_break = hash_tie_break
+        #: block hash -> {replica: time the last request holding it was routed there}
+        self._pending: OrderedDict[Any, dict[int, float]] = OrderedDict()
+        self._listening = 0
+
     def _hits(self, request: SimRequest, view: FleetView) -> list[int]:
         return view.hits(request)
 
+    def _index(self, view: FleetView) -> Any:
+        """The residency index whose events confirm the history."""
+        return view.index
+
+    def _history_hits(self, request: SimRequest, view: FleetView, n: int) -> list[int]:
+        """Per replica, the tokens of the prefix the routing history says it holds."""
+        out = [0] * n
+        if self.pending_ttl_s is None:
+            self.pending_ttl_s = DEFAULT_PENDING_TTL_S if _full_attention_only(
+                self._index(view)) else 0.0
+        if not self.pending_ttl_s or not self._pending:
+            return out
+        req = request.request
+        hashes = req.block_hashes
+        bs = _hash_block_size(view)
+        limit = len(req.all_token_ids) - 1
+        oldest = view.now - self.pending_ttl_s
+        pend = self._pending
+        live = set(range(n))
+        for i, h in enumerate(hashes):
+            d = pend.get(h)
+            if d is None:
+                break
+            live = {k for k in live if d.get(k, -math.inf) >= oldest}
+            if not live:
+                break
+            for k in live:
+                out[k] = min((i + 1) * bs, limit)
+        return out
+
+    def _on_event(self, replica: Any, op: int, group_id: Any, hashes: Any) -> None:
+        """An event for ``replica`` arrived: its history for those blocks ends."""
+        pend = self._pending
+        if not pend:
+            return
+        if op == _CLEARED:
+            for d in pend.values():
+                d.pop(replica, None)
+            return
+        for h in hashes:
+            e = pend.get(h)
+            if e is not None:
+                e.pop(replica, None)
+
+    def _remember(self, request: SimRequest, k: int, view: FleetView) -> None:
+        if not self.pending_ttl_s or not self.max_pending_blocks:
+            return
+        index = self._index(view)
+        if index is not None and id(index) != self._listening:
+            index.add_listener(self._on_event)
+            self._listening = id(index)
+        now = view.now
+        pend = self._pending
+        for h in request.request.block_hashes:
+            d = pend.get(h)
+            if d is None:
+                pend[h] = {k: now}
+            else:
+                d[k] = now
+                pend.move_to_end(h)
+        while len(pend) > self.max_pending_blocks:
+            pend.popitem(last=False)
+
+    def _by_hash(self, request: SimRequest, view: FleetView) -> int | None:
+        hashes = request.request.block_hashes
+        if not hashes:
+            return None
+        h = hashes[0]
+        key = bytes(h) if isinstance(h, (bytes, bytearray)) else repr(h).encode()
+        n = view.num_replicas
+        o = view.outstanding
+        cap = math.ceil(self.load_factor * (sum(o) + 1) / n)
+        order = sorted(range(n), key=lambda k: hashlib.blake2b(
+            key + k.to_bytes(4, "big"), digest_size=8).digest(), reverse=True)
+        for k in order:
+            if o[k] + 1 <= cap:
+                return k
+        return None
+
     def route(self, request: SimRequest, view: FleetView) -> int:
-        hits = self._hits(request, view)
-        o, b = view.outstanding, view.prefill_backlog
-        p = request.prompt_len
-        k = self._pick([(b[k] + p - hits[k], o[k]) for k in range(view.num_replicas)])
+        n = view.num_replicas
+        seen = self._hits(request, view)
+        hist = self._history_hits(request, view, n)
+        hits = [max(a, b) for a, b in zip(seen, hist)]
+        k: int | None = None
+        if self.hash_tie_break and not any(hits):
+            k = self._by_hash(request, view)
+            if k is not None:
+                self._n += 1
+                self._last[k] = self._n
+        if k is None:
+            o, b = view.outstanding, view.prefill_backlog
+            p = request.prompt_len
+            k = self._pick([(b[j] + p - hits[j], o[j]) for j in range(n)])
         view.predicted_hit = hits[k]
+        self._remember(request, k, view)
         return k
+
+
+#: seconds a routed prefix is assumed resident without events (Dynamo's approximate
+#: KV indexer's default TTL)
+DEFAULT_PENDING_TTL_S = 120.0
+
+
+def _full_attention_only(index: Any) -> bool:
+    """Every group of the index's layout is full attention or MLA, no window."""
+    cfg = getattr(index, "kv_cache_config", None)
+    groups = getattr(cfg, "kv_cache_groups", None)
+    if not groups:
+        return False
+    return all(getattr(g.spec, "kind", "") in ("full_attention", "mla_attention")
+               and not getattr(g.spec, "sliding_window", None) for g in groups)
+
+
+_CLEARED = 3  # kvcore.routing.events.CLEARED (not imported: kvcore.routing is lazy here)
+
+
+def _hash_block_size(view: FleetView) -> int:
+    for ix in (view.index, getattr(view._att, "index", None)):
+        if ix is not None:
+            return int(ix.hash_block_size)
+    return 1
 
 
 class AttentionOnlyPrefixRouter(PrefixAwareRouter):
     """:class:`PrefixAwareRouter` with the hit of the first full-attention group alone
     (contiguous from the start), as routers that index one attention group compute
-    it; on hybrids it believes in prefixes the other groups lost."""
+    it; on hybrids it believes in prefixes the other groups lost.  By default without
+    the routing history and the prefix-hash placement (it models an index-only router;
+    the options of :class:`PrefixAwareRouter` turn them on)."""
 
     name = "prefix-aware-attention-only"
     uses_index = False
     uses_attention_index = True
 
+    def __init__(self, *, pending_ttl_s: float = 0.0, max_pending_blocks: int = 1 << 18,
+                 load_factor: float = 1.25, hash_tie_break: bool = False) -> None:
+        # the model of an index-only router of one attention group: no routing
+        # history, least-backlog ties (the options turn them on)
+        super().__init__(pending_ttl_s=pending_ttl_s,
+                         max_pending_blocks=max_pending_blocks, load_factor=load_factor,
+                         hash_tie_break=hash_tie_break)
+
     def _hits(self, request: SimRequest, view: FleetView) -> list[int]:
         return view.attention_hits(request)
+
+    def _index(self, view: FleetView) -> Any:
+        return getattr(view._att, "index", None)
 
 
 _BUILTIN: dict[str, Any] = {r.name: r for r in (
