@@ -827,6 +827,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
 
         if args.kv_cache_memory is not None:
             plan_kw["kv_cache_memory_bytes"] = budget
+        if args.num_blocks is not None:
+            # the block count is the limit asked for: check it alone first, so that a
+            # count too small for one request is named as such (not as the GPU's budget)
+            kvcore.plan_model(args.model, kv_cache_memory_bytes=None, **plan_kw)
         gkw: dict[str, Any] = {}
         if args.gpu_memory_utilization is not None:
             gkw["gpu_memory_utilization"] = args.gpu_memory_utilization
@@ -870,6 +874,11 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                             percentiles=args.metric_percentiles,
                             request_overhead_s=float(
                                 getattr(time_model, "request_overhead_s", 0.0) or 0.0))
+    from kvcore.sim.engine import check_some_served
+
+    check_some_served(res.requests, max_model_len=mml, num_blocks=cfg.num_blocks,
+                      block_size=cfg.kv_cache_groups[0].spec.block_size
+                      if cfg.kv_cache_groups else None)
     rate = args.request_rate
     if rate is None:
         rate = math.inf if args.dataset else None

@@ -56,7 +56,7 @@ from kvcore.sim.timing import (
 )
 
 __all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine",
-           "check_scheduler_limits"]
+           "check_scheduler_limits", "check_some_served"]
 
 _PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
 _MEMO_MAX = 1 << 18
@@ -187,6 +187,33 @@ def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
                           f"refuses to start otherwise (SchedulerConfig)",
                           field="long_prefill_token_threshold",
                           value=long_prefill_token_threshold)
+
+
+def check_some_served(requests: Sequence[Any], *, max_model_len: int,
+                      num_blocks: int | None = None, block_size: int | None = None
+                      ) -> None:
+    """Refuse a run in which requests were given and every one was rejected: its
+    figures (all 0) answer nothing.  The message names the limit that rejected them:
+    ``max_model_len`` when every request's prompt plus output exceeds it (vLLM's API
+    server refuses those), else ``num_blocks`` (the KV cache cannot hold one request).
+
+    requests: the run's :class:`SimRequest` objects (``rejected`` set by the run).
+    Raises ConfigError (field ``max_model_len`` or ``num_blocks``)."""
+    reqs = list(requests)
+    if not reqs or not all(r.rejected for r in reqs):
+        return
+    shortest = min(r.prompt_len + r.output_len for r in reqs)
+    if shortest > max_model_len:
+        raise ConfigError(f"no request can be served: max_model_len is {max_model_len} "
+                          f"tokens and the shortest request needs {shortest} (prompt + "
+                          f"output); raise --max-model-len to >= {shortest} or shorten "
+                          f"the prompts", field="max_model_len", value=max_model_len)
+    cap = f" ({num_blocks} blocks of {block_size} tokens)" if num_blocks and block_size \
+        else (f" ({num_blocks} blocks)" if num_blocks else "")
+    raise ConfigError(f"no request can be served: the KV cache{cap} cannot hold one "
+                      f"request (the shortest needs {shortest} tokens); raise num_blocks "
+                      f"(--num-blocks / the KV budget) or shorten the prompts",
+                      field="num_blocks", value=num_blocks)
 
 
 class StepRecord(NamedTuple):
