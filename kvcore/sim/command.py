@@ -279,7 +279,8 @@ def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) 
     if args.num_blocks is not None:
         need = extra.get("min_num_blocks")
         fix = f"pass --num-blocks {need} or more" if need else "pass more --num-blocks"
-        msg = (f"--num-blocks {args.num_blocks} (counting the null block) is too few for "
+        msg = (f"--num-blocks {args.num_blocks} (num_blocks, counting the null block) is too "
+               f"few for "
                f"{one}: {fix}{fix_len}")
         extra["field"] = "num_blocks"
     else:
@@ -348,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return run_clocked(args, budget, progress_cb)
         except NotEnoughMemoryError as exc:
-            if args.gpu is not None:
+            if args.gpu is not None and "min_num_blocks" not in exc.extra:
                 raise
             raise _explain_not_enough(exc, args, budget) from exc
         finally:
@@ -800,7 +801,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     from kvcore.sim.engine import SimRequest, run_engine
     from kvcore.sim.metrics import parse_goodput, serving_metrics
 
+    from kvcore.errors import NotEnoughMemoryError
+
     goodput = parse_goodput(args.goodput)
+    note: str | None = None
     reqs, workload = _clocked_requests(args)
     if not reqs:
         raise ConfigError("the workload has no requests", field="trace", value=args.trace)
@@ -841,7 +845,21 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
             raise ConfigError("--gpu-memory-utilization needs --gpu NAME",
                               field="gpu_memory_utilization",
                               value=args.gpu_memory_utilization)
-        cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+        try:
+            cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+        except NotEnoughMemoryError as exc:
+            fits = exc.extra.get("estimated_max_model_len")
+            # nothing sized by the user (no --max-model-len, --kv-cache-memory or
+            # --num-blocks): cap max_model_len at what the default budget holds, as
+            # --max-model-len auto does, and say so in the report
+            if args.max_model_len is not None or args.kv_cache_memory is not None or \
+                    args.num_blocks is not None or not fits:
+                raise
+            plan_kw["max_model_len"] = int(fits)
+            cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+            note = (f"max_model_len capped at {int(fits)}: the longest the default "
+                    f"16 GiB KV budget holds (give --max-model-len, --kv-cache-memory or "
+                    f"--gpu to choose)")
     if cfg.num_blocks is None:
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
                           "--num-blocks or --gpu", field="kv_cache_memory")
@@ -903,6 +921,8 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         "max_num_batched_tokens": mnbt,
         "wall_seconds": round(res.wall_seconds, 3),
     }
+    if note:
+        report["note"] = note
     return report, res
 
 
@@ -981,6 +1001,8 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
             ("Requests per replica:", " ".join(map(str, report["requests_per_replica"]))),
             ("Imbalance (max/mean):", f"requests {report['request_imbalance']:.2f}, busy "
                                       f"time {report['busy_imbalance']:.2f}")]
+    if report.get("note"):
+        extra.append(("Note:", report["note"]))
     if args.plot:
         extra.append(("Plot:", args.plot))
     if path is not None:
