@@ -34,7 +34,7 @@ from typing import Any
 from kvcore.errors import ConfigError, KVCoreError
 
 __all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
-           "vllm_command", "parse_goodput", "OBJECTIVES"]
+           "vllm_command", "serve_model", "parse_goodput", "OBJECTIVES"]
 
 OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
               "total_token_throughput")
@@ -258,11 +258,29 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
     return {"ranked": ok, "failed": failed}
 
 
+def serve_model(model: Any) -> str:
+    """The model argument of ``vllm serve`` for kvcore's ``model``: an embedded name
+    becomes its HF id (``gemma-3-27b-it`` -> ``google/gemma-3-27b-it``,
+    :func:`kvcore.models.embedded.hf_model_id`); a ``config.json`` path its folder
+    (vLLM loads a model folder or an HF id, not a config file); anything else as
+    given."""
+    import os
+
+    from kvcore.models.embedded import hf_model_id
+
+    text = str(model)
+    if os.path.isfile(text):
+        return os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        return text
+    return hf_model_id(text) or text
+
+
 def vllm_command(model: str, cand: dict[str, Any]) -> str:
     """The ``vllm serve`` command line of a cand (vLLM's flag spelling; defaults left
     out: pipeline parallel 1, prefix caching on, mamba mode none, and the block size
     unless it was searched: vLLM then picks it as kvcore's planner did)."""
-    parts = ["vllm", "serve", model]
+    parts = ["vllm", "serve", serve_model(model)]
     for key, flag in _FLAGS:
         v = cand.get(key)
         if v is None or (key == "pipeline_parallel_size" and v == 1) or \
