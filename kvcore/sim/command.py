@@ -331,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
     from kvcore.errors import ConfigError
 
     is_clocked = clocked(args)
+    check_mode_flags(args, is_clocked)
     if args.trace is None and (args.dataset is None or not is_clocked):
         raise ConfigError("give a workload: --trace FILE (Mooncake JSONL, Azure CSV, "
                           "kvcore JSONL) or --dataset random", field="trace")
@@ -461,6 +462,20 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
+#: bound of --num-prompts: the engine runs ~300 requests per CPU second, so 10^6 is
+#: about an hour (ROUTING.md's scale run); more is refused, not left to run for days
+MAX_NUM_PROMPTS = 1_000_000
+#: bound of --replicas (each replica's pool is built when first routed to)
+MAX_REPLICAS = 4096
+#: the random dataset's flags and vLLM's defaults (None: not given)
+DATASET_DEFAULTS = (("num_prompts", 1000), ("random_input_len", 1024),
+                    ("random_output_len", 128), ("random_prefix_len", 0),
+                    ("random_range_ratio", 0.0))
+#: flags the clockless replay does not read (an error there, not silently ignored)
+REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurrency",
+                  "request_rate", "burstiness", "gpu", "gpu_memory_utilization",
+                  "time_model", "long_prefill_token_threshold", "result_dir",
+                  "result_filename", "backend", "workers", "address")
 
 
 def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
@@ -550,15 +565,17 @@ def add_clock_arguments(p: Any) -> None:
                         "of this group is given, else replay")
     g.add_argument("--dataset", choices=("random",), default=None,
                    help="vllm bench serve's random dataset instead of --trace")
-    g.add_argument("--num-prompts", type=length_arg("num_prompts"), default=1000,
-                   help="requests of the random dataset (default 1000, vLLM's)")
+    g.add_argument("--num-prompts", type=length_arg("num_prompts",
+                                                    maximum=MAX_NUM_PROMPTS), default=None,
+                   help=f"requests of the random dataset (default 1000, vLLM's; at most "
+                        f"{MAX_NUM_PROMPTS:,}: ~1 h of CPU)")
     g.add_argument("--random-input-len", type=length_arg("random_input_len", minimum=0),
-                   default=1024)
+                   default=None, help="default 1024 (vLLM's)")
     g.add_argument("--random-output-len", type=length_arg("random_output_len", minimum=0),
-                   default=128)
+                   default=None, help="default 128 (vLLM's)")
     g.add_argument("--random-prefix-len", type=length_arg("random_prefix_len", minimum=0),
-                   default=0, help="tokens of a prefix shared by every prompt")
-    g.add_argument("--random-range-ratio", type=_ratio_arg, default=0.0,
+                   default=None, help="tokens of a prefix shared by every prompt (default 0)")
+    g.add_argument("--random-range-ratio", type=_ratio_arg, default=None,
                    help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)")
     g.add_argument("--request-rate", type=_float_arg("request_rate"), default=None,
                    help="requests per second, Poisson (gamma with --burstiness) arrivals; "
@@ -598,9 +615,12 @@ def add_clock_arguments(p: Any) -> None:
                         "--gpu, else a constant 10 ms a step")
     from kvcore.deploy.sweep import list_of
 
-    g.add_argument("--replicas", type=list_of(length_arg("replicas")), default=None,
+    g.add_argument("--replicas", type=list_of(length_arg("replicas",
+                                                         maximum=MAX_REPLICAS)),
+                   default=None,
                    help="simulate a fleet of N replicas of the plan behind --router "
-                        "(kvcore.sim.fleet; default 1); a comma list sweeps")
+                        f"(kvcore.sim.fleet; default 1, at most {MAX_REPLICAS:,}); a comma "
+                        "list sweeps")
     g.add_argument("--router", default=None, metavar="NAME",
                    help="round-robin (default), least-loaded, prefix-aware, "
                         "prefix-aware-attention-only, or one registered under the "
@@ -616,6 +636,41 @@ def add_clock_arguments(p: Any) -> None:
     g.add_argument("--event-delay", type=_seconds_arg,
                    default=None, metavar="S",
                    help="seconds before a replica's KV events reach the router (default 0)")
+
+
+def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
+    """Refuse flags the chosen mode would ignore, naming the flag: the random dataset's
+    flags without ``--dataset random``, and the clocked run's flags with ``--scheduler
+    replay``; then fill the dataset defaults (vLLM's).  Raises ConfigError."""
+    from kvcore.errors import ConfigError
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if getattr(args, "dataset", None) is None:
+        for name, _ in DATASET_DEFAULTS:
+            v = getattr(args, name, None)
+            if v is not None:
+                raise ConfigError(f"{flag(name)} {v}: shapes the random dataset; give "
+                                  f"--dataset random (a trace's requests have their own "
+                                  f"lengths)", field=name, value=v)
+    for name, default in DATASET_DEFAULTS:
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
+    if not is_clocked:
+        for name in REPLAY_IGNORES:
+            v = getattr(args, name, None)
+            if v is not None:
+                raise ConfigError(f"{flag(name)} {v}: the clockless replay (--scheduler "
+                                  f"replay) does not use it; drop it or run the clocked "
+                                  f"engine (--scheduler vllm)", field=name,
+                                  value=str(v))
+        for name in ("save_result", "save_detailed"):
+            if getattr(args, name, False):
+                raise ConfigError(f"{flag(name)}: the clockless replay (--scheduler "
+                                  f"replay) has no serving figures to save; run the "
+                                  f"clocked engine (--scheduler vllm)", field=name,
+                                  value=True)
 
 
 def clocked(args: argparse.Namespace) -> bool:
