@@ -851,12 +851,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     ``max_num_batched_tokens``, ``tensor_parallel_size``, ``pipeline_parallel_size``,
     ``gpu``)."""
     import kvcore
-    from kvcore.errors import ConfigError
+    from kvcore.errors import ConfigError, NotEnoughMemoryError
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
     from kvcore.sim.metrics import parse_goodput, serving_metrics
-
-    from kvcore.errors import NotEnoughMemoryError
 
     goodput = parse_goodput(args.goodput)
     note: str | None = None

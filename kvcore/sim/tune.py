@@ -130,10 +130,9 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     """
     import kvcore
     from kvcore.models.config import load_model_config
+    from kvcore.sim.engine import check_scheduler_limits
     from kvcore.sim.fastsim import Workload, run_workload
     from kvcore.sim.timing import roofline_for
-
-    from kvcore.sim.engine import check_scheduler_limits
 
     tp = int(cand.get("tensor_parallel_size", 1))
     pp = int(cand.get("pipeline_parallel_size", 1))

@@ -294,7 +294,7 @@ def test_helpers_refuse_bad_input() -> None:
     cfg = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=2**30,
                             max_model_len=4096)
     for call in (lambda: timing.describe_batch(None, []),
-                 lambda: timing.describe_batch(cfg, [1, 2]),
+                 lambda: timing.describe_batch(cfg, [1, 2]),  # type: ignore[list-item]
                  lambda: metrics.serving_metrics(None)):
         with pytest.raises(kvcore.KVCoreError):
             call()
