@@ -117,7 +117,8 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     ``num_blocks`` is passed to the planner as ``num_gpu_blocks_override`` (blocks,
     counting the null block).  ``requests`` (already read :class:`TraceRequest` objects)
     skips reading ``trace`` again.  Raises ConfigError (bad option or trace, naming the
-    field) and the planner's errors (NotEnoughMemoryError, ...).
+    field; every request rejected: naming ``max_model_len`` or ``num_blocks``) and the
+    planner's errors (NotEnoughMemoryError, ...).
     """
     import kvcore
     from kvcore.errors import ConfigError
@@ -158,8 +159,22 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     if sample_every is None:
         sample_every = max(1, sum(t.output_len for t in traces) // max(1, max_num_seqs)
                            // 400)
+    from types import SimpleNamespace
+
+    from kvcore.sim.engine import check_some_served
+
+    bs = cfg.kv_cache_groups[0].spec.block_size if cfg.kv_cache_groups else None
+
+    def served_check() -> None:
+        check_some_served([SimpleNamespace(rejected=j.rejected,
+                                           prompt_len=j.trace.prompt_len,
+                                           output_len=j.output_len) for j in jobs],
+                          max_model_len=mml, num_blocks=cfg.num_blocks, block_size=bs)
+
+    served_check()  # every request past max_model_len: before the run
     res = replay(mgr, jobs, max_running=max_num_seqs, time_calls=True, progress=progress,
                  sample_every=sample_every)
+    served_check()  # every request rejected by the pool
     report: dict[str, Any] = {
         "model": str(model),
         "trace": str(trace),
@@ -296,6 +311,20 @@ def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) 
     return NotEnoughMemoryError(msg, **extra)
 
 
+def _replay(args: argparse.Namespace, budget: int | None, traces: Any, progress: Any
+            ) -> tuple[dict[str, Any], Any]:
+    """:func:`simulate` with the CLI's settings (the clockless replay)."""
+    return simulate(
+        args.model, args.trace, kv_cache_memory_bytes=budget,
+        num_blocks=args.num_blocks, max_model_len=args.max_model_len,
+        block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_prefix_caching,
+        trace_format=args.trace_format, limit=args.limit, progress=progress,
+        requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
+
+
 def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
     """(progress callback or None, rich bar to stop or None) for a clocked run."""
     if args.json or not total:
@@ -397,15 +426,20 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {done}/{total} requests", file=sys.stderr, flush=True)
                 state["next"] = done + step
     try:
-        report, res = simulate(
-            args.model, args.trace, kv_cache_memory_bytes=budget,
-            num_blocks=args.num_blocks, max_model_len=args.max_model_len,
-            block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
-            tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            enable_prefix_caching=not args.no_prefix_caching,
-            trace_format=args.trace_format, limit=args.limit, progress=progress_cb,
-            requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
+        try:
+            report, res = _replay(args, budget, traces, progress_cb)
+        except NotEnoughMemoryError as exc:
+            fits = exc.extra.get("estimated_max_model_len")
+            # nothing sized by the user: cap max_model_len at what the default budget
+            # holds (as the clocked run does) and say so
+            if args.max_model_len is not None or args.kv_cache_memory is not None or \
+                    args.num_blocks is not None or not fits:
+                raise
+            args.max_model_len = int(fits)
+            report, res = _replay(args, budget, traces, progress_cb)
+            report["note"] = (f"max_model_len capped at {int(fits)}: the longest the "
+                              f"default 16 GiB KV budget holds (give --max-model-len or "
+                              f"--kv-cache-memory to choose)")
     except NotEnoughMemoryError as exc:
         raise _explain_not_enough(exc, args, budget) from exc
     finally:
@@ -436,6 +470,8 @@ def run(args: argparse.Namespace) -> int:
                             f"({report['manager_calls']:,} calls)"),
         ("wall time", f"{report['wall_seconds']:.1f} s"),
     ]
+    if report.get("note"):
+        rows.append(("note", report["note"]))
     if args.plot:
         rows.append(("plot", args.plot))
     try:
@@ -921,6 +957,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          max_num_batched_tokens=mnbt)
     time_model = make_time_model(args, _model_config(args.model), cfg)
     sims = [SimRequest(r) for r in reqs]
+    from kvcore.sim.engine import check_some_served
+
+    check_some_served(sims, max_model_len=mml)  # every request past max_model_len
     fleet = getattr(args, "replicas", None) is not None or \
         getattr(args, "router", None) is not None
     res: Any
@@ -945,8 +984,6 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                             percentiles=args.metric_percentiles,
                             request_overhead_s=float(
                                 getattr(time_model, "request_overhead_s", 0.0) or 0.0))
-    from kvcore.sim.engine import check_some_served
-
     check_some_served(res.requests, max_model_len=mml, num_blocks=cfg.num_blocks,
                       block_size=cfg.kv_cache_groups[0].spec.block_size
                       if cfg.kv_cache_groups else None)

@@ -197,10 +197,15 @@ def check_some_served(requests: Sequence[Any], *, max_model_len: int,
     ``max_model_len`` when every request's prompt plus output exceeds it (vLLM's API
     server refuses those), else ``num_blocks`` (the KV cache cannot hold one request).
 
-    requests: the run's :class:`SimRequest` objects (``rejected`` set by the run).
+    requests: the run's :class:`SimRequest` objects (``rejected`` set by the run; the
+    ``max_model_len`` case is found before a run too, from the lengths alone).
     Raises ConfigError (field ``max_model_len`` or ``num_blocks``)."""
     reqs = list(requests)
-    if not reqs or not all(r.rejected for r in reqs):
+    if not reqs:
+        return
+    if all(r.prompt_len + r.output_len > max_model_len for r in reqs):
+        pass  # rejected on arrival whatever the run does: say so before running it
+    elif not all(r.rejected for r in reqs):
         return
     shortest = min(r.prompt_len + r.output_len for r in reqs)
     if shortest > max_model_len:

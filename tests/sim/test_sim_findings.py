@@ -134,7 +134,11 @@ def test_check_some_served_names_the_limit() -> None:
 
     reqs = [SimRequest(r) for r in random_dataset(3, input_len=100, output_len=10)]
     check_some_served([], max_model_len=1)  # nothing given: nothing to refuse
-    check_some_served(reqs, max_model_len=50)  # not run yet: none rejected
+    check_some_served(reqs, max_model_len=4096)  # not run yet: none rejected
+    with pytest.raises(ConfigError) as e:  # past max_model_len: known before a run
+        check_some_served(reqs, max_model_len=109)
+    assert e.value.extra["field"] == "max_model_len" and "110" in e.value.message
+    check_some_served(reqs, max_model_len=110)
     for r in reqs:
         r.rejected = True
     with pytest.raises(ConfigError) as e:
@@ -466,3 +470,18 @@ def test_defaults_run_without_a_gpu_and_say_the_cap(capsys: Any) -> None:
     # 16 GiB / 2 MiB a block = 8192 blocks, one the null block: 8191 x 16 tokens
     assert d["max_model_len"] == 8191 * 16 and "capped" in d["note"]
     assert d["completed"] == 4
+
+
+def test_replay_defaults_run_and_all_rejected_is_an_error(capsys: Any, tmp_path: Path
+                                                          ) -> None:
+    trace = _trace(tmp_path)  # 6 requests of 600 + 4 tokens
+    rc, out, err = _run(capsys, ["simulate", "llama-3.1-8b", "--trace", str(trace),
+                                 "--json"])
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["max_model_len"] == 8191 * 16 and "capped" in d["note"]
+    for mml in (64, 600, 603):  # every request needs 604 tokens
+        rc, _, err = _run(capsys, ["simulate", "llama-3.1-8b", "--trace", str(trace),
+                                   "--kv-cache-memory", "1GiB", "--max-model-len",
+                                   str(mml)])
+        _clean_error(rc, err, "max_model_len", "604")
