@@ -43,7 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvcore.sim.fleet import MAX_REPLICAS  # the bound of --replicas
 from kvcore.sim.traces import TRACE_FORMATS
+from kvcore.sim.workload import MAX_NUM_PROMPTS  # the bound of --num-prompts
 from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
@@ -498,11 +500,6 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
-#: bound of --num-prompts: the engine runs ~300 requests per CPU second, so 10^6 is
-#: about an hour (ROUTING.md's scale run); more is refused, not left to run for days
-MAX_NUM_PROMPTS = 1_000_000
-#: bound of --replicas (each replica's pool is built when first routed to)
-MAX_REPLICAS = 4096
 #: the random dataset's flags and vLLM's defaults (None: not given)
 DATASET_DEFAULTS = (("num_prompts", 1000), ("random_input_len", 1024),
                     ("random_output_len", 128), ("random_prefix_len", 0),

@@ -65,6 +65,9 @@ ROUTERS_ENTRY_POINT_GROUP = "kvcore.routers"
 #: most points kept per replica of the per-step series (thinned by 2 when reached, so
 #: a million-request run does not keep tens of millions of floats)
 MAX_SAMPLES = 4096
+#: the most replicas of a fleet (each built when first routed to, a few MB and ~0.1 s
+#: of CPU each; per-replica figures are kept for all)
+MAX_REPLICAS = 4096
 
 
 # ---- routers ---------------------------------------------------------------------------
@@ -331,14 +334,16 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     ``assignment`` and the replicas' ``requests`` stay empty), so memory is bounded by
     the requests in flight; fold the figures in ``on_done``.
 
-    Raises ConfigError for a count out of range, a negative or non-finite delay, an
+    Raises ConfigError for a count out of range (``replicas`` in 1 ..
+    :data:`MAX_REPLICAS`), a negative or non-finite delay, an
     unknown router, or (streaming) a request earlier than the one before it.
     """
     from kvcore.runtime import KVCacheManager
 
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise ConfigError(f"replicas must be an integer >= 1, got {replicas!r}",
-                          field="replicas", value=replicas)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or \
+            not 1 <= replicas <= MAX_REPLICAS:
+        raise ConfigError(f"replicas must be an integer >= 1 and <= {MAX_REPLICAS:,}, got "
+                          f"{replicas!r}", field="replicas", value=replicas)
     if not isinstance(event_delay_s, (int, float)) or isinstance(event_delay_s, bool) \
             or not 0 <= event_delay_s < math.inf:
         raise ConfigError(f"event_delay_s must be a finite number of seconds >= 0, got "

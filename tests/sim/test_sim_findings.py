@@ -485,3 +485,21 @@ def test_replay_defaults_run_and_all_rejected_is_an_error(capsys: Any, tmp_path:
                                    "--kv-cache-memory", "1GiB", "--max-model-len",
                                    str(mml)])
         _clean_error(rc, err, "max_model_len", "604")
+
+
+def test_python_api_counts_are_bounded() -> None:
+    from kvcore.sim.fleet import MAX_REPLICAS, run_fleet
+    from kvcore.sim.timing import ConstantTimeModel
+    from kvcore.sim.workload import MAX_NUM_PROMPTS, arrival_times, random_dataset
+
+    for n in (MAX_NUM_PROMPTS + 1, 10**12):
+        with pytest.raises(ConfigError, match="num_prompts"):
+            random_dataset(n)
+        with pytest.raises(ConfigError, match="num_prompts"):
+            arrival_times(n, 1.0)
+    cfg = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=2**30,
+                            max_model_len=4096)
+    for n in (0, MAX_REPLICAS + 1, 10**12):
+        with pytest.raises(ConfigError, match="replicas"):
+            run_fleet(cfg, [], ConstantTimeModel(), replicas=n, router="round-robin",
+                      max_num_seqs=16, max_num_batched_tokens=2048)
