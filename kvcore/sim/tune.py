@@ -325,10 +325,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", help="Mooncake JSONL, Azure CSV or kvcore JSONL")
     src.add_argument("--dataset", choices=["random"], help="vllm bench serve's dataset")
-    p.add_argument("--random-input-len", type=int, default=1024)
-    p.add_argument("--random-output-len", type=int, default=128)
-    p.add_argument("--random-prefix-len", type=int, default=0)
-    p.add_argument("--num-prompts", type=int, default=500)
+    p.add_argument("--random-input-len", type=int, default=None, help="default 1024")
+    p.add_argument("--random-output-len", type=int, default=None, help="default 128")
+    p.add_argument("--random-prefix-len", type=int, default=None, help="default 0")
+    p.add_argument("--num-prompts", type=int, default=None, help="default 500")
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--request-rate", type=float, default=math.inf)
     p.add_argument("--burstiness", type=float, default=1.0)
@@ -398,6 +398,27 @@ def run(args: argparse.Namespace) -> int:
     if objective == "goodput" and not goodput:
         raise ConfigError("--objective goodput needs --goodput KEY:MS ...", field="goodput",
                           value=None)
+    dataset_flags = (("random_input_len", 1024), ("random_output_len", 128),
+                     ("random_prefix_len", 0), ("num_prompts", 500))
+    for name, default in dataset_flags:
+        v = getattr(args, name)
+        if v is not None and args.trace:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} {v}: shapes the random dataset; with --trace the "
+                              f"trace's requests have their own lengths (drop it or give "
+                              f"--dataset random)", field=name, value=v)
+        if v is None:
+            setattr(args, name, default)
+    if args.limit is not None and not args.trace:
+        raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
+                          f"the random dataset has --num-prompts", field="limit",
+                          value=args.limit)
+    from kvcore.sim.workload import MAX_NUM_PROMPTS
+
+    if args.num_prompts > MAX_NUM_PROMPTS:
+        raise ConfigError(f"--num-prompts {args.num_prompts}: at most {MAX_NUM_PROMPTS:,} "
+                          f"(about an hour of CPU per candidate)", field="num_prompts",
+                          value=args.num_prompts)
     for flag, v, low in (("--num-prompts", args.num_prompts, 1),
                          ("--random-input-len", args.random_input_len, 1),
                          ("--random-output-len", args.random_output_len, 0),

@@ -503,3 +503,20 @@ def test_python_api_counts_are_bounded() -> None:
         with pytest.raises(ConfigError, match="replicas"):
             run_fleet(cfg, [], ConstantTimeModel(), replicas=n, router="round-robin",
                       max_num_seqs=16, max_num_batched_tokens=2048)
+
+
+@pytest.mark.parametrize("flag", [["--random-input-len", "64"], ["--num-prompts", "3"],
+                                  ["--random-output-len", "4"]])
+def test_tune_dataset_flags_need_the_dataset(capsys: Any, tmp_path: Path,
+                                            flag: list[str]) -> None:
+    rc, _, err = _run(capsys, ["tune", "llama-3.1-8b", "--gpu", "H100", "--trace",
+                               str(_trace(tmp_path)), "--backend", "serial", "--tp", "1",
+                               *flag])
+    _clean_error(rc, err, flag[0], "--dataset random")
+
+
+def test_tune_limit_needs_a_trace_and_num_prompts_is_bounded(capsys: Any) -> None:
+    rc, _, err = _run(capsys, [*TUNE, "--limit", "3"])
+    _clean_error(rc, err, "--limit")
+    rc, _, err = _run(capsys, [*TUNE[:8], "--num-prompts", "100000000", *TUNE[10:]])
+    _clean_error(rc, err, "--num-prompts", "1,000,000")
