@@ -690,6 +690,18 @@ def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
     for name, default in DATASET_DEFAULTS:
         if getattr(args, name, None) is None:
             setattr(args, name, default)
+    if getattr(args, "limit", None) is not None and getattr(args, "trace", None) is None:
+        raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
+                          f"the random dataset has --num-prompts", field="limit",
+                          value=args.limit)
+    if getattr(args, "save_detailed", False) and not getattr(args, "save_result", False):
+        raise ConfigError("--save-detailed: adds per-request lists to --save-result's "
+                          "file; give --save-result too", field="save_detailed",
+                          value=True)
+    if getattr(args, "address", None) is not None and \
+            getattr(args, "backend", None) != "ray":
+        raise ConfigError(f"--address {args.address}: the Ray cluster of --backend ray; "
+                          f"give --backend ray too", field="address", value=args.address)
     if not is_clocked:
         for name in REPLAY_IGNORES:
             v = getattr(args, name, None)

@@ -520,3 +520,10 @@ def test_tune_limit_needs_a_trace_and_num_prompts_is_bounded(capsys: Any) -> Non
     _clean_error(rc, err, "--limit")
     rc, _, err = _run(capsys, [*TUNE[:8], "--num-prompts", "100000000", *TUNE[10:]])
     _clean_error(rc, err, "--num-prompts", "1,000,000")
+
+
+@pytest.mark.parametrize("flag", [["--limit", "3"], ["--save-detailed"],
+                                  ["--address", "localhost:6379"]])
+def test_clocked_flags_that_need_another_flag(capsys: Any, flag: list[str]) -> None:
+    rc, _, err = _run(capsys, [*SIM, "--max-model-len", "4096", *flag])
+    _clean_error(rc, err, flag[0])
