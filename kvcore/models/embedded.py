@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["CONFIG_DIR", "embedded_names", "embedded_config_path", "short_name",
-           "provenance_note"]
+           "provenance_note", "hf_model_id"]
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -60,3 +60,29 @@ def embedded_config_path(name: str) -> Path | None:
         if key in (p.stem.lower(), short_name(p.stem).lower()):
             return p
     return None
+
+
+def _hf_ids() -> dict[str, str]:
+    """file name -> HF model id, from the ``| file | HF model | ...`` table of
+    ``configs/SOURCES.md`` (rows whose model column is an ``owner/name`` id)."""
+    out: dict[str, str] = {}
+    try:
+        text = (CONFIG_DIR / "SOURCES.md").read_text(encoding="utf-8")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].endswith(".json"):
+            hf = cells[1].strip("` ")
+            parts = hf.split("/")
+            if len(parts) == 2 and all(parts) and " " not in hf:
+                out[cells[0]] = hf
+    return out
+
+
+def hf_model_id(name: str) -> str | None:
+    """The HuggingFace model id (``google/gemma-3-27b-it``) of an embedded config by
+    short name or stem, as ``configs/SOURCES.md`` records it; None when the name is not
+    embedded or its file is not an HF model's (a test fixture)."""
+    p = embedded_config_path(name)
+    return _hf_ids().get(p.name) if p is not None else None

@@ -43,7 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvcore.sim.fleet import MAX_REPLICAS  # the bound of --replicas
 from kvcore.sim.traces import TRACE_FORMATS
+from kvcore.sim.workload import MAX_NUM_PROMPTS  # the bound of --num-prompts
 from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
@@ -117,7 +119,8 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     ``num_blocks`` is passed to the planner as ``num_gpu_blocks_override`` (blocks,
     counting the null block).  ``requests`` (already read :class:`TraceRequest` objects)
     skips reading ``trace`` again.  Raises ConfigError (bad option or trace, naming the
-    field) and the planner's errors (NotEnoughMemoryError, ...).
+    field; every request rejected: naming ``max_model_len`` or ``num_blocks``) and the
+    planner's errors (NotEnoughMemoryError, ...).
     """
     import kvcore
     from kvcore.errors import ConfigError
@@ -158,8 +161,22 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     if sample_every is None:
         sample_every = max(1, sum(t.output_len for t in traces) // max(1, max_num_seqs)
                            // 400)
+    from types import SimpleNamespace
+
+    from kvcore.sim.engine import check_some_served
+
+    bs = cfg.kv_cache_groups[0].spec.block_size if cfg.kv_cache_groups else None
+
+    def served_check() -> None:
+        check_some_served([SimpleNamespace(rejected=j.rejected,
+                                           prompt_len=j.trace.prompt_len,
+                                           output_len=j.output_len) for j in jobs],
+                          max_model_len=mml, num_blocks=cfg.num_blocks, block_size=bs)
+
+    served_check()  # every request past max_model_len: before the run
     res = replay(mgr, jobs, max_running=max_num_seqs, time_calls=True, progress=progress,
                  sample_every=sample_every)
+    served_check()  # every request rejected by the pool
     report: dict[str, Any] = {
         "model": str(model),
         "trace": str(trace),
@@ -279,7 +296,8 @@ def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) 
     if args.num_blocks is not None:
         need = extra.get("min_num_blocks")
         fix = f"pass --num-blocks {need} or more" if need else "pass more --num-blocks"
-        msg = (f"--num-blocks {args.num_blocks} (counting the null block) is too few for "
+        msg = (f"--num-blocks {args.num_blocks} (num_blocks, counting the null block) is too "
+               f"few for "
                f"{one}: {fix}{fix_len}")
         extra["field"] = "num_blocks"
     else:
@@ -293,6 +311,20 @@ def _explain_not_enough(exc: Any, args: argparse.Namespace, budget: int | None) 
         extra["field"] = "kv_cache_memory"
     extra.setdefault("planner_message", exc.message)
     return NotEnoughMemoryError(msg, **extra)
+
+
+def _replay(args: argparse.Namespace, budget: int | None, traces: Any, progress: Any
+            ) -> tuple[dict[str, Any], Any]:
+    """:func:`simulate` with the CLI's settings (the clockless replay)."""
+    return simulate(
+        args.model, args.trace, kv_cache_memory_bytes=budget,
+        num_blocks=args.num_blocks, max_model_len=args.max_model_len,
+        block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_prefix_caching,
+        trace_format=args.trace_format, limit=args.limit, progress=progress,
+        requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
 
 
 def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
@@ -330,6 +362,7 @@ def run(args: argparse.Namespace) -> int:
     from kvcore.errors import ConfigError
 
     is_clocked = clocked(args)
+    check_mode_flags(args, is_clocked)
     if args.trace is None and (args.dataset is None or not is_clocked):
         raise ConfigError("give a workload: --trace FILE (Mooncake JSONL, Azure CSV, "
                           "kvcore JSONL) or --dataset random", field="trace")
@@ -348,7 +381,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return run_clocked(args, budget, progress_cb)
         except NotEnoughMemoryError as exc:
-            if args.gpu is not None:
+            if args.gpu is not None and "min_num_blocks" not in exc.extra:
                 raise
             raise _explain_not_enough(exc, args, budget) from exc
         finally:
@@ -395,15 +428,20 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {done}/{total} requests", file=sys.stderr, flush=True)
                 state["next"] = done + step
     try:
-        report, res = simulate(
-            args.model, args.trace, kv_cache_memory_bytes=budget,
-            num_blocks=args.num_blocks, max_model_len=args.max_model_len,
-            block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype,
-            tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            enable_prefix_caching=not args.no_prefix_caching,
-            trace_format=args.trace_format, limit=args.limit, progress=progress_cb,
-            requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
+        try:
+            report, res = _replay(args, budget, traces, progress_cb)
+        except NotEnoughMemoryError as exc:
+            fits = exc.extra.get("estimated_max_model_len")
+            # nothing sized by the user: cap max_model_len at what the default budget
+            # holds (as the clocked run does) and say so
+            if args.max_model_len is not None or args.kv_cache_memory is not None or \
+                    args.num_blocks is not None or not fits:
+                raise
+            args.max_model_len = int(fits)
+            report, res = _replay(args, budget, traces, progress_cb)
+            report["note"] = (f"max_model_len capped at {int(fits)}: the longest the "
+                              f"default 16 GiB KV budget holds (give --max-model-len or "
+                              f"--kv-cache-memory to choose)")
     except NotEnoughMemoryError as exc:
         raise _explain_not_enough(exc, args, budget) from exc
     finally:
@@ -434,6 +472,8 @@ def run(args: argparse.Namespace) -> int:
                             f"({report['manager_calls']:,} calls)"),
         ("wall time", f"{report['wall_seconds']:.1f} s"),
     ]
+    if report.get("note"):
+        rows.append(("note", report["note"]))
     if args.plot:
         rows.append(("plot", args.plot))
     try:
@@ -460,6 +500,15 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
+#: the random dataset's flags and vLLM's defaults (None: not given)
+DATASET_DEFAULTS = (("num_prompts", 1000), ("random_input_len", 1024),
+                    ("random_output_len", 128), ("random_prefix_len", 0),
+                    ("random_range_ratio", 0.0))
+#: flags the clockless replay does not read (an error there, not silently ignored)
+REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurrency",
+                  "request_rate", "burstiness", "gpu", "gpu_memory_utilization",
+                  "time_model", "long_prefill_token_threshold", "result_dir",
+                  "result_filename", "backend", "workers", "address")
 
 
 def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
@@ -549,15 +598,17 @@ def add_clock_arguments(p: Any) -> None:
                         "of this group is given, else replay")
     g.add_argument("--dataset", choices=("random",), default=None,
                    help="vllm bench serve's random dataset instead of --trace")
-    g.add_argument("--num-prompts", type=length_arg("num_prompts"), default=1000,
-                   help="requests of the random dataset (default 1000, vLLM's)")
+    g.add_argument("--num-prompts", type=length_arg("num_prompts",
+                                                    maximum=MAX_NUM_PROMPTS), default=None,
+                   help=f"requests of the random dataset (default 1000, vLLM's; at most "
+                        f"{MAX_NUM_PROMPTS:,}: ~1 h of CPU)")
     g.add_argument("--random-input-len", type=length_arg("random_input_len", minimum=0),
-                   default=1024)
+                   default=None, help="default 1024 (vLLM's)")
     g.add_argument("--random-output-len", type=length_arg("random_output_len", minimum=0),
-                   default=128)
+                   default=None, help="default 128 (vLLM's)")
     g.add_argument("--random-prefix-len", type=length_arg("random_prefix_len", minimum=0),
-                   default=0, help="tokens of a prefix shared by every prompt")
-    g.add_argument("--random-range-ratio", type=_ratio_arg, default=0.0,
+                   default=None, help="tokens of a prefix shared by every prompt (default 0)")
+    g.add_argument("--random-range-ratio", type=_ratio_arg, default=None,
                    help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)")
     g.add_argument("--request-rate", type=_float_arg("request_rate"), default=None,
                    help="requests per second, Poisson (gamma with --burstiness) arrivals; "
@@ -597,9 +648,12 @@ def add_clock_arguments(p: Any) -> None:
                         "--gpu, else a constant 10 ms a step")
     from kvcore.deploy.sweep import list_of
 
-    g.add_argument("--replicas", type=list_of(length_arg("replicas")), default=None,
+    g.add_argument("--replicas", type=list_of(length_arg("replicas",
+                                                         maximum=MAX_REPLICAS)),
+                   default=None,
                    help="simulate a fleet of N replicas of the plan behind --router "
-                        "(kvcore.sim.fleet; default 1); a comma list sweeps")
+                        f"(kvcore.sim.fleet; default 1, at most {MAX_REPLICAS:,}); a comma "
+                        "list sweeps")
     g.add_argument("--router", default=None, metavar="NAME",
                    help="round-robin (default), least-loaded, prefix-aware, "
                         "prefix-aware-attention-only, or one registered under the "
@@ -615,6 +669,53 @@ def add_clock_arguments(p: Any) -> None:
     g.add_argument("--event-delay", type=_seconds_arg,
                    default=None, metavar="S",
                    help="seconds before a replica's KV events reach the router (default 0)")
+
+
+def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
+    """Refuse flags the chosen mode would ignore, naming the flag: the random dataset's
+    flags without ``--dataset random``, and the clocked run's flags with ``--scheduler
+    replay``; then fill the dataset defaults (vLLM's).  Raises ConfigError."""
+    from kvcore.errors import ConfigError
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if getattr(args, "dataset", None) is None:
+        for name, _ in DATASET_DEFAULTS:
+            v = getattr(args, name, None)
+            if v is not None:
+                raise ConfigError(f"{flag(name)} {v}: shapes the random dataset; give "
+                                  f"--dataset random (a trace's requests have their own "
+                                  f"lengths)", field=name, value=v)
+    for name, default in DATASET_DEFAULTS:
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
+    if getattr(args, "limit", None) is not None and getattr(args, "trace", None) is None:
+        raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
+                          f"the random dataset has --num-prompts", field="limit",
+                          value=args.limit)
+    if getattr(args, "save_detailed", False) and not getattr(args, "save_result", False):
+        raise ConfigError("--save-detailed: adds per-request lists to --save-result's "
+                          "file; give --save-result too", field="save_detailed",
+                          value=True)
+    if getattr(args, "address", None) is not None and \
+            getattr(args, "backend", None) != "ray":
+        raise ConfigError(f"--address {args.address}: the Ray cluster of --backend ray; "
+                          f"give --backend ray too", field="address", value=args.address)
+    if not is_clocked:
+        for name in REPLAY_IGNORES:
+            v = getattr(args, name, None)
+            if v is not None:
+                raise ConfigError(f"{flag(name)} {v}: the clockless replay (--scheduler "
+                                  f"replay) does not use it; drop it or run the clocked "
+                                  f"engine (--scheduler vllm)", field=name,
+                                  value=str(v))
+        for name in ("save_result", "save_detailed"):
+            if getattr(args, name, False):
+                raise ConfigError(f"{flag(name)}: the clockless replay (--scheduler "
+                                  f"replay) has no serving figures to save; run the "
+                                  f"clocked engine (--scheduler vllm)", field=name,
+                                  value=True)
 
 
 def clocked(args: argparse.Namespace) -> bool:
@@ -795,12 +896,13 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     ``max_num_batched_tokens``, ``tensor_parallel_size``, ``pipeline_parallel_size``,
     ``gpu``)."""
     import kvcore
-    from kvcore.errors import ConfigError
+    from kvcore.errors import ConfigError, NotEnoughMemoryError
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
     from kvcore.sim.metrics import parse_goodput, serving_metrics
 
     goodput = parse_goodput(args.goodput)
+    note: str | None = None
     reqs, workload = _clocked_requests(args)
     if not reqs:
         raise ConfigError("the workload has no requests", field="trace", value=args.trace)
@@ -827,6 +929,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
 
         if args.kv_cache_memory is not None:
             plan_kw["kv_cache_memory_bytes"] = budget
+        if args.num_blocks is not None:
+            # the block count is the limit asked for: check it alone first, so that a
+            # count too small for one request is named as such (not as the GPU's budget)
+            kvcore.plan_model(args.model, kv_cache_memory_bytes=None, **plan_kw)
         gkw: dict[str, Any] = {}
         if args.gpu_memory_utilization is not None:
             gkw["gpu_memory_utilization"] = args.gpu_memory_utilization
@@ -837,7 +943,21 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
             raise ConfigError("--gpu-memory-utilization needs --gpu NAME",
                               field="gpu_memory_utilization",
                               value=args.gpu_memory_utilization)
-        cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+        try:
+            cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+        except NotEnoughMemoryError as exc:
+            fits = exc.extra.get("estimated_max_model_len")
+            # nothing sized by the user (no --max-model-len, --kv-cache-memory or
+            # --num-blocks): cap max_model_len at what the default budget holds, as
+            # --max-model-len auto does, and say so in the report
+            if args.max_model_len is not None or args.kv_cache_memory is not None or \
+                    args.num_blocks is not None or not fits:
+                raise
+            plan_kw["max_model_len"] = int(fits)
+            cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
+            note = (f"max_model_len capped at {int(fits)}: the longest the default "
+                    f"16 GiB KV budget holds (give --max-model-len, --kv-cache-memory or "
+                    f"--gpu to choose)")
     if cfg.num_blocks is None:
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
                           "--num-blocks or --gpu", field="kv_cache_memory")
@@ -846,6 +966,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          max_num_batched_tokens=mnbt)
     time_model = make_time_model(args, _model_config(args.model), cfg)
     sims = [SimRequest(r) for r in reqs]
+    from kvcore.sim.engine import check_some_served
+
+    check_some_served(sims, max_model_len=mml)  # every request past max_model_len
     fleet = getattr(args, "replicas", None) is not None or \
         getattr(args, "router", None) is not None
     res: Any
@@ -870,6 +993,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                             percentiles=args.metric_percentiles,
                             request_overhead_s=float(
                                 getattr(time_model, "request_overhead_s", 0.0) or 0.0))
+    check_some_served(res.requests, max_model_len=mml, num_blocks=cfg.num_blocks,
+                      block_size=cfg.kv_cache_groups[0].spec.block_size
+                      if cfg.kv_cache_groups else None)
     rate = args.request_rate
     if rate is None:
         rate = math.inf if args.dataset else None
@@ -894,6 +1020,8 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         "max_num_batched_tokens": mnbt,
         "wall_seconds": round(res.wall_seconds, 3),
     }
+    if note:
+        report["note"] = note
     return report, res
 
 
@@ -972,6 +1100,8 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
             ("Requests per replica:", " ".join(map(str, report["requests_per_replica"]))),
             ("Imbalance (max/mean):", f"requests {report['request_imbalance']:.2f}, busy "
                                       f"time {report['busy_imbalance']:.2f}")]
+    if report.get("note"):
+        extra.append(("Note:", report["note"]))
     if args.plot:
         extra.append(("Plot:", args.plot))
     if path is not None:

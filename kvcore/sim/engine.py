@@ -55,7 +55,8 @@ from kvcore.sim.timing import (
     describe_batch,
 )
 
-__all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine"]
+__all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine",
+           "check_scheduler_limits", "check_some_served"]
 
 _PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
 _MEMO_MAX = 1 << 18
@@ -166,6 +167,60 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
+def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
+                           max_model_len: int, long_prefill_token_threshold: int = 0
+                           ) -> None:
+    """Refuse what vLLM 0.32 ``SchedulerConfig.verify_max_model_len`` refuses (chunked
+    prefill on, as kvcore.sim always runs it): ``max_num_batched_tokens <
+    max_num_seqs`` and ``long_prefill_token_threshold > max_model_len``.
+
+    Raises ConfigError naming the field (``max_num_batched_tokens`` or
+    ``long_prefill_token_threshold``), the value and the bound."""
+    if max_num_batched_tokens < max_num_seqs:
+        raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= "
+                          f"max_num_seqs ({max_num_seqs}): vLLM refuses to start "
+                          f"otherwise (SchedulerConfig)", field="max_num_batched_tokens",
+                          value=max_num_batched_tokens)
+    if long_prefill_token_threshold > max_model_len:
+        raise ConfigError(f"long_prefill_token_threshold ({long_prefill_token_threshold})"
+                          f" cannot be greater than max_model_len ({max_model_len}): vLLM "
+                          f"refuses to start otherwise (SchedulerConfig)",
+                          field="long_prefill_token_threshold",
+                          value=long_prefill_token_threshold)
+
+
+def check_some_served(requests: Sequence[Any], *, max_model_len: int,
+                      num_blocks: int | None = None, block_size: int | None = None
+                      ) -> None:
+    """Refuse a run in which requests were given and every one was rejected: its
+    figures (all 0) answer nothing.  The message names the limit that rejected them:
+    ``max_model_len`` when every request's prompt plus output exceeds it (vLLM's API
+    server refuses those), else ``num_blocks`` (the KV cache cannot hold one request).
+
+    requests: the run's :class:`SimRequest` objects (``rejected`` set by the run; the
+    ``max_model_len`` case is found before a run too, from the lengths alone).
+    Raises ConfigError (field ``max_model_len`` or ``num_blocks``)."""
+    reqs = list(requests)
+    if not reqs:
+        return
+    if all(r.prompt_len + r.output_len > max_model_len for r in reqs):
+        pass  # rejected on arrival whatever the run does: say so before running it
+    elif not all(r.rejected for r in reqs):
+        return
+    shortest = min(r.prompt_len + r.output_len for r in reqs)
+    if shortest > max_model_len:
+        raise ConfigError(f"no request can be served: max_model_len is {max_model_len} "
+                          f"tokens and the shortest request needs {shortest} (prompt + "
+                          f"output); raise --max-model-len to >= {shortest} or shorten "
+                          f"the prompts", field="max_model_len", value=max_model_len)
+    cap = f" ({num_blocks} blocks of {block_size} tokens)" if num_blocks and block_size \
+        else (f" ({num_blocks} blocks)" if num_blocks else "")
+    raise ConfigError(f"no request can be served: the KV cache{cap} cannot hold one "
+                      f"request (the shortest needs {shortest} tokens); raise num_blocks "
+                      f"(--num-blocks / the KV budget) or shorten the prompts",
+                      field="num_blocks", value=num_blocks)
+
+
 class StepRecord(NamedTuple):
     """What one :meth:`Engine.step` did: ``scheduled`` ``(request, num_new_tokens)`` in
     schedule order, the ``preempted``, ``finished`` and ``rejected`` requests (a
@@ -205,6 +260,15 @@ class Engine:
         _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
         _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
         _check_int("num_lookahead_tokens", num_lookahead_tokens, 0)
+        if max_model_len is not None:
+            _check_int("max_model_len", max_model_len, 1)
+        check_scheduler_limits(max_num_seqs, max_num_batched_tokens,
+                               manager.max_model_len if max_model_len is None
+                               else max_model_len, long_prefill_token_threshold)
+        if not callable(getattr(time_model, "step_time", None)):
+            raise ConfigError(f"time_model must have a step_time(batch) -> seconds method, "
+                              f"got {type(time_model).__name__}", field="time_model",
+                              value=type(time_model).__name__)
         self.manager = manager
         self.step_time = time_model.step_time
         self.kvcfg = manager.kv_cache_config if kv_cache_config is None \
@@ -408,7 +472,8 @@ class Engine:
                 memo[key] = dt
         else:
             dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
-        if not (dt >= 0.0) or dt == float("inf"):
+        if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not (dt >= 0.0) \
+                or dt == float("inf"):
             raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step time "
                               "must be a finite number >= 0", field="step_time", value=dt)
         now = self.now = self.now + dt
@@ -488,11 +553,24 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     sequence fit (windowed groups capped at their admission limit), not only its
     first chunk (:func:`_admission_blocks`).
 
-    Raises ConfigError for a count out of range (naming it) or a step time that is not
-    a finite number >= 0.
+    Raises ConfigError for a count out of range (naming it), requests that are not
+    SimRequests, a time model without ``step_time``, settings vLLM refuses
+    (:func:`check_scheduler_limits`) or a step time that is not a finite number >= 0.
     """
     if max_concurrency is not None:
         _check_int("max_concurrency", max_concurrency, 1)
+    if max_steps is not None:
+        _check_int("max_steps", max_steps, 0)
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        raise ConfigError(f"requests must be a sequence of SimRequest, got "
+                          f"{type(requests).__name__}", field="requests",
+                          value=type(requests).__name__)
+    requests = list(requests)
+    bad = next((r for r in requests if not isinstance(r, SimRequest)), None)
+    if bad is not None:
+        raise ConfigError(f"requests must be SimRequest objects (wrap a TraceRequest as "
+                          f"SimRequest(trace)), got {type(bad).__name__}",
+                          field="requests", value=type(bad).__name__)
     pc = time.perf_counter
     wall0 = pc()
     res = EngineResult(requests=list(requests))

@@ -67,6 +67,9 @@ ROUTERS_ENTRY_POINT_GROUP = "kvcore.routers"
 #: most points kept per replica of the per-step series (thinned by 2 when reached, so
 #: a million-request run does not keep tens of millions of floats)
 MAX_SAMPLES = 4096
+#: the most replicas of a fleet (each built when first routed to, a few MB and ~0.1 s
+#: of CPU each; per-replica figures are kept for all)
+MAX_REPLICAS = 4096
 
 
 # ---- routers ---------------------------------------------------------------------------
@@ -528,14 +531,16 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     ``assignment`` and the replicas' ``requests`` stay empty), so memory is bounded by
     the requests in flight; fold the figures in ``on_done``.
 
-    Raises ConfigError for a count out of range, a negative or non-finite delay, an
+    Raises ConfigError for a count out of range (``replicas`` in 1 ..
+    :data:`MAX_REPLICAS`), a negative or non-finite delay, an
     unknown router, or (streaming) a request earlier than the one before it.
     """
     from kvcore.runtime import KVCacheManager
 
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise ConfigError(f"replicas must be an integer >= 1, got {replicas!r}",
-                          field="replicas", value=replicas)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or \
+            not 1 <= replicas <= MAX_REPLICAS:
+        raise ConfigError(f"replicas must be an integer >= 1 and <= {MAX_REPLICAS:,}, got "
+                          f"{replicas!r}", field="replicas", value=replicas)
     if not isinstance(event_delay_s, (int, float)) or isinstance(event_delay_s, bool) \
             or not 0 <= event_delay_s < math.inf:
         raise ConfigError(f"event_delay_s must be a finite number of seconds >= 0, got "
@@ -559,16 +564,29 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                                                                 False))
     mkw = dict(manager_kw or {})
     mkw.setdefault("max_num_batched_tokens", max_num_batched_tokens)
-    managers = [KVCacheManager(kv_cache_config, max_model_len=max_model_len,
-                               enable_caching=enable_caching, enable_events=feed, **mkw)
-                for _ in range(replicas)]
-    mml = managers[0].max_model_len
-    reps = [Engine(mg, time_model, max_num_seqs=max_num_seqs,
-                   max_num_batched_tokens=max_num_batched_tokens,
-                   long_prefill_token_threshold=long_prefill_token_threshold,
-                   max_model_len=mml, reserve_full_prompt=reserve_full_prompt,
-                   max_samples=MAX_SAMPLES)
-            for mg in managers]
+    def build(_k: int) -> Engine:
+        mg = KVCacheManager(kv_cache_config, max_model_len=max_model_len,
+                            enable_caching=enable_caching, enable_events=feed, **mkw)
+        return Engine(mg, time_model, max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=max_num_batched_tokens,
+                      long_prefill_token_threshold=long_prefill_token_threshold,
+                      max_model_len=mg.max_model_len if mml is None else mml,
+                      reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES)
+
+    # replicas are built when first routed to (a pool per replica costs MBs and
+    # ~0.1 s: a fleet of 1,000 with 8 requests builds 8)
+    mml: int | None = None
+    first = build(0)
+    mml = first.max_model_len
+    reps: list[Engine | None] = [first] + [None] * (replicas - 1)
+    managers = [first.manager]
+
+    def rep(k: int) -> Engine:
+        e = reps[k]
+        if e is None:
+            e = reps[k] = build(k)
+        return e
+
     seqs = [0] * replicas
     index = att = None
     ikw: dict[str, Any] = dict(max_model_len=mml, enable_caching=enable_caching,
@@ -666,7 +684,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             r.route_est = r.prompt_len - hit_est
             view.outstanding[k] += 1
             view.prefill_backlog[k] += r.route_est
-            rp = reps[k]
+            rp = rep(k)
             if keep_requests:
                 assignment[pos[id(r)]] = k
                 rp.res.requests.append(r)
@@ -677,7 +695,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             rp.add_request(r)
             continue
         t, k = pop(ready)
-        rp = reps[k]
+        rp = rep(k)
         sched, _, finished, rejected, _ = rp.step(slots)
         t = rp.now
         if rp.has_work:
@@ -702,16 +720,18 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             n_done += len(finished) + len(rejected)
             if progress is not None:
                 progress(n_done)
-    results = [rp.res for rp in reps]
+    results = [rp.res if rp is not None else EngineResult(requests=[]) for rp in reps]
     stale = sum(1 for k in range(replicas) if index is not None and index.is_stale(k))
     return FleetResult(
         requests=reqs, replicas=results, assignment=assignment,
-        busy_seconds=[rp.busy for rp in reps], router=getattr(rt, "name", str(rt)),
+        busy_seconds=[rp.busy if rp is not None else 0.0 for rp in reps],
+        router=getattr(rt, "name", str(rt)),
         event_delay_s=float(event_delay_s), predicted_hit_tokens=pred_tokens,
         predicted_requests=pred_reqs, wall_seconds=time.perf_counter() - wall0,
         duration=max((r.duration for r in results), default=0.0), stale_replicas=stale,
-        mean_kv_usage=[rp.usage_area / rp.now if rp.now > 0 else 0.0 for rp in reps],
-        peak_kv_usage=[rp.peak_usage for rp in reps])
+        mean_kv_usage=[rp.usage_area / rp.now if rp is not None and rp.now > 0 else 0.0
+                       for rp in reps],
+        peak_kv_usage=[rp.peak_usage if rp is not None else 0.0 for rp in reps])
 
 
 # ---- figures -----------------------------------------------------------------------------

@@ -50,7 +50,13 @@ def std(xs: Sequence[float]) -> float:
 
 
 def percentile(xs: Sequence[float], p: float, *, presorted: bool = False) -> float:
-    """numpy.percentile(xs or 0, p) (linear interpolation between closest ranks)."""
+    """numpy.percentile(xs or 0, p) (linear interpolation between closest ranks).
+
+    Raises ConfigError (field ``percentile``) for p outside [0, 100] (numpy raises
+    ValueError "Percentiles must be in the range [0, 100]")."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
+        raise ConfigError(f"percentile {p!r}: must be a number in [0, 100]",
+                          field="percentile", value=p)
     if not xs:
         return 0.0
     s = xs if presorted else sorted(xs)
@@ -69,10 +75,13 @@ def parse_goodput(pairs: Iterable[str] | None) -> dict[str, float]:
     """``--goodput ttft:MS tpot:MS e2el:MS`` as vLLM parses it (``parse_goodput`` and
     ``check_goodput_args``): ``{name: milliseconds}``.
 
+    One string is read as whitespace-separated pairs (``"ttft:100 tpot:50"``).
     Raises ConfigError (field ``goodput``) for a pair that is not ``KEY:VALUE`` with a
     number, an unknown name or a negative (or NaN) value.
     """
     out: dict[str, float] = {}
+    if isinstance(pairs, str):
+        pairs = pairs.split()
     for pair in pairs or ():
         parts = str(pair).split(":")
         try:
@@ -115,7 +124,15 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
     :class:`~kvcore.sim.engine.EngineResult` (times in s, latencies in ms, throughputs
     per s, usage as fractions).  ``request_overhead_s`` (the step-time model's time
     outside engine steps per request: API server, tokenisation, transport) is added to
-    each TTFT and E2EL, as :mod:`kvcore.sim.fastsim` adds it."""
+    each TTFT and E2EL, as :mod:`kvcore.sim.fastsim` adds it.
+
+    Raises ConfigError (field ``result``) when ``result`` is not an EngineResult-like
+    object (``requests``, ``duration``, ``step_end``, ``step_usage``)."""
+    if not all(hasattr(result, a) for a in ("requests", "duration", "step_end",
+                                              "step_usage", "steps")):
+        raise ConfigError(f"serving_metrics: result must be an EngineResult (from "
+                          f"run_engine), got {type(result).__name__}", field="result",
+                          value=type(result).__name__)
     done = [r for r in result.requests if not r.rejected and r.finish >= 0]
     failed = sum(1 for r in result.requests if r.rejected)
     dur = result.duration
@@ -187,27 +204,28 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
 
 def _peaks(done: Sequence[Any]) -> dict[str, Any]:
     """vLLM's max_output_tokens_per_s and max_concurrent_requests (one-second buckets
-    from the earliest send)."""
+    from the earliest send).  Only the seconds that hold an event are kept (a dict, not
+    one slot per second of the run), so a run spanning 1e15 s costs what its events
+    cost."""
     if not done:
         return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
     t0 = min(r.sent for r in done)
-    t1 = max(r.finish for r in done)
-    n = int(math.ceil(t1 - t0)) + 1
-    tok = [0] * n
-    conc = [0] * (n + 1)
+    tok: dict[int, int] = {}
+    conc: dict[int, int] = {}
     for r in done:
         for t in r.token_times:
             b = int(t - t0)
-            if 0 <= b < n:
-                tok[b] += 1
+            if b >= 0:
+                tok[b] = tok.get(b, 0) + 1
         a, z = int(r.sent - t0), int(r.finish - t0)
-        conc[a] += 1
-        conc[z + 1] -= 1
+        conc[a] = conc.get(a, 0) + 1
+        conc[z + 1] = conc.get(z + 1, 0) - 1
     run = best = 0
-    for c in conc[:n]:
-        run += c
+    for k in sorted(conc):
+        run += conc[k]
         best = max(best, run)
-    return {"max_output_tokens_per_s": float(max(tok)), "max_concurrent_requests": best}
+    return {"max_output_tokens_per_s": float(max(tok.values(), default=0)),
+            "max_concurrent_requests": best}
 
 
 def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,

@@ -20,6 +20,7 @@ point names a callable ``factory(**options) -> StepTimeModel`` (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -130,6 +131,13 @@ class ConstantTimeModel:
 
     step_s: float = 0.01
     token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "token_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                raise ConfigError(f"ConstantTimeModel {name} must be a finite number of "
+                                  f"seconds >= 0, got {v!r}", field=name, value=v)
 
     def step_time(self, batch: Batch) -> float:
         return self.step_s + self.token_s * batch.num_tokens
@@ -242,12 +250,21 @@ def describe_batch(kv_cache_config: Any, requests: Sequence[ScheduledRequest]) -
     ``tokens_per_entry``.  Cost: one pass over the requests, plus one per distinct
     window or chunk size.
     """
+    if not hasattr(kv_cache_config, "kv_cache_groups"):
+        raise ConfigError(f"describe_batch: kv_cache_config must be a KVCacheConfig, got "
+                          f"{type(kv_cache_config).__name__}", field="kv_cache_config",
+                          value=type(kv_cache_config).__name__)
     reqs = tuple(requests)
     laws = _laws(kv_cache_config)
     ctx = new = pairs_full = enc = enc_first = n_enc_reqs = 0
     for r in reqs:
-        n = r.num_new_tokens
-        c = r.num_computed_tokens
+        try:
+            n = r.num_new_tokens
+            c = r.num_computed_tokens
+        except AttributeError:
+            raise ConfigError(f"describe_batch: requests must be ScheduledRequests, got "
+                              f"{type(r).__name__}", field="requests",
+                              value=type(r).__name__) from None
         ctx += c + n
         new += n
         pairs_full += n * c + _tri(n)
@@ -602,6 +619,13 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
                           f"with perf figures (kvcore gpus --json)", field="gpu",
                           value=g.name)
     tp, pp = tensor_parallel_size, pipeline_parallel_size
+    for name, v in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {v!r}", field=name,
+                              value=v)
+    from kvcore.models.adapters import check_tensor_parallel
+
+    check_tensor_parallel(cfg, tp)
     w = estimate_weights(cfg, tensor_parallel_size=tp, pipeline_parallel_size=pp)
     params: dict[str, int] = {}
     for t in weight_tensors(cfg):

@@ -34,7 +34,7 @@ from typing import Any
 from kvcore.errors import ConfigError, KVCoreError
 
 __all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
-           "vllm_command", "parse_goodput", "OBJECTIVES"]
+           "vllm_command", "serve_model", "parse_goodput", "OBJECTIVES"]
 
 OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
               "total_token_throughput")
@@ -51,23 +51,12 @@ _FLAGS = (("tensor_parallel_size", "--tensor-parallel-size"),
 
 def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
     """``["ttft:500", "tpot:50"]`` -> ``{"ttft": 500.0, "tpot": 50.0}`` (ms), vLLM's
-    ``--goodput`` spelling (keys ttft, tpot, e2el).  Raises ConfigError naming the bad
-    item."""
-    out: dict[str, float] = {}
-    for item in items or ():
-        key, sep, val = str(item).partition(":")
-        key = key.strip().lower()
-        try:
-            ms = float(val)
-        except ValueError:
-            ms = -1.0
-        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0) \
-                or math.isinf(ms):
-            raise ConfigError(f"--goodput {item!r}: expected KEY:MS with KEY one of ttft, "
-                              f"tpot, e2el and MS a positive number of milliseconds "
-                              f"(e.g. ttft:500 tpot:50)", field="goodput", value=item)
-        out[key] = ms
-    return out
+    ``--goodput`` spelling and rule (values >= 0, as ``check_goodput_args``): the same
+    parser as ``kvcore simulate`` (:func:`kvcore.sim.metrics.parse_goodput`).  Raises
+    ConfigError naming the bad item."""
+    from kvcore.sim.metrics import parse_goodput as _parse
+
+    return _parse(items)
 
 
 def _trace_requests(wl: dict[str, Any]) -> list[Any]:
@@ -117,6 +106,9 @@ def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
     for r in res.requests:
         if over and r.token_times:
             r.sent -= over  # the API server's share of every latency
+    from kvcore.sim.engine import check_some_served
+
+    check_some_served(res.requests, max_model_len=mml, num_blocks=kv.num_blocks)
     fig = serving_metrics(res, goodput=cand.get("goodput") or None)
     fig.pop("kv_usage", None)
     return fig
@@ -138,12 +130,16 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     """
     import kvcore
     from kvcore.models.config import load_model_config
+    from kvcore.sim.engine import check_scheduler_limits
     from kvcore.sim.fastsim import Workload, run_workload
     from kvcore.sim.timing import roofline_for
 
     tp = int(cand.get("tensor_parallel_size", 1))
     pp = int(cand.get("pipeline_parallel_size", 1))
     try:
+        check_scheduler_limits(int(cand["max_num_seqs"]),
+                               int(cand["max_num_batched_tokens"]),
+                               int(cand.get("max_model_len") or 1 << 62))
         kv = kvcore.plan_model(
             cand["model"], gpu=cand["gpu"], tensor_parallel_size=tp,
             pipeline_parallel_size=pp, max_model_len=cand.get("max_model_len"),
@@ -190,6 +186,10 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
                            goodput=cand.get("goodput") or None)
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc)}
+    if not fig.get("completed") and fig.get("failed"):
+        mml = int(kv.max_model_len or cand.get("max_model_len") or 0)
+        return {"config": cand, "error": f"no request can be served: every request is "
+                f"rejected (max_model_len {mml}, num_blocks {kv.num_blocks})"}
     fig["num_gpus"] = tp * pp
     fig["num_blocks"] = kv.num_blocks
     fig["block_size"] = attn_bs
@@ -214,11 +214,15 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
                max_model_len: int | None = None, sim: str = "engine"
                ) -> list[dict[str, Any]]:
     """The cross product of the searched values, as :func:`simulate_once` configs
-    (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill)."""
+    (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill;
+    pairs with ``max_num_batched_tokens < max_num_seqs`` are left out: vLLM 0.32's
+    ``SchedulerConfig`` refuses to start with them)."""
     out = []
     for t, p, b, s, bs, d, pc, mm in itertools.product(
             tp, pp, max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
             prefix_caching, mamba_cache_mode):
+        if b < s:  # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
+            continue
         out.append({"model": str(model), "gpu": gpu, "tensor_parallel_size": t,
                     "pipeline_parallel_size": p, "max_num_batched_tokens": b,
                     "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
@@ -253,11 +257,29 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
     return {"ranked": ok, "failed": failed}
 
 
+def serve_model(model: Any) -> str:
+    """The model argument of ``vllm serve`` for kvcore's ``model``: an embedded name
+    becomes its HF id (``gemma-3-27b-it`` -> ``google/gemma-3-27b-it``,
+    :func:`kvcore.models.embedded.hf_model_id`); a ``config.json`` path its folder
+    (vLLM loads a model folder or an HF id, not a config file); anything else as
+    given."""
+    import os
+
+    from kvcore.models.embedded import hf_model_id
+
+    text = str(model)
+    if os.path.isfile(text):
+        return os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        return text
+    return hf_model_id(text) or text
+
+
 def vllm_command(model: str, cand: dict[str, Any]) -> str:
     """The ``vllm serve`` command line of a cand (vLLM's flag spelling; defaults left
     out: pipeline parallel 1, prefix caching on, mamba mode none, and the block size
     unless it was searched: vLLM then picks it as kvcore's planner did)."""
-    parts = ["vllm", "serve", model]
+    parts = ["vllm", "serve", serve_model(model)]
     for key, flag in _FLAGS:
         v = cand.get(key)
         if v is None or (key == "pipeline_parallel_size" and v == 1) or \
@@ -303,10 +325,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", help="Mooncake JSONL, Azure CSV or kvcore JSONL")
     src.add_argument("--dataset", choices=["random"], help="vllm bench serve's dataset")
-    p.add_argument("--random-input-len", type=int, default=1024)
-    p.add_argument("--random-output-len", type=int, default=128)
-    p.add_argument("--random-prefix-len", type=int, default=0)
-    p.add_argument("--num-prompts", type=int, default=500)
+    p.add_argument("--random-input-len", type=int, default=None, help="default 1024")
+    p.add_argument("--random-output-len", type=int, default=None, help="default 128")
+    p.add_argument("--random-prefix-len", type=int, default=None, help="default 0")
+    p.add_argument("--num-prompts", type=int, default=None, help="default 500")
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--request-rate", type=float, default=math.inf)
     p.add_argument("--burstiness", type=float, default=1.0)
@@ -376,13 +398,37 @@ def run(args: argparse.Namespace) -> int:
     if objective == "goodput" and not goodput:
         raise ConfigError("--objective goodput needs --goodput KEY:MS ...", field="goodput",
                           value=None)
-    for flag, v in (("--num-prompts", args.num_prompts),
-                    ("--random-input-len", args.random_input_len),
-                    ("--random-output-len", args.random_output_len),
-                    ("--top", args.top)):
-        if v < 1:
-            raise ConfigError(f"{flag} must be a positive int, got {v}", field=flag[2:],
-                              value=v)
+    dataset_flags = (("random_input_len", 1024), ("random_output_len", 128),
+                     ("random_prefix_len", 0), ("num_prompts", 500))
+    for name, default in dataset_flags:
+        v = getattr(args, name)
+        if v is not None and args.trace:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} {v}: shapes the random dataset; with --trace the "
+                              f"trace's requests have their own lengths (drop it or give "
+                              f"--dataset random)", field=name, value=v)
+        if v is None:
+            setattr(args, name, default)
+    if args.limit is not None and not args.trace:
+        raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
+                          f"the random dataset has --num-prompts", field="limit",
+                          value=args.limit)
+    from kvcore.sim.workload import MAX_NUM_PROMPTS
+
+    if args.num_prompts > MAX_NUM_PROMPTS:
+        raise ConfigError(f"--num-prompts {args.num_prompts}: at most {MAX_NUM_PROMPTS:,} "
+                          f"(about an hour of CPU per candidate)", field="num_prompts",
+                          value=args.num_prompts)
+    for flag, v, low in (("--num-prompts", args.num_prompts, 1),
+                         ("--random-input-len", args.random_input_len, 1),
+                         ("--random-output-len", args.random_output_len, 0),
+                         ("--random-prefix-len", args.random_prefix_len, 0),
+                         ("--top", args.top, 1)):
+        if v < low:
+            raise ConfigError(f"{flag} must be an integer >= {low}, got {v}",
+                              field=flag[2:].replace("-", "_"), value=v)
+    # vLLM's get_sampling_params clamps output lengths to >= 1, as kvcore simulate does
+    args.random_output_len = max(1, args.random_output_len)
     workload = _workload(args)
     dtypes = [d.strip() for d in args.kv_cache_dtype.split(",") if d.strip()]
     shared_prefix = bool(args.trace) or args.random_prefix_len > 0
@@ -399,11 +445,21 @@ def run(args: argparse.Namespace) -> int:
         prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
         goodput=goodput, max_model_len=args.max_model_len,
         sim="fast" if args.fast else "engine")
+    if not configs:
+        raise ConfigError(f"--max-num-batched-tokens {args.max_num_batched_tokens}: every "
+                          f"value is below every --max-num-seqs {args.max_num_seqs}; vLLM "
+                          f"refuses max_num_batched_tokens < max_num_seqs "
+                          f"(SchedulerConfig)", field="max_num_batched_tokens",
+                          value=args.max_num_batched_tokens)
     res = tune(configs, objective=objective, backend=args.backend, workers=args.workers,
                address=args.address, progress=None if not args.json else False)
     ranked = res["ranked"]
     if not ranked:
         reasons = sorted({r["error"] for r in res["failed"]})
+        served = [r for r in reasons if r.startswith("no request can be served")]
+        if served:
+            raise ConfigError(f"no candidate serves a request on {gpu}: {served[0]}",
+                              field="max_model_len", value=args.max_model_len)
         raise ConfigError(f"no candidate could be planned on {gpu}: "
                           f"{reasons[0] if reasons else 'no candidates'}", field="gpu",
                           value=gpu)

@@ -51,9 +51,17 @@ def _np() -> Any:
     return numpy
 
 
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}",
+#: the most requests a workload may hold: the engine runs ~300 requests per CPU second,
+#: so 10^6 is about an hour (ROUTING.md's scale run); more is refused, not left to run
+#: (or allocate) for days
+MAX_NUM_PROMPTS = 1_000_000
+
+
+def _int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or \
+            (high is not None and value > high):
+        top = f" and <= {high:,}" if high is not None else ""
+        raise ConfigError(f"{name} must be an integer >= {low}{top}, got {value!r}",
                           field=name, value=value)
     return value
 
@@ -65,11 +73,12 @@ def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 12
     ``"0"``, ``"1"``, ... (vLLM's ``request_id_prefix + str(i)``), all arriving at 0.
 
     Lengths in tokens; ``range_ratio`` in [0, 1).  Raises ConfigError naming the
-    field for a count below its minimum or a ratio out of range, and when the shortest
+    field for a count below its minimum (or ``num_prompts`` above
+    :data:`MAX_NUM_PROMPTS`) or a ratio out of range, and when the shortest
     possible prompt (``prefix_len + floor(input_len * (1 - range_ratio))``) is empty
     (vLLM's check).
     """
-    _int("num_prompts", num_prompts, 1)
+    _int("num_prompts", num_prompts, 1, MAX_NUM_PROMPTS)
     _int("random_input_len", input_len, 0)
     _int("random_output_len", output_len, 0)
     _int("random_prefix_len", prefix_len, 0)
@@ -116,7 +125,7 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
 
     Raises ConfigError for ``request_rate`` or ``burstiness`` not > 0 (NaN included).
     """
-    _int("num_prompts", n, 0)
+    _int("num_prompts", n, 0, MAX_NUM_PROMPTS)
     for name, v in (("request_rate", request_rate), ("burstiness", burstiness)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ConfigError(f"{name} must be a number > 0 (inf allowed), got {v!r}",

@@ -305,9 +305,12 @@ def test_default_budget_is_named_with_the_flags_that_fix_it(capsys, tmp_path, pl
     # llama-3.1-8b: 131072 tokens x 128 KiB = 16 GiB = 8192 blocks of 2 MiB, plus the
     # null block: 16 GiB + 2 MiB -> 16.01 GiB rounded up; 16 GiB holds 8192 - 1 usable
     # blocks = 131056 tokens.
+    # (nothing sized: the run caps max_model_len at 131056 and says so, TESTER1 19;
+    # an explicit --max-model-len beyond the default budget is the error)
     e = assert_one_line_error(
-        capsys, ["simulate", "llama-3.1-8b", "--trace", str(p)],
-        "default KV-cache budget of 16 GiB", "131072", "config's maximum",
+        capsys, ["simulate", "llama-3.1-8b", "--trace", str(p), "--max-model-len",
+                 "131072"],
+        "default KV-cache budget of 16 GiB", "131072",
         "--kv-cache-memory 16.01GiB", "--max-model-len 131056", field="kv_cache_memory")
     assert e["type"] == "NotEnoughMemoryError"
     assert e["min_kv_cache_memory_bytes"] == (8192 + 1) * 2 * 1024 * 1024
