@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "kvcore"
+import kvcore
+
+#: kvcore's own source: the checkout's, or the installed package's where tests/ runs as a
+#: copy (tests/packaging)
+ROOT = Path(kvcore.__file__).resolve().parent
 #: the layers that must stay below deploy / sim / routing / the bridge
 LOW = ["specs.py", "grouping.py", "planning.py", "serving.py", "kv_cache_config.py",
        "registry.py",
@@ -58,7 +62,6 @@ def test_errors_and_units_are_no_cycle() -> None:
 
 
 def test_old_paths_are_the_moved_modules() -> None:
-    import kvcore
     import kvcore.budget
     import kvcore.deploy.budget
     import kvcore.deploy.gpus
