@@ -275,6 +275,13 @@ class Engine:
             else kv_cache_config
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        #: batches in flight per step (pipeline parallelism: vLLM keeps one batch per
+        #: stage in flight, max_concurrent_batches = pp, vllm/v1/engine/core.py
+        #: step_with_batch_queue); a step of the time model is one round of them, so the
+        #: round's token budget is that many batches' (each request at most one batch's)
+        bif = getattr(time_model, "batches_in_flight", 1)
+        self.batches_in_flight = bif if isinstance(bif, int) and not isinstance(
+            bif, bool) and bif >= 1 else 1
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.max_model_len: int = manager.max_model_len if max_model_len is None \
             else max_model_len
@@ -344,7 +351,8 @@ class Engine:
         running = self.running
         waiting = self.waiting
         keep_requests = self.keep_requests
-        mnbt = self.max_num_batched_tokens
+        per_req = self.max_num_batched_tokens
+        mnbt = per_req * self.batches_in_flight  # the round's budget (one batch: per_req)
         res.steps += 1
         step = res.steps
         token_budget = mnbt
@@ -373,6 +381,8 @@ class Engine:
                     n = lpt
                 if n > token_budget:
                     n = token_budget
+                if n > per_req:
+                    n = per_req
                 if n > mml - nc - 1:
                     n = mml - nc - 1
                 prefill = True
@@ -425,6 +435,8 @@ class Engine:
                     n = lpt
                 if n > token_budget:
                     n = token_budget
+                if n > per_req:
+                    n = per_req
                 if capped:
                     n = chunk_cap(req, n, nloc)
                 if n <= 0:

@@ -222,3 +222,38 @@ def test_engine_driven_by_hand_is_run_engine(seed) -> None:
     for x, y in zip(a, b):
         assert (x.token_times, x.num_cached_tokens, x.rejected) == \
             (y.token_times, y.num_cached_tokens, y.rejected)
+
+
+class _Pipelined(ConstantTimeModel):
+    """A constant step time with ``batches_in_flight`` batches per step (the roofline's
+    pipeline-parallel attribute)."""
+
+    def __init__(self, pp: int) -> None:
+        super().__init__(step_s=1.0)
+        object.__setattr__(self, "_pp", pp)
+
+    @property
+    def batches_in_flight(self) -> int:
+        return self._pp  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_a_round_of_pipelined_batches_has_pp_budgets(seed: int, pp: int) -> None:
+    # vLLM keeps pp batches in flight (max_concurrent_batches = pp), each with its own
+    # max_num_batched_tokens: a step of the time model is one round of them, so a
+    # round schedules at most pp x max_num_batched_tokens, each request at most one
+    # batch's; with pp = 1 the engine is vLLM's synchronous Scheduler
+    rng = random.Random(seed)
+    mnbt = 64
+    reqs = [_req(f"r{i}", rng.randrange(20, 300), rng.randrange(1, 10), stream=i + 1)
+            for i in range(12)]
+    sched: list[list[tuple[str, int]]] = []
+    res = run_engine(_manager(mnbt=mnbt), reqs, _Pipelined(pp), max_num_seqs=16,
+                     max_num_batched_tokens=mnbt,
+                     on_step=lambda k, s, p, f: sched.append(s))
+    assert all(sum(n for _, n in s) <= pp * mnbt for s in sched)
+    assert all(n <= mnbt for s in sched for _, n in s)
+    assert max(sum(n for _, n in s) for s in sched) > (pp - 1) * mnbt  # budgets used
+    assert all(len(r.token_times) == r.output_len for r in reqs)
+    assert res.steps == len(sched)
