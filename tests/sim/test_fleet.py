@@ -462,6 +462,7 @@ def test_fleet_sweep_prints_one_table(capsys):
 
 
 def test_fleet_sweep_refuses_plot(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
     from kvcore.cli import main
 
     assert main([*FLEET, "--replicas", "2,3", "--plot", str(tmp_path / "x.png")]) == 2
@@ -485,6 +486,7 @@ def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
     predicts more hits than the replicas give; the group-aware one predicts exactly
     what it gets (the manager's rule across all groups).  With mode none (vLLM: prefix
     caching off for Mamba hybrids) nothing hits."""
+    pytest.importorskip("kvcore_mamba")
     from kvcore.cli import main
 
     assert main([*MAMBA, "--mamba-cache-mode", "align"]) == 0
@@ -506,7 +508,10 @@ def test_routing_md_sweep_command_runs(capsys):
 
     from kvcore.cli import main
 
-    doc = (pathlib.Path(__file__).parents[2] / "docs" / "ROUTING.md").read_text()
+    path = pathlib.Path(__file__).parents[2] / "docs" / "ROUTING.md"
+    if not path.is_file():  # tests/packaging runs a copy of tests/ without docs/
+        pytest.skip("docs/ROUTING.md is not beside this copy of the tests")
+    doc = path.read_text()
     start = doc.index("    kvcore simulate llama-3.1-8b --dataset random")
     block = doc[start:doc.index("\n\n", start)].replace("\\\n", " ")
     argv = shlex.split(block)[1:]
