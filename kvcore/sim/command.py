@@ -253,7 +253,6 @@ def check_plot_path(path: str) -> None:
 
 
 def _plot(res: Any, path: str, title: str) -> None:
-    from kvcore.errors import ConfigError
 
     plt = _pyplot()
     steps = [s for s, _, _ in res.samples]
@@ -267,13 +266,9 @@ def _plot(res: Any, path: str, title: str) -> None:
     ax.set_title(title)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=100)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
-                          value=path) from exc
-    finally:
-        plt.close(fig)
+    from kvcore.sim.metrics import save_plot
+
+    save_plot(fig, path)
 
 
 def _gib_ceil(n: int) -> str:
@@ -1026,7 +1021,6 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
 
 
 def _plot_clocked(res: Any, path: str, title: str) -> None:
-    from kvcore.errors import ConfigError
 
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
@@ -1055,13 +1049,9 @@ def _plot_clocked(res: Any, path: str, title: str) -> None:
         ax.set_ylim(0, 1)
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=100)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
-                          value=path) from exc
-    finally:
-        plt.close(fig)
+    from kvcore.sim.metrics import save_plot
+
+    save_plot(fig, path)
 
 
 def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> int:

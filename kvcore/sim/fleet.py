@@ -835,10 +835,6 @@ def plot_fleet(res: FleetResult, path: str, title: str) -> None:
     ax.set_ylim(0, 1)
     fig.suptitle(f"{title} ({res.router}, {n} replicas)")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=100)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
-                          value=path) from exc
-    finally:
-        plt.close(fig)
+    from kvcore.sim.metrics import save_plot
+
+    save_plot(fig, path)

@@ -275,3 +275,19 @@ def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,
         row(label, value)
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+def save_plot(fig: Any, path: str) -> None:
+    """Write a matplotlib figure to ``path`` (PNG, 100 dpi) and close it; the one save
+    of every ``--plot`` of ``kvcore simulate`` (replay, clocked, fleet).
+
+    Raises ConfigError naming ``--plot`` when the file cannot be written."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--plot {path}: cannot write the plot ({exc})", field="plot",
+                          value=path) from exc
+    finally:
+        plt.close(fig)
