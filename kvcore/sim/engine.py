@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kvcore.errors import ConfigError
+from kvcore.sim.replay import check_trace_request
 from kvcore.sim.timing import (
     ConstantTimeModel,
     RooflineTimeModel,
@@ -81,12 +82,7 @@ class SimRequest:
                  "preemptions", "rejected", "num_out", "route_est")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
-        if trace.prompt_len < 1 or trace.output_len < 0:
-            raise ConfigError(
-                f"request {trace.request_id!r}: prompt_len must be >= 1 and output_len "
-                f">= 0, got prompt_len {trace.prompt_len}, output_len {trace.output_len}",
-                field="prompt_len" if trace.prompt_len < 1 else "output_len",
-                value=trace.prompt_len if trace.prompt_len < 1 else trace.output_len)
+        check_trace_request(trace)
         self.trace = trace
         self.request_id: str = trace.request_id
         self.request: Any = None

@@ -40,7 +40,20 @@ from typing import Any
 from kvcore.errors import ConfigError
 from kvcore.sim.traces import TraceRequest
 
-__all__ = ["Job", "ReplayResult", "prepare_jobs", "replay"]
+__all__ = ["Job", "ReplayResult", "check_trace_request", "prepare_jobs", "replay"]
+
+
+def check_trace_request(trace: Any) -> None:
+    """A trace request the simulators can serve: ``prompt_len >= 1`` token and
+    ``output_len >= 0`` tokens (0 is served as 1, vLLM's clamp).
+
+    Raises ConfigError naming the request and the field."""
+    if trace.prompt_len < 1 or trace.output_len < 0:
+        raise ConfigError(
+            f"request {trace.request_id!r}: prompt_len must be >= 1 and output_len "
+            f">= 0, got prompt_len {trace.prompt_len}, output_len {trace.output_len}",
+            field="prompt_len" if trace.prompt_len < 1 else "output_len",
+            value=trace.prompt_len if trace.prompt_len < 1 else trace.output_len)
 
 
 class Job:
@@ -50,12 +63,7 @@ class Job:
                  "finish_step", "num_cached_tokens", "preemptions", "rejected", "done")
 
     def __init__(self, trace: TraceRequest) -> None:
-        if trace.prompt_len < 1 or trace.output_len < 0:
-            raise ConfigError(
-                f"request {trace.request_id!r}: prompt_len must be >= 1 and output_len "
-                f">= 0, got prompt_len {trace.prompt_len}, output_len {trace.output_len}",
-                field="prompt_len" if trace.prompt_len < 1 else "output_len",
-                value=trace.prompt_len if trace.prompt_len < 1 else trace.output_len)
+        check_trace_request(trace)
         self.trace = trace
         self.request: Any = None
         self.outputs: list[int] | None = None
