@@ -5,7 +5,7 @@
 #                 in 20 GiB), then say how to get the `kvcore` command on PATH
 #   make link     put a `kvcore` link to .venv/bin/kvcore into ~/.local/bin (on PATH on
 #                 most Linux desktops), so `kvcore` works without activating .venv
-#   make test     install everything (test, kernels, dev and plot extras), then run ruff, mypy,
+#   make test     install everything (test, kernels, dev, plot and ray extras), then run ruff, mypy,
 #                 the core's and every plugin's tests, and the packaging checks (six
 #                 wheels, each installed into a fresh venv); see scripts/run_tests.py
 #   make wheels   build the six wheels into dist/
@@ -74,7 +74,7 @@ link: install
 	  *) echo "linked $(HOME)/.local/bin/kvcore; add $(HOME)/.local/bin to PATH to use it";; esac
 
 install-test: $(VENV)
-	$(PIP) install -q -c scripts/constraints.txt -e ".[cli,test,kernels,dev,plot]" \
+	$(PIP) install -q -c scripts/constraints.txt -e ".[cli,test,kernels,dev,plot,ray]" \
 		$(foreach p,$(PLUGINS),-e "plugins/$(p)[test,kernels]")
 
 test: install-test
