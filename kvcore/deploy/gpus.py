@@ -44,7 +44,10 @@ class GPUPerf:
     interconnect:
         ``nvlink``, ``pcie`` or ``infinity-fabric``.
     memory_type:
-        ``hbm`` or ``gddr`` (the fraction of the peak bandwidth kernels reach differs).
+        ``hbm`` (HBM2 / HBM2e: A100, H100 PCIe), ``hbm3`` (HBM3 / HBM3e: H100 SXM and
+        NVL, H200, B200, GB200, MI300X and later) or ``gddr`` (GDDR6 / GDDR6X): the
+        fraction of the peak bandwidth kernels reach differs by memory generation
+        (``kvcore.sim.timing.Efficiency.memory`` / ``memory_hbm3`` / ``memory_gddr``).
     source:
         The datasheet(s) the figures come from.
     """
@@ -163,25 +166,25 @@ _NV_H100 = ("NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center
 _PERF: dict[str, GPUPerf] = {
     "H100-SXM": GPUPerf(989.4 * _T, 1978.9 * _T, None, 3.35 * _T, 900 * _G, "nvlink",
                         _NV_H100 + " (SXM: BF16 1,979 / FP8 3,958 TFLOPS sparse, 3.35 "
-                        "TB/s HBM3, NVLink 900 GB/s)"),
+                        "TB/s HBM3, NVLink 900 GB/s)", "hbm3"),
     "H100-PCIe": GPUPerf(756.5 * _T, 1513 * _T, None, 2.0 * _T, 128 * _G, "pcie",
                          _NV_H100 + " (PCIe: BF16 1,513 / FP8 3,026 TFLOPS sparse, 2 TB/s "
                          "HBM2e, PCIe Gen5 128 GB/s)"),
     "H100-NVL": GPUPerf(835.5 * _T, 1671 * _T, None, 3.9 * _T, 600 * _G, "nvlink",
                         _NV_H100 + " (NVL: BF16 1,671 / FP8 3,341 TFLOPS sparse, 3.9 TB/s, "
-                        "NVLink bridge 600 GB/s)"),
+                        "NVLink bridge 600 GB/s)", "hbm3"),
     "H200": GPUPerf(989.4 * _T, 1978.9 * _T, None, 4.8 * _T, 900 * _G, "nvlink",
                     "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/"
                     "h200): SXM BF16 1,979 / FP8 3,958 TFLOPS sparse, 4.8 TB/s HBM3e, "
-                    "NVLink 900 GB/s"),
+                    "NVLink 900 GB/s", "hbm3"),
     "B200": GPUPerf(2.25e15, 4.5e15, 9e15, 8 * _T, 1800 * _G, "nvlink",
                     "NVIDIA DGX B200 datasheet (8 GPUs: FP8 72 PFLOPS, FP4 144 PFLOPS "
                     "sparse, 64 TB/s HBM3e, NVLink 5 1.8 TB/s per GPU): per GPU dense "
-                    "BF16 2.25 / FP8 4.5 / FP4 9 PFLOPS"),
+                    "BF16 2.25 / FP8 4.5 / FP4 9 PFLOPS", "hbm3"),
     "GB200": GPUPerf(2.5e15, 5e15, 10e15, 8 * _T, 1800 * _G, "nvlink",
                      "NVIDIA GB200 NVL72 datasheet (72 GPUs: BF16 360 / FP8 720 / FP4 "
                      "1,440 PFLOPS sparse, 576 TB/s HBM3e, NVLink 1.8 TB/s per GPU): per "
-                     "GPU dense BF16 2.5 / FP8 5 / FP4 10 PFLOPS"),
+                     "GPU dense BF16 2.5 / FP8 5 / FP4 10 PFLOPS", "hbm3"),
     "A100-40GB": GPUPerf(312 * _T, None, None, 1.555 * _T, 600 * _G, "nvlink",
                          "NVIDIA A100 Tensor Core GPU datasheet: BF16 312 TFLOPS dense "
                          "(624 sparse), 40GB HBM2 1,555 GB/s, NVLink 600 GB/s"),
@@ -204,15 +207,16 @@ _PERF: dict[str, GPUPerf] = {
     "MI300X": GPUPerf(1307.4 * _T, 2614.9 * _T, None, 5.3 * _T, 896 * _G,
                       "infinity-fabric",
                       "AMD Instinct MI300X datasheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS "
-                      "dense, 5.3 TB/s HBM3, Infinity Fabric 896 GB/s peak aggregate"),
+                      "dense, 5.3 TB/s HBM3, Infinity Fabric 896 GB/s peak aggregate",
+                      "hbm3"),
     "MI325X": GPUPerf(1307.4 * _T, 2614.9 * _T, None, 6.0 * _T, 896 * _G,
                       "infinity-fabric",
                       "AMD Instinct MI325X datasheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS "
-                      "dense, 6 TB/s HBM3E, Infinity Fabric 896 GB/s"),
+                      "dense, 6 TB/s HBM3E, Infinity Fabric 896 GB/s", "hbm3"),
     "MI355X": GPUPerf(2516.6 * _T, 5033.2 * _T, 10066.3 * _T, 8.0 * _T, 1075.2 * _G,
                       "infinity-fabric",
                       "AMD Instinct MI355X datasheet: BF16 2.5 / FP8 5.0 / MXFP4 10.1 "
-                      "PFLOPS dense, 8 TB/s HBM3E, Infinity Fabric 1,075 GB/s"),
+                      "PFLOPS dense, 8 TB/s HBM3E, Infinity Fabric 1,075 GB/s", "hbm3"),
 }
 
 GPU_CATALOG: tuple[GPU, ...] = tuple(replace(g, perf=_PERF.get(g.name))

@@ -359,7 +359,10 @@ class Efficiency:
     how and on which measurements they were fitted).
 
     compute: fraction of the dense peak FLOP/s the GEMMs and attention reach.
-    memory: fraction of the HBM bandwidth weight and KV reads reach.
+    memory: fraction of the HBM bandwidth weight and KV reads reach on HBM2 / HBM2e
+        parts (A100, H100 PCIe; ``GPUPerf.memory_type`` ``hbm``).
+    memory_hbm3: the same on HBM3 / HBM3e parts (H100 SXM / NVL, H200, B200, MI300X:
+        ``hbm3``).
     memory_gddr: the same on GDDR parts (L4, L40S, A10, RTX 4090).
     roofline_p: compute and memory time combine as ``(c**p + m**p) ** (1/p)`` (a smooth
         maximum: ``p`` large is ``max(c, m)``; 1 is their sum).
@@ -372,8 +375,13 @@ class Efficiency:
     allreduce_latency_s: fixed latency of one tensor-parallel all-reduce, seconds.
     prefill_token_s: added per prefill token (prefill kernels' extra launch and
         bookkeeping, chunked-prefill metadata), seconds.
+    layer_s: GPU time per decoder layer per step beyond the roofline (the tails and
+        launch gaps of a layer's dozen kernels, norms, rotary, activation; CUDA graphs
+        remove the launches, not the tails), seconds; per pipeline stage, its layers.
+    moe_layer_s: added per MoE layer per step (routing top-k, the token sort / align
+        and the gather of the fused-MoE kernel), seconds.
     moe_memory: the routed experts' weights stream at ``memory x moe_memory`` of the
-        bandwidth (fused-MoE kernels gather scattered experts and reach less than a
+        bandwidth (fused-MoE kernels gather scattered experts and may reach less than a
         dense GEMM).
     request_overhead_s: per request, outside the engine steps: the API server's
         tokenisation, queueing and streaming, added by the simulators to each TTFT and
@@ -382,6 +390,7 @@ class Efficiency:
 
     compute: float = 0.55
     memory: float = 0.80
+    memory_hbm3: float = 0.80
     memory_gddr: float = 0.80
     roofline_p: float = 3.0
     step_s: float = 2.5e-3
@@ -391,6 +400,8 @@ class Efficiency:
     prefill_token_s: float = 0.0
     moe_memory: float = 1.0
     request_overhead_s: float = 0.0
+    layer_s: float = 0.0
+    moe_layer_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -428,7 +439,11 @@ class RooflineTimeModel:
       (ring all-reduce; ``link_bytes_per_s`` one direction).
     * ``cpu_s = step_s + per_request_s x R + per_block_table_s x (block tables - R) +
       prefill_token_s x prefill tokens``.
-    * total = ``(compute_s**p + memory_s**p) ** (1/p) + comm_s + cpu_s``.
+    * ``layer_s`` = ``layer_s x num_layers + moe_layer_s x num_moe_layers`` (the stage's
+      layers; GPU time no roofline term sees: kernel tails and gaps, small ops).
+    * total = ``(compute_s**p + memory_s**p) ** (1/p) + layer_s + comm_s + cpu_s``.
+      The memory efficiency is chosen by the GPU's memory generation (``memory_type``:
+      ``hbm``, ``hbm3``, ``gddr``).
     * Pipeline parallelism (``pipeline_parallel_size`` ``pp`` > 1): vLLM v1 keeps
       ``max_concurrent_batches = pp`` batches in flight, one per stage
       (vllm/config/vllm.py@0.32 ``max_concurrent_batches``; vllm/v1/engine/core.py
@@ -462,6 +477,7 @@ class RooflineTimeModel:
     q_heads_per_rank: float = 0.0
     hidden_size: int = 0
     num_layers: int = 0
+    num_moe_layers: int = 0
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     act_bytes: int = 2
@@ -514,8 +530,9 @@ class RooflineTimeModel:
             expert = self.expert_bytes * touched / e
             weights += expert
         compute_s = flops / (self.peak_flops * eff.compute)
-        bw = self.hbm_bytes_per_s * (eff.memory_gddr if self.memory_type == "gddr"
-                                     else eff.memory)
+        bw = self.hbm_bytes_per_s * {"gddr": eff.memory_gddr,
+                                     "hbm3": eff.memory_hbm3}.get(self.memory_type,
+                                                                  eff.memory)
         memory_s = (weights - expert + kv_m) / bw + expert / (bw * eff.moe_memory)
         p = eff.roofline_p
         if p >= 50:
@@ -534,6 +551,11 @@ class RooflineTimeModel:
         cpu_s = (eff.step_s + eff.per_request_s * nreq
                  + eff.per_block_table_s * max(0, tables - nreq)
                  + eff.prefill_token_s * prefill)
+        # the layers' fixed GPU time (per micro-batch on a stage: a stage runs its
+        # layers once per micro-batch), counted with compute / memory in the stage time
+        layer_s = (eff.layer_s * self.num_layers + eff.moe_layer_s * self.num_moe_layers
+                   ) if tokens else 0.0
+        core += layer_s
         total = (core + comm_s) * pp + cpu_s
         return StepBreakdown(compute_s * pp, memory_s * pp, comm_s * pp, cpu_s, total,
                              flops * pp, weights * pp, float(kv_m * pp))
@@ -628,7 +650,8 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     check_tensor_parallel(cfg, tp)
     w = estimate_weights(cfg, tensor_parallel_size=tp, pipeline_parallel_size=pp)
     params: dict[str, int] = {}
-    for t in weight_tensors(cfg):
+    tensors = weight_tensors(cfg)
+    for t in tensors:
         cls = "mtp" if t.where == "mtp" else t.tensor_class
         params[cls] = params.get(cls, 0) + t.numel
     by = w.by_class
@@ -649,6 +672,9 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     if n_exp:
         active += params.get("moe_experts", 0) * min(1.0, topk / n_exp)
     layers_ps = max(1, -(-(cfg.num_hidden_layers or 1) // pp))
+    moe_layers = {t.layer for t in tensors
+                  if t.tensor_class == "moe_experts" and t.where == "layer"}
+    moe_ps = -(-len(moe_layers) // pp)
     bpp = w.total_bytes / w.total_params if w.total_params else 2.0
     dtype = compute_dtype_for(w.quantization, bpp, g)
     perf = g.perf
@@ -677,6 +703,7 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
         "q_heads_per_rank": heads / tp if heads else 0.0,
         "hidden_size": cfg.hidden_size or 0,
         "num_layers": layers_ps,
+        "num_moe_layers": moe_ps,
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
         "efficiency": _dc.replace(base_eff, **eff_kw),
@@ -695,6 +722,6 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
 #: is not fitted (no row has several KV-cache groups): 1 us per block table (vLLM's
 #: input batch copies one block-table row per request per group).
 DEFAULT_EFFICIENCY = Efficiency(
-    compute=0.8, memory=0.6, memory_gddr=0.9, roofline_p=3.0, step_s=1.5e-3,
+    compute=0.8, memory=0.6, memory_hbm3=0.6, memory_gddr=0.9, roofline_p=3.0, step_s=1.5e-3,
     per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
     prefill_token_s=0.0, moe_memory=0.5, request_overhead_s=0.02)
