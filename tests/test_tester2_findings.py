@@ -1,0 +1,279 @@
+"""Findings of the second fresh-eyes adversarial tester (issue 21 surfaces), one test per
+finding, each asserting the behaviour vLLM 0.32 (or physics) requires.  Every test
+here FAILS on the branch it was written on (tester2 @ 7dfbb4d); see
+/work/wt/TESTER2_FINDINGS.md for the commands, what happened and the guessed causes.
+
+Expected values come from vLLM 0.32's code (paths relative to
+site-packages/vllm/ of /work/main/.venv-vllm) and from the definitions of the figures,
+never from kvcore's own output.  Cases are generated (parametrised over models,
+lengths, seeds, loads) and kept small (a few seconds of CPU each).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shlex
+
+import pytest
+
+from kvcore.cli import main as cli_main
+
+SMALL = ["--gpu", "H100", "--dataset", "random"]
+
+
+def _run(capsys, argv):
+    code = cli_main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _json(capsys, argv):
+    code, out, err = _run(capsys, [*argv, "--json"])
+    assert code == 0, err + out
+    return json.loads(out)
+
+
+# Generated workloads: (model, extra flags, prompts, input len, output len, seed)
+CASES = [
+    ("llama-3.1-8b", [], 16, 256, 16, 0),
+    ("llama-3.1-8b", ["--random-range-ratio", "0.5"], 12, 512, 32, 3),
+    ("qwen2.5-7b", ["--max-model-len", "8192"], 10, 128, 8, 1),
+    ("gpt-oss-20b", ["--max-model-len", "8192"], 8, 300, 12, 5),
+    ("mistral-7b-v0.1", ["--max-model-len", "8192"], 6, 1024, 4, 2),
+]
+
+
+def _sim_argv(model, extra, n, inp, out, seed):
+    return ["simulate", model, *SMALL, "--num-prompts", str(n), "--random-input-len",
+            str(inp), "--random-output-len", str(out), "--seed", str(seed), *extra]
+
+
+# ---- 1 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] + "-" + str(c[3]) for c in CASES])
+def test_f1_duration_covers_every_request(capsys, case):
+    """vllm/benchmarks/serve.py: ``benchmark_duration = time.perf_counter() -
+    benchmark_start_time`` is taken after every request returned, so with every
+    request sent at t = 0 (--request-rate inf, the default) each E2EL is <= duration,
+    hence mean_e2el_ms and p99_e2el_ms <= 1000 x duration.  kvcore adds
+    request_overhead_s (20 ms) to TTFT / E2EL but not to duration: duration 0.218 s
+    with mean E2EL 237.9 ms for 16 x 256/16 on Llama-3.1-8B, and every throughput is
+    divided by the too-short duration."""
+    fig = _json(capsys, _sim_argv(*case))
+    assert fig["completed"] > 0
+    assert fig["p99_e2el_ms"] <= 1000 * fig["duration"] * (1 + 1e-9), \
+        (fig["p99_e2el_ms"], fig["duration"])
+
+
+# ---- 2 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("conc,model,inp,out", [(1, "llama-3.1-8b", 256, 16),
+                                                (1, "qwen2.5-7b", 128, 32),
+                                                (2, "llama-3.1-8b", 512, 8),
+                                                (4, "llama-3.1-8b", 256, 16)])
+def test_f2_closed_loop_duration_at_least_sum_of_latencies(capsys, conc, model, inp, out):
+    """Closed loop (vllm bench serve --max-concurrency N, serve.py ``limited_request_func``
+    holds a semaphore of N until the request's response is complete): at most N requests
+    are outstanding, so duration >= sum(E2EL) / N.  kvcore releases the slot when the
+    engine finishes, 20 ms (request_overhead_s) before the client would see the reply:
+    --max-concurrency 1, 16 x 256/16: duration 2.314 s < 16 x 164.6 ms = 2.634 s, so
+    output_throughput is overstated by 14 %."""
+    n = 12
+    fig = _json(capsys, ["simulate", model, *SMALL, "--num-prompts", str(n),
+                         "--random-input-len", str(inp), "--random-output-len", str(out),
+                         "--max-concurrency", str(conc)])
+    assert fig["completed"] == n
+    assert fig["duration"] * conc >= n * fig["mean_e2el_ms"] / 1000 * (1 - 1e-9), \
+        (fig["duration"], fig["mean_e2el_ms"])
+
+
+# ---- 3 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rate", ["20", "inf"])
+def test_f3_save_detailed_agrees_with_the_summary(capsys, tmp_path, rate):
+    """vllm/benchmarks/serve.py: ``mean_ttft_ms = np.mean(ttfts) * 1000`` and
+    ``mean_e2el_ms = np.mean(e2els) * 1000`` over the same outputs whose ``ttft`` /
+    ``latency`` --save-detailed writes as ``ttfts`` / ``latencies``.  kvcore's detailed
+    lists leave out the 20 ms request overhead the summary includes (mean_ttft_ms 33.0
+    vs mean(ttfts) 13.0 ms)."""
+    code, _, err = _run(capsys, ["simulate", "llama-3.1-8b", *SMALL, "--num-prompts", "6",
+                                 "--random-input-len", "256", "--random-output-len", "16",
+                                 "--random-range-ratio", "0.5", "--request-rate", rate,
+                                 "--save-result", "--save-detailed", "--result-dir",
+                                 str(tmp_path)])
+    assert code == 0, err
+    (path,) = glob.glob(os.path.join(str(tmp_path), "*.json"))
+    with open(path) as f:
+        d = json.load(f)
+    ok = [i for i, n in enumerate(d["output_lens"]) if n]
+    assert d["mean_ttft_ms"] == pytest.approx(
+        1000 * sum(d["ttfts"][i] for i in ok) / len(ok), rel=1e-6)
+    assert d["mean_e2el_ms"] == pytest.approx(
+        1000 * sum(d["latencies"][i] for i in ok) / len(ok), rel=1e-6)
+
+
+# ---- 4 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded", "prefix-aware"])
+@pytest.mark.parametrize("case", CASES[:3], ids=["llama", "llama-range", "qwen2.5"])
+def test_f4_one_replica_fleet_equals_the_single_engine(capsys, router, case):
+    """A fleet of one replica behind any router is the single engine: the same
+    requests reach the same scheduler and step-time model.  kvcore's fleet path
+    (kvcore/sim/fleet.py fleet_metrics -> serving_metrics without request_overhead_s)
+    drops the 20 ms request overhead: --replicas 1 gives mean_ttft_ms 74.46 where the
+    plain run gives 94.46."""
+    argv = _sim_argv(*case)
+    single = _json(capsys, argv)
+    fleet = _json(capsys, [*argv, "--replicas", "1", "--router", router])
+    for k in ("mean_ttft_ms", "median_ttft_ms", "mean_e2el_ms", "mean_tpot_ms",
+              "output_throughput", "duration"):
+        assert fleet[k] == pytest.approx(single[k], rel=1e-6), k
+
+
+# ---- 5 ------------------------------------------------------------------------------
+
+def test_f5_mamba_cache_mode_all_is_not_a_vllm_0_32_value(capsys):
+    """vllm/config/cache.py:63 ``MambaCacheMode = Literal["align", "none"]``: vLLM 0.32's
+    parser refuses ``--mamba-cache-mode all`` ("invalid choice: 'all' (choose from
+    'align', 'none')", checked with kvpy-vllm on ``make_arg_parser``).  kvcore tune
+    ranks an ``all`` candidate first and prints ``vllm serve
+    state-spaces/mamba2attn-2.7b ... --mamba-cache-mode all``; kvcore simulate accepts
+    it too."""
+    code, out, err = _run(capsys, [
+        "tune", "mamba2attn-2.7b", *SMALL, "--random-input-len", "256",
+        "--random-output-len", "16", "--num-prompts", "12", "--random-prefix-len", "512",
+        "--max-concurrency", "4", "--max-model-len", "4096", "--tp", "1",
+        "--mamba-cache-mode", "all,align", "--max-num-seqs", "64",
+        "--max-num-batched-tokens", "2048", "--json"])
+    if code == 0:
+        d = json.loads(out)
+        lines = [d["best"]["vllm_serve"]] + [c["vllm_serve"] for c in d["runner_ups"]]
+        for line in lines:
+            a = shlex.split(line)
+            if "--mamba-cache-mode" in a:
+                assert a[a.index("--mamba-cache-mode") + 1] in ("align", "none"), line
+    else:
+        assert code == 2 and "mamba_cache_mode" in (err + out)
+    code, out, err = _run(capsys, ["simulate", "mamba2attn-2.7b", *SMALL, "--num-prompts",
+                                   "4", "--random-input-len", "64", "--random-output-len",
+                                   "4", "--max-model-len", "4096", "--mamba-cache-mode",
+                                   "all"])
+    assert code == 2 and "all" in err and "align" in err
+
+
+# ---- 6 ------------------------------------------------------------------------------
+
+QWEN3_NEXT = ["qwen3-next-80b-a3b-thinking", *SMALL, "--tp", "4", "--max-model-len", "8192",
+              "--max-num-seqs", "64"]
+
+
+@pytest.mark.parametrize("prefix,inp,conc", [(2048, 256, 2), (1024, 512, 1), (3000, 100, 3)])
+def test_f6_hybrid_default_is_vllm_align_mode(capsys, prefix, inp, conc):
+    """vLLM 0.32 enables prefix caching by default for generative hybrid models
+    (vllm/config/model.py ``is_prefix_caching_supported``: ``attn_type == "hybrid"`` ->
+    True; engine/arg_utils.py:3021) and then turns ``mamba_cache_mode`` "none" into
+    "align" (vllm/model_executor/models/config.py:685-687
+    ``MambaModelConfig.verify_and_update_config``, called for every hybrid model via
+    ``HybridAttentionMambaModelConfig``, config/vllm.py:2661).  So `vllm serve MODEL`
+    runs align mode, and kvcore simulate without --mamba-cache-mode (prefix caching not
+    disabled) must simulate what --mamba-cache-mode align simulates.  kvcore's default
+    is "none" (qwen3-next TP 4, 2,048-token shared prefix: mean TTFT 68.8 ms vs 111.1 ms
+    with align)."""
+    argv = ["simulate", *QWEN3_NEXT, "--num-prompts", "8", "--random-input-len", str(inp),
+            "--random-output-len", "8", "--random-prefix-len", str(prefix),
+            "--max-concurrency", str(conc)]
+    default = _json(capsys, argv)
+    align = _json(capsys, [*argv, "--mamba-cache-mode", "align"])
+    for k in ("mean_ttft_ms", "duration", "prefix_hit_ratio", "steps"):
+        assert default[k] == pytest.approx(align[k], rel=1e-9), k
+
+
+# ---- 7 ------------------------------------------------------------------------------
+
+def test_f7_tune_line_for_mamba_none_runs_align_in_vllm(capsys):
+    """The same vLLM rule (model_executor/models/config.py:685-687): a `vllm serve` line
+    for a hybrid model that leaves prefix caching on (no --no-enable-prefix-caching)
+    runs mamba_cache_mode align whatever --mamba-cache-mode says.  kvcore tune ranks
+    first its "mamba none, prefix on" candidate (simulated without Mamba prefix caching,
+    median TTFT 66.0 ms) and prints it as ``vllm serve Qwen/Qwen3-Next-80B-A3B-Thinking
+    --tensor-parallel-size 4 ... --kv-cache-dtype auto --max-model-len 8192``: vLLM runs
+    that line in align mode, which kvcore itself simulates at 108.5 ms (its "align,
+    prefix on" runner-up, the same line plus --mamba-cache-mode align)."""
+    code, out, err = _run(capsys, [
+        "tune", "qwen3-next-80b-a3b-thinking", *SMALL, "--random-input-len", "256",
+        "--random-output-len", "8", "--num-prompts", "8", "--random-prefix-len", "1024",
+        "--max-concurrency", "2", "--max-model-len", "8192", "--tp", "4",
+        "--max-num-seqs", "64", "--max-num-batched-tokens", "8192", "--kv-cache-dtype",
+        "auto", "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    cands = [d["best"], *d["runner_ups"]]
+    assert any(c["config"]["mamba_cache_mode"] == "none" for c in cands)
+    for c in cands:
+        a = shlex.split(c["vllm_serve"])
+        vllm_runs_align = "--no-enable-prefix-caching" not in a
+        assert vllm_runs_align == (c["config"]["mamba_cache_mode"] == "align"), \
+            (c["config"], c["vllm_serve"])
+
+
+# ---- 8 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("new,computed", [(-100, 0), (-1, 50), (1, -10), (0, -1)])
+def test_f8_scheduled_request_refuses_negative_tokens(new, computed):
+    """House rule: bad input gets a KVCoreError naming the field.  A ScheduledRequest
+    with negative num_new_tokens / num_computed_tokens is accepted by describe_batch and
+    step_time returns a duration -- for qwen3-30b-a3b 1.52 ms, shorter than the empty
+    step's 2.72 ms (negative bytes and FLOPs)."""
+    import kvcore
+    from kvcore.errors import KVCoreError
+    from kvcore.sim.timing import ScheduledRequest, describe_batch, roofline_for
+
+    kvc = kvcore.plan_model("qwen3-30b-a3b", kv_cache_memory_bytes=20 << 30,
+                            max_model_len=32768)
+    m = roofline_for("qwen3-30b-a3b", kvc, gpu="H100")
+    field = "num_new_tokens" if new < 0 else "num_computed_tokens"
+    with pytest.raises(KVCoreError, match=field):
+        m.step_time(describe_batch(kvc, [ScheduledRequest(new, computed, True)]))
+
+
+# ---- 9 ------------------------------------------------------------------------------
+
+def test_f9_percentile_metrics_flag_as_vllm(capsys):
+    """vllm/benchmarks/serve.py:1800 ``--percentile-metrics`` (default "ttft,tpot,itl" for
+    generative models; --metric-percentiles' own help says 'Use "--percentile-metrics"
+    to select metrics').  kvcore simulate implements --metric-percentiles but refuses
+    --percentile-metrics ("unrecognized arguments"), so a vllm bench serve command line
+    cannot be replayed as is."""
+    fig = _json(capsys, ["simulate", "llama-3.1-8b", *SMALL, "--num-prompts", "4",
+                         "--random-input-len", "64", "--random-output-len", "8",
+                         "--percentile-metrics", "ttft,e2el", "--metric-percentiles",
+                         "50,90"])
+    assert "p90_ttft_ms" in fig and "p90_e2el_ms" in fig
+
+
+# ---- 10 -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bs", ["7", "24"])
+def test_f10_tune_does_not_print_a_block_size_cuda_backends_refuse(capsys, bs):
+    """vLLM's CUDA attention backends take kernel block sizes that are multiples of 16
+    (vllm/v1/attention/backends/flash_attn.py ``get_supported_kernel_block_sizes`` ->
+    ``[MultipleOf(16)]``); ``select_common_block_size`` (vllm/v1/worker/utils.py:515)
+    raises "No common block size for 7" otherwise, so the engine does not start.
+    kvcore tune --block-size 7 ranks it and prints ``vllm serve ... --block-size 7`` for
+    an H100 (kvcore simulate --block-size 7 runs too).  (24 is not a multiple of 16
+    either: vLLM's MultipleOf(16) accepts 16, 32, 48, ...)"""
+    code, out, err = _run(capsys, [
+        "tune", "llama-3.1-8b", *SMALL, "--num-prompts", "8", "--random-input-len", "64",
+        "--random-output-len", "8", "--max-model-len", "2048", "--tp", "1",
+        "--max-num-seqs", "16", "--max-num-batched-tokens", "2048", "--block-size",
+        f"{bs},16", "--json"])
+    if code == 0:
+        d = json.loads(out)
+        for c in [d["best"], *d["runner_ups"]]:
+            a = shlex.split(c["vllm_serve"])
+            if "--block-size" in a:
+                assert int(a[a.index("--block-size") + 1]) % 16 == 0, c["vllm_serve"]
+    else:
+        assert code == 2 and "block_size" in (err + out)
