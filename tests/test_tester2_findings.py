@@ -277,3 +277,62 @@ def test_f10_tune_does_not_print_a_block_size_cuda_backends_refuse(capsys, bs):
                 assert int(a[a.index("--block-size") + 1]) % 16 == 0, c["vllm_serve"]
     else:
         assert code == 2 and "block_size" in (err + out)
+
+
+# ---- 11 -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("slo", [["ttft:0.001"], ["tpot:0.0001"], ["e2el:0.01", "ttft:5000"]])
+def test_f11_tune_with_no_candidate_meeting_the_slo_is_an_error(capsys, slo):
+    """kvcore tune --goodput ranks by goodput; when no candidate serves a single request
+    within the SLO every goodput is 0.0 and the "best" is an arbitrary tie (here TP 1,
+    with lower throughput than the TP 2 rows), printed as the command to run, exit 0.
+    A tuner has no answer then: as for 'no candidate serves a request' (docs/
+    SIM_TIMING.md), it must say so (exit 2, naming goodput and the best figure reached)
+    rather than recommend a configuration that meets nothing."""
+    code, out, err = _run(capsys, [
+        "tune", "llama-3.1-8b", *SMALL, "--num-prompts", "8", "--random-input-len", "64",
+        "--random-output-len", "8", "--max-model-len", "2048", "--tp", "1,2",
+        "--max-num-seqs", "16", "--max-num-batched-tokens", "2048", "--goodput", *slo])
+    assert code == 2, out[:300]
+    assert "goodput" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- 12 -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu", [["--gpu", "H100"], ["--gpu", "A100-80GB"], []])
+def test_f12_time_model_roofline_by_name(capsys, gpu):
+    """``kvcore simulate --time-model NAME``: the error for an unknown name lists
+    "known: constant, roofline", but ``--time-model roofline`` itself crashes with a
+    traceback (TypeError: roofline_for() missing 1 required positional argument:
+    'model_config'; kvcore/sim/command.py make_time_model -> timing.load_time_model
+    calls the factory with no options), with or without --gpu.  With --gpu it must
+    run (it is the default model there); without a GPU it must be one line, exit 2,
+    naming --gpu."""
+    argv = ["simulate", "llama-3.1-8b", "--dataset", "random", "--num-prompts", "4",
+            "--random-input-len", "64", "--random-output-len", "4", "--max-model-len",
+            "4096", *gpu]
+    if not gpu:
+        argv += ["--kv-cache-memory", "20GiB"]
+    try:
+        code, out, err = _run(capsys, [*argv, "--time-model", "roofline", "--json"])
+    except TypeError as exc:  # the crash escapes main()
+        pytest.fail(f"traceback: {exc!r}")
+    if gpu:
+        assert code == 0, err
+        named, default = json.loads(out), _json(capsys, argv)
+        for k in ("mean_ttft_ms", "mean_tpot_ms", "duration"):
+            assert named[k] == pytest.approx(default[k], rel=1e-9), k
+    else:
+        assert code == 2 and "gpu" in (err + out)
+
+
+def test_f12b_load_time_model_errors_are_config_errors():
+    """The Python side of 12: load_time_model's docstring promises ConfigError; a
+    missing or unknown option escapes as TypeError instead."""
+    from kvcore.errors import KVCoreError
+    from kvcore.sim.timing import load_time_model
+
+    for name, kw in (("roofline", {}), ("constant", {"bogus": 1}),
+                     ("roofline", {"model_config": "llama-3.1-8b"})):
+        with pytest.raises(KVCoreError):
+            load_time_model(name, **kw)
