@@ -359,3 +359,29 @@ def test_f13_moe_prefill_that_reads_every_expert_matches_the_measurement(capsys)
                          "--max-model-len", "40960"])
     assert fig["mean_ttft_ms"] == pytest.approx(35.7, rel=0.25)
     assert fig["mean_tpot_ms"] == pytest.approx(9.6, rel=0.15)  # holds today: 9.47
+
+
+# ---- 14 -----------------------------------------------------------------------------
+
+LONG_PROMPTS = os.path.join(os.path.dirname(__file__), "data",
+                            "tester2_long_prompts.jsonl")  # 6 rows, prompts 2,000-2,185
+
+
+@pytest.mark.parametrize("model,mml", [("gemma-3-27b-it", "1024"), ("gpt-oss-20b", "1024"),
+                                       ("gemma-3-27b-it", "2048")])
+def test_f14_plan_sim_judge_on_a_workload_nothing_can_serve(capsys, model, mml):
+    """``kvcore plan MODEL --gpu H100 --max-model-len 1024 --judge sim --workload T`` where
+    every request of T is longer than max_model_len: the judge reports "serving: 0 s
+    against vLLM's layout's 0 s on the workload", time 0.000 s and "prefix hits 100%"
+    for both layouts, exit 0 -- a layout judged on zero served requests.  kvcore
+    simulate refuses the same case ("no request can be served: max_model_len ...", exit
+    2); plan must too (or at least not report a serving time of 0 s)."""
+    code, out, err = _run(capsys, ["plan", model, "--gpu", "H100", "--max-model-len", mml,
+                                   "--judge", "sim", "--workload", LONG_PROMPTS, "--json"])
+    if code == 0:
+        serving = json.loads(out)["serving"]
+        for side in ("chosen", "vllm_layout"):
+            if serving.get(side):
+                assert serving[side]["time_s"] > 0, serving[side]
+    else:
+        assert code == 2 and "max_model_len" in (err + out)
