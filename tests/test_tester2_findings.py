@@ -404,3 +404,48 @@ def test_f15_latencies_do_not_depend_on_the_absolute_clock(capsys, rate):
     slow = _json(capsys, [*base, "--request-rate", rate])
     for k in ("median_ttft_ms", "median_tpot_ms", "mean_itl_ms", "mean_e2el_ms"):
         assert slow[k] == pytest.approx(unloaded[k], rel=1e-3), k
+
+
+# ---- 16 -----------------------------------------------------------------------------
+
+def _fleet_cases():
+    import kvcore
+    from kvcore.sim import backends, fleet
+    from kvcore.sim.engine import SimRequest
+    from kvcore.sim.timing import ConstantTimeModel
+    from kvcore.sim.workload import random_dataset
+
+    kvc = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=4 << 30,
+                            max_model_len=4096)
+    reqs = [SimRequest(t, 0.0) for t in random_dataset(num_prompts=4, input_len=64,
+                                                       output_len=4)]
+    kw = {"replicas": 2, "max_num_seqs": 8, "max_num_batched_tokens": 2048}
+    tm = ConstantTimeModel()
+    return {
+        "run_fleet router=object()": lambda: fleet.run_fleet(kvc, reqs, tm,
+                                                             router=object(), **kw),
+        "run_fleet requests=None": lambda: fleet.run_fleet(kvc, None, tm,
+                                                           router="round-robin", **kw),
+        "load_router unknown option": lambda: fleet.load_router("round-robin", bogus=1),
+        "fleet_metrics(None)": lambda: fleet.fleet_metrics(None),
+        "run_tasks fn=None": lambda: backends.run_tasks(None, [1, 2], backend="serial"),
+        "run_tasks tasks=None": lambda: backends.run_tasks(abs, None, backend="serial"),
+        "run_tasks unpicklable fn, local": lambda: backends.run_tasks(
+            lambda x: x, [1, 2, 3], backend="local", workers=2),
+    }
+
+
+@pytest.mark.parametrize("case", list(_fleet_cases()))
+def test_f16_fleet_and_backends_api_bad_input_is_a_kvcore_error(case):
+    """House rule (COMMON.md): bad input gets a KVCoreError naming the field.
+    kvcore.sim.fleet / kvcore.sim.backends let it escape as Python errors:
+    run_fleet(router=object()) AttributeError 'route'; run_fleet(requests=None)
+    TypeError; load_router("round-robin", bogus=1) TypeError; fleet_metrics(None)
+    AttributeError (serving_metrics(None) was fixed after tester 1, its fleet twin was
+    not); run_tasks(None, ...) / run_tasks(abs, None) TypeError; run_tasks(lambda,
+    backend="local") "Can't pickle local object" (the process pool needs a picklable
+    module-level function: say so, naming fn)."""
+    from kvcore.errors import KVCoreError
+
+    with pytest.raises(KVCoreError):
+        _fleet_cases()[case]()
