@@ -449,3 +449,36 @@ def test_f16_fleet_and_backends_api_bad_input_is_a_kvcore_error(case):
 
     with pytest.raises(KVCoreError):
         _fleet_cases()[case]()
+
+
+# ---- 17 -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rin,rout,seed", [(0.3, 0.5, 0), (0.0, 0.9, 1), (0.6, 0.0, 2)])
+def test_f17_range_ratio_as_vllm_json_dict(capsys, tmp_path, rin, rout, seed):
+    """vLLM 0.32 ``--random-range-ratio`` takes a float or a JSON dict
+    ``'{"input": 0.3, "output": 0.5}'`` (vllm/benchmarks/datasets/datasets.py:1900
+    ``_parse_range_ratio``; utils.py ``_resolve_range_ratios`` /
+    ``get_sampling_params``: input in [floor(in (1 - r_in)), ceil(in (1 + r_in))],
+    output in [max(1, floor(out (1 - r_out))), ceil(out (1 + r_out))]).  kvcore refuses
+    the dict form: "random_range_ratio must be a number in [0, 1)", exit 2."""
+    inp, out, n = 256, 100, 40
+    ratio = json.dumps({"input": rin, "output": rout})
+    code, _, err = _run(capsys, ["simulate", "llama-3.1-8b", *SMALL, "--num-prompts", str(n),
+                                 "--random-input-len", str(inp), "--random-output-len",
+                                 str(out), "--random-range-ratio", ratio, "--seed",
+                                 str(seed), "--save-result", "--save-detailed",
+                                 "--result-dir", str(tmp_path)])
+    assert code == 0, err
+    (path,) = glob.glob(os.path.join(str(tmp_path), "*.json"))
+    with open(path) as f:
+        d = json.load(f)
+    import math
+    lo_o, hi_o = max(1, math.floor(out * (1 - rout))), math.ceil(out * (1 + rout))
+    assert all(lo_o <= x <= hi_o for x in d["output_lens"])
+    assert all(math.floor(inp * (1 - rin)) - 1 <= x <= math.ceil(inp * (1 + rin)) + 1
+               for x in d["input_lens"])
+    if rout != rin:  # independent ratios: some output leaves the input ratio's band
+        wider, narrower = (rout, rin) if rout > rin else (rin, rout)
+        lens, base = (d["output_lens"], out) if rout > rin else (d["input_lens"], inp)
+        band = (math.floor(base * (1 - narrower)), math.ceil(base * (1 + narrower)))
+        assert any(not band[0] <= x <= band[1] for x in lens), (wider, lens)
