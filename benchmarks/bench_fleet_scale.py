@@ -91,8 +91,8 @@ class Folded:
             self.rejected += 1
             return
         tt = r.token_times
-        ttft = tt[0] - r.sent
-        lat = tt[-1] - r.sent
+        ttft = tt[0]  # token times count from the send
+        lat = tt[-1]
         self.ttft.append(ttft)
         self.e2el.append(lat)
         if len(tt) > 1:

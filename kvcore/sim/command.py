@@ -985,9 +985,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
                          progress=progress)
         m = serving_metrics(res, goodput=goodput or None,
-                            percentiles=args.metric_percentiles,
-                            request_overhead_s=float(
-                                getattr(time_model, "request_overhead_s", 0.0) or 0.0))
+                            percentiles=args.metric_percentiles)
     check_some_served(res.requests, max_model_len=mml, num_blocks=cfg.num_blocks,
                       block_size=cfg.kv_cache_groups[0].spec.block_size
                       if cfg.kv_cache_groups else None)
@@ -1037,7 +1035,7 @@ def _plot_clocked(res: Any, path: str, title: str) -> None:
     ax.set_xlabel("time (s)")
     ax.legend(loc="upper right")
     done = [r for r in res.requests if not r.rejected and r.finish >= 0]
-    series = (("TTFT", sorted(1000 * (r.token_times[0] - r.sent) for r in done)),
+    series = (("TTFT", sorted(1000 * r.ttft for r in done)),
               ("TPOT", sorted(1000 * (r.token_times[-1] - r.token_times[0])
                               / (len(r.token_times) - 1)
                               for r in done if len(r.token_times) > 1)))

@@ -29,17 +29,33 @@ Cases vLLM leaves undefined: a request whose prompt plus output exceeds
 that cannot be admitted with nothing running, or that preempts itself while it runs
 alone, can never finish (vLLM would retry it forever) and is rejected too.
 
-**The clock.** ``now`` starts at 0 s.  Requests are released into the waiting queue at
-their ``arrival`` time (open loop); with ``max_concurrency`` at most that many are
-outstanding (``vllm bench serve``'s semaphore: a request is sent at the later of its
-arrival and the time a slot frees, and its latencies count from then).  Each step
-advances ``now`` by ``time_model.step_time(describe_batch(kv_cache_config,
-scheduled))``; an output token is stamped with the time at the end of its step.  With
-nothing waiting or running the clock jumps to the next arrival.
+**The clock.** ``now`` starts at 0 s.  The client sends a request at its ``arrival``
+time (open loop); with ``max_concurrency`` at most that many are outstanding (``vllm
+bench serve``'s semaphore: a request is sent at the later of its arrival and the time a
+slot frees, i.e. the time the client has the whole reply of an earlier one, and its
+latencies count from then).  **The API server's share** (``request_overhead_s``, by
+default the time model's attribute of that name, 0 if it has none: HTTP, tokenisation,
+the hop to the engine core, and the way back) is the time between the client sending a
+request and the engine seeing it: a request joins the waiting queue at ``sent +
+request_overhead_s``.  The way back (detokenisation, streaming) is folded into that
+share: a constant per request shifts only where the sum falls, and the sum is what every
+figure sees (TTFT, E2EL, ``duration``, the closed loop's gaps), so a token reaches the
+client at the end of the step that produced it.  Each step advances ``now`` by
+``time_model.step_time(describe_batch(kv_cache_config, scheduled))``.  With nothing
+waiting or running the clock jumps to the next request the engine will see.
+
+Times are exact whatever their size: the clock is an ``epoch`` (an arrival or send
+time, a float taken as given) plus a small offset (``clock``), rebased on the request
+the engine next sees whenever it idles, and a request's token times are kept relative
+to its ``sent`` (offsets of the same clock).  So a request alone in the engine gets the
+same latencies, to the bit, at t = 0 s and at t = 1e15 s (where a float's step is
+0.125 s); absolute times (``finish``, ``step_end``, ``duration``) are floats as usual.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -57,7 +73,7 @@ from kvcore.sim.timing import (
 )
 
 __all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine",
-           "check_scheduler_limits", "check_some_served"]
+           "check_scheduler_limits", "check_some_served", "resolve_request_overhead"]
 
 _PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
 _MEMO_MAX = 1 << 18
@@ -71,15 +87,18 @@ class SimRequest:
 
     trace: the :class:`~kvcore.sim.traces.TraceRequest` (prompt, output length).
     arrival: when the client has the request ready, s.
-    sent: when it was sent (``arrival``, or later under ``max_concurrency``), s.
-    token_times: end time of the step that produced each output token, s.
-    finish: time of the last output token, s (-1 while unfinished).
+    sent: when the client sent it (``arrival``, or later under ``max_concurrency``), s;
+    the engine sees it ``request_overhead_s`` later.
+    token_times: when each output token reached the client (the end of the step that
+    produced it), **seconds after** ``sent`` (so ``token_times[0]`` is the TTFT and
+    ``token_times[-1]`` the E2EL).
+    finish: time of the last output token, s (absolute; -1 while unfinished).
     num_cached_tokens: prefix-cache hit of its first admission, tokens (-1: never).
     """
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out", "route_est")
+                 "preemptions", "rejected", "num_out", "route_est", "t0")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -99,6 +118,8 @@ class SimRequest:
         self.num_out = 0
         #: a fleet router's estimate of its prefill tokens, until its first token (-1)
         self.route_est = -1
+        #: ``sent`` as an offset of its engine's clock (set by Engine.add_request)
+        self.t0 = 0.0
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -112,12 +133,12 @@ class SimRequest:
     @property
     def ttft(self) -> float:
         """Time to first token from ``sent``, s (vLLM's ``ttft``)."""
-        return self.token_times[0] - self.sent
+        return self.token_times[0]
 
     @property
     def latency(self) -> float:
         """End-to-end latency from ``sent``, s (vLLM's ``latency``)."""
-        return self.finish - self.sent
+        return self.token_times[-1]
 
     @property
     def itl(self) -> list[float]:
@@ -161,6 +182,23 @@ def _check_int(name: str, value: Any, low: int) -> int:
         raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}",
                           field=name, value=value)
     return value
+
+
+def resolve_request_overhead(time_model: Any, request_overhead_s: float | None = None
+                             ) -> float:
+    """The API server's share of a request, s (module docstring): ``request_overhead_s``
+    when given, else the time model's attribute of that name (0 without one).
+
+    Raises ConfigError (field ``request_overhead_s``) unless it is a finite number
+    >= 0."""
+    v = getattr(time_model, "request_overhead_s", 0.0) if request_overhead_s is None \
+        else request_overhead_s
+    if v is None:
+        v = 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < math.inf:
+        raise ConfigError(f"request_overhead_s must be a finite number of seconds >= 0, "
+                          f"got {v!r}", field="request_overhead_s", value=repr(v))
+    return float(v)
 
 
 def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
@@ -217,6 +255,33 @@ def check_some_served(requests: Sequence[Any], *, max_model_len: int,
                       field="num_blocks", value=num_blocks)
 
 
+class Slots:
+    """``max_concurrency`` slots as a min-heap of the times they free (a slot freed by
+    a rejection's error reply may free after a later finish; a fleet's replicas
+    finish out of time order): ``popleft()`` takes the earliest, ``append(t)`` frees
+    one at ``t``, ``slots[0]`` is the earliest."""
+
+    def __init__(self, n: int) -> None:
+        self._h = [float("-inf")] * n
+
+    def __bool__(self) -> bool:
+        return bool(self._h)
+
+    def __len__(self) -> int:
+        return len(self._h)
+
+    def __getitem__(self, i: int) -> float:
+        if i != 0:
+            raise IndexError("Slots: only slots[0], the earliest, is readable")
+        return self._h[0]
+
+    def append(self, t: float) -> None:
+        heapq.heappush(self._h, t)
+
+    def popleft(self) -> float:
+        return heapq.heappop(self._h)
+
+
 class StepRecord(NamedTuple):
     """What one :meth:`Engine.step` did: ``scheduled`` ``(request, num_new_tokens)`` in
     schedule order, the ``preempted``, ``finished`` and ``rejected`` requests (a
@@ -232,17 +297,22 @@ class StepRecord(NamedTuple):
 class Engine:
     """One replica's scheduler (the loop of the module docstring), one step at a time.
 
-    The caller releases requests (:meth:`add_request`, with ``sent`` set) and calls
-    :meth:`step` while :attr:`has_work`; ``now`` is the end of the last step, s (the
-    caller may move it forward to an arrival while the engine is idle).
-    :func:`run_engine` and :func:`kvcore.sim.fleet.run_fleet` are loops over it.
+    The caller sends requests (:meth:`send`, with ``sent`` set: the engine sees each
+    ``request_overhead_s`` later; :meth:`add_request` hands one to the waiting queue at
+    once) and calls :meth:`step` while :attr:`has_work`; ``now`` is the end of the last
+    step, s (the caller may move it forward to an arrival while the engine is idle: a
+    rebase of the clock, module docstring).  :func:`run_engine` and
+    :func:`kvcore.sim.fleet.run_fleet` are loops over it.
 
     manager: a fresh :class:`kvcore.runtime.KVCacheManager`; time_model: any object with
     ``step_time(batch) -> seconds``; the counts as :func:`run_engine` takes them.
     max_samples: keep the per-step series (``EngineResult.step_*``) to at most that many
     points, halving them (every other point) when reached (None: every step); the
     exact time-weighted usage is then :attr:`usage_area` / :attr:`now` and its peak
-    :attr:`peak_usage`.  Raises ConfigError for a count out of range (naming it).
+    :attr:`peak_usage`.  request_overhead_s: the API server's share of every request,
+    s (module docstring; None: the time model's ``request_overhead_s``, 0 without one).
+    Raises ConfigError for a count out of range or an overhead that is not a finite
+    number >= 0 (naming it).
     """
 
     def __init__(self, manager: Any, time_model: StepTimeModel, *, max_num_seqs: int,
@@ -250,8 +320,8 @@ class Engine:
                  max_model_len: int | None = None, num_lookahead_tokens: int = 0,
                  kv_cache_config: Any = None, record_steps: bool = True,
                  keep_requests: bool = False, reserve_full_prompt: bool = True,
-                 result: EngineResult | None = None, max_samples: int | None = None
-                 ) -> None:
+                 result: EngineResult | None = None, max_samples: int | None = None,
+                 request_overhead_s: float | None = None) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
         _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
         _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
@@ -267,6 +337,8 @@ class Engine:
                               value=type(time_model).__name__)
         self.manager = manager
         self.step_time = time_model.step_time
+        #: seconds between a request's send and the engine seeing it (module docstring)
+        self.request_overhead_s = resolve_request_overhead(time_model, request_overhead_s)
         self.kvcfg = manager.kv_cache_config if kv_cache_config is None \
             else kv_cache_config
         self.max_num_seqs = max_num_seqs
@@ -300,7 +372,11 @@ class Engine:
         self.res = EngineResult(requests=[]) if result is None else result
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
-        self.now = 0.0
+        #: sent, not yet seen by the engine (in send order)
+        self.transit: deque[SimRequest] = deque()
+        #: the clock: ``now = epoch + clock`` (module docstring)
+        self.epoch = 0.0
+        self.clock = 0.0
         self.busy = 0.0
         self._decode_srs: dict[int, ScheduledRequest] = {}
         # step times of small decode-only batches, by their context lengths, for the
@@ -309,20 +385,76 @@ class Engine:
             else None
 
     @property
+    def now(self) -> float:
+        """The end of the last step (or the time the clock was moved to), s."""
+        return self.epoch + self.clock
+
+    @now.setter
+    def now(self, t: float) -> None:
+        # a rebase: only while idle (nothing waits or runs), so no request's times
+        # are kept on the old epoch
+        self.epoch = t
+        self.clock = 0.0
+
+    @property
     def has_work(self) -> bool:
-        """Whether a request waits or runs (a step would do something)."""
-        return bool(self.waiting or self.running)
+        """Whether a request waits, runs or is on its way (a step would do something)."""
+        return bool(self.waiting or self.running or self.transit)
 
     @property
     def next_event_time(self) -> float:
-        """When this engine's next step starts, s (``inf`` with nothing to do)."""
-        return self.now if (self.waiting or self.running) else float("inf")
+        """When this engine's next step starts, s (``inf`` with nothing to do): now,
+        or, idle, when it sees the next request on its way."""
+        if self.waiting or self.running:
+            return self.now
+        if self.transit:
+            r = self.transit[0]
+            return max(self.now, r.sent + self.request_overhead_s)
+        return float("inf")
+
+    def send(self, r: SimRequest) -> None:
+        """The client sent ``r`` at ``r.sent`` (>= the sends before it): the engine
+        sees it ``request_overhead_s`` later (at the first step from then)."""
+        if self.request_overhead_s:
+            tr = self.transit
+            if tr and r.sent < tr[-1].sent:  # a slot freed early (a rejection's reply)
+                i = len(tr)
+                while i and tr[i - 1].sent > r.sent:
+                    i -= 1
+                tr.insert(i, r)
+            else:
+                tr.append(r)
+        else:
+            self.arrive(r)
+
+    def arrive(self, r: SimRequest) -> None:
+        """The engine sees ``r`` now: at ``r.sent + request_overhead_s``, which the
+        caller has reached (a fleet routes then).  Idle and behind that time, the clock
+        is first rebased on ``r.sent`` (exact times, module docstring); busy, ``r``
+        joins the waiting queue for the next step."""
+        over = self.request_overhead_s
+        if not (self.waiting or self.running) and \
+                (r.sent - self.epoch) + over > self.clock:
+            self.epoch, self.clock = r.sent, over
+        self.add_request(r)
+
+    def _deliver(self) -> None:
+        """Move the requests the engine has seen by now from transit to waiting (the
+        first one rebasing an idle clock: :meth:`arrive`)."""
+        tr = self.transit
+        over = self.request_overhead_s
+        if not (self.waiting or self.running):
+            self.arrive(tr.popleft())
+        epoch, clock = self.epoch, self.clock
+        while tr and (tr[0].sent - epoch) + over <= clock:
+            self.add_request(tr.popleft())
 
     def add_request(self, r: SimRequest) -> None:
-        """Queue ``r`` (already released: ``r.sent`` set) behind the waiting requests,
-        materializing its runtime Request on this engine's manager if needed."""
+        """Queue ``r`` (already released: ``r.sent`` set) behind the waiting requests
+        now, materializing its runtime Request on this engine's manager if needed."""
         if r.request is None:
             r.materialize(self.manager)
+        r.t0 = r.sent - self.epoch
         self.waiting.append(r)
 
     def result(self) -> EngineResult:
@@ -336,6 +468,8 @@ class Engine:
 
         Raises ConfigError for a step time that is not a finite number >= 0.
         """
+        if self.transit:
+            self._deliver()
         manager = self.manager
         res = self.res
         alloc = manager.allocate_slots
@@ -484,7 +618,8 @@ class Engine:
                 or dt == float("inf"):
             raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step time "
                               "must be a finite number >= 0", field="step_time", value=dt)
-        now = self.now = self.now + dt
+        clock = self.clock = self.clock + dt
+        now = self.epoch + clock
         self.busy += dt
         # update_from_output
         finished: list[SimRequest] = []
@@ -495,7 +630,7 @@ class Engine:
             if nc >= r.prompt_len + num_out:  # (the request's token count)
                 req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
                 r.num_out = num_out = num_out + 1
-                r.token_times.append(now)
+                r.token_times.append(clock - r.t0)
                 if num_out >= r.output_len or r.prompt_len + num_out >= mml:
                     free(req)
                     r.finish = now
@@ -543,8 +678,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                kv_cache_config: Any = None, on_step: StepHook | None = None,
                progress: Callable[[int], None] | None = None,
                record_steps: bool = True, keep_requests: bool = False,
-               max_steps: int | None = None, reserve_full_prompt: bool = True
-               ) -> EngineResult:
+               max_steps: int | None = None, reserve_full_prompt: bool = True,
+               request_overhead_s: float | None = None) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion: an
     :class:`Engine` fed the requests as they arrive.
 
@@ -560,6 +695,9 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     waiting request is admitted only if the blocks for its whole current token
     sequence fit (windowed groups capped at their admission limit), not only its
     first chunk (:func:`_admission_blocks`).
+    request_overhead_s: seconds between the client sending a request and the engine
+    seeing it (the way back folded in; module docstring); None: the time model's
+    ``request_overhead_s`` (0 without one), as every kvcore path uses it.
 
     Raises ConfigError for a count out of range (naming it), requests that are not
     SimRequests, a time model without ``step_time``, settings vLLM refuses
@@ -588,14 +726,13 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                  max_model_len=max_model_len, num_lookahead_tokens=num_lookahead_tokens,
                  kv_cache_config=kv_cache_config, record_steps=record_steps,
                  keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
-                 result=res)
+                 result=res, request_overhead_s=request_overhead_s)
+    over = eng.request_overhead_s
     mml = eng.max_model_len
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
     pending: deque[SimRequest] = deque(res.requests[k] for k in order)
-    slots: deque[float] | None = (deque([float("-inf")] * max_concurrency)
-                                  if max_concurrency is not None else None)
-    waiting = eng.waiting
-    add = eng.add_request
+    slots: Slots | None = Slots(max_concurrency) if max_concurrency is not None else None
+    send = eng.send
     step = eng.step
     n_done = 0
     idle_steps = 0
@@ -616,17 +753,18 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                 r.sent = r.arrival
             pending.popleft()
             if r.prompt_len + r.output_len > mml:
+                # the API server refuses it: the client has the error after its share
                 r.rejected = True
                 res.rejected += 1
                 n_done += 1
                 released = True
                 if slots is not None:
-                    slots.append(r.sent)
+                    slots.append(r.sent + over)
                 continue
-            add(r)
+            send(r)
         if released and progress is not None:
             progress(n_done)
-        if not waiting and not eng.running:
+        if not eng.has_work:
             if not pending:
                 break
             if slots is not None and not slots:  # pragma: no cover - cannot happen
@@ -645,7 +783,7 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             if idle_steps > 1 and not (pending and pending[0].arrival > eng.now):
                 raise RuntimeError(  # pragma: no cover - a scheduler bug, not input
                     f"engine: step {res.steps} scheduled nothing with "
-                    f"{len(eng.running)} running and {len(waiting)} waiting; nothing "
+                    f"{len(eng.running)} running and {len(eng.waiting)} waiting; nothing "
                     "would ever change")
         if finished or rejected:
             n_done += len(finished) + len(rejected)
@@ -718,7 +856,7 @@ def _admission_blocks(plan: list[tuple[Any, int, int | None, str]], request: Any
     return total
 
 
-def _reject(r: SimRequest, res: EngineResult, slots: deque[float] | None, now: float,
+def _reject(r: SimRequest, res: EngineResult, slots: Any, now: float,
             keep_requests: bool) -> None:
     r.rejected = True
     res.rejected += 1

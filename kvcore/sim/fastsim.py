@@ -22,8 +22,10 @@ search configurations:
 * The step's duration is ``time_model.step_time(describe_batch(kv_cache_config,
   scheduled))``; its tokens appear at the end of the step; the request's first token
   comes with the step that finishes its prompt.  ``request_overhead_s`` of the model
-  (the API server's tokenisation and transport, if it has one) is added to each TTFT
-  and end-to-end latency.
+  (the API server's share: HTTP, tokenisation, the hop to the engine and back, if it
+  has one) is the time between a request's send and the engine seeing it, as in
+  :mod:`kvcore.sim.engine`: it is in every TTFT and end-to-end latency, in the
+  duration, and a closed-loop slot stays taken until the client has the reply.
 
 Figures are named as ``vllm bench serve --save-result`` names them.
 """
@@ -126,6 +128,7 @@ class _Req:
     prompt: int
     output: int
     sent: float = -1.0
+    seen: float = -1.0  # when the engine sees it (sent + request_overhead_s)
     computed: int = 0
     generated: int = 0
     first_token: float = -1.0
@@ -151,7 +154,9 @@ def _mean(xs: Sequence[float]) -> float:
 
 def summarize(reqs: Sequence[_Req], duration: float, overhead: float = 0.0,
               goodput: dict[str, float] | None = None) -> dict[str, Any]:
-    """``vllm bench serve`` figures of finished requests (times in ms)."""
+    """``vllm bench serve`` figures of finished requests (times in ms); ``overhead``
+    (s) is added to each TTFT and E2EL (0 from :func:`run_workload`, whose times
+    already hold the model's ``request_overhead_s``)."""
     done = [r for r in reqs if r.done >= 0]
     ttft = [1000 * (r.first_token - r.sent + overhead) for r in done]
     tpot = [1000 * (r.done - r.first_token) / (r.output - 1) for r in done if r.output > 1]
@@ -223,6 +228,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     limit = w.max_concurrency or len(reqs)
     order = sorted(range(len(reqs)), key=lambda i: arrivals[i])
     pending = deque(order)  # not yet sent
+    transit: deque[_Req] = deque()  # sent, not yet seen by the engine
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     in_flight = 0
@@ -236,10 +242,15 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         while pending and in_flight < limit and arrivals[pending[0]] <= now:
             r = reqs[pending.popleft()]
             r.sent = max(arrivals[r.idx], now)
-            waiting.append(r)
+            r.seen = r.sent + overhead
+            transit.append(r)
             in_flight += 1
+        while transit and transit[0].seen <= now:
+            waiting.append(transit.popleft())
         if not running and not waiting:
-            nxt = arrivals[pending[0]]
+            nxt = transit[0].seen if transit else math.inf
+            if pending and in_flight < limit:
+                nxt = min(nxt, arrivals[pending[0]])
             now = max(now, nxt)
             continue
         budget = max_num_batched_tokens
@@ -281,8 +292,8 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             sched.append((r, n))
             budget -= n
         if not sched:  # nothing fits: wait for arrivals (cannot happen with a valid cap)
-            if pending:
-                now = max(now, arrivals[pending[0]])
+            if transit or pending:
+                now = max(now, transit[0].seen if transit else arrivals[pending[0]])
                 continue
             raise ConfigError("the KV cache cannot hold any waiting request",
                               field="kv_cache", value=kv_capacity_tokens)
@@ -313,6 +324,6 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         if finished:
             running = [r for r in running if r.done < 0]
     first = min(r.sent for r in reqs)
-    fig = summarize(reqs, now - first, overhead, goodput)
+    fig = summarize(reqs, now - first, 0.0, goodput)
     fig["steps"] = steps
     return fig

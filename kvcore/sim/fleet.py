@@ -6,8 +6,10 @@ the requests it sent (outstanding requests, prefill tokens not yet answered).
 The loop
 ========
 One process, one clock.  Each replica keeps its own time: the end of its last step.
-Events are taken in time order: a request arrival (released under ``max_concurrency``
-as ``vllm bench serve`` sends them) or the next step of the replica whose time is
+Events are taken in time order: a request arrival (sent under ``max_concurrency``
+as ``vllm bench serve`` sends them; the router routes it, and the replica sees it, the
+API server's share ``request_overhead_s`` after the send, as in
+:mod:`kvcore.sim.engine`) or the next step of the replica whose time is
 earliest (arrivals first on ties, as :func:`~kvcore.sim.engine.run_engine` releases
 arrived requests before a step).  A step is exactly one iteration of ``run_engine``'s
 loop (budget, running requests first, recompute preemption, FCFS admission with
@@ -56,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.errors import ConfigError
-from kvcore.sim.engine import Engine, EngineResult, SimRequest
+from kvcore.sim.engine import Engine, EngineResult, SimRequest, Slots, resolve_request_overhead
 from kvcore.sim.timing import StepTimeModel
 
 __all__ = ["ROUTERS_ENTRY_POINT_GROUP", "FleetView", "FleetResult", "RoundRobinRouter",
@@ -460,30 +462,6 @@ class FleetView:
 
 
 # ---- the fleet ---------------------------------------------------------------------------
-class _Slots:
-    """``max_concurrency`` slots as a min-heap of the times they free (replicas finish
-    out of time order); the deque methods ``run_engine``'s helpers call."""
-
-    def __init__(self, n: int) -> None:
-        self._h = [float("-inf")] * n
-
-    def __bool__(self) -> bool:
-        return bool(self._h)
-
-    def __len__(self) -> int:
-        return len(self._h)
-
-    def __getitem__(self, i: int) -> float:
-        assert i == 0
-        return self._h[0]
-
-    def append(self, t: float) -> None:
-        heapq.heappush(self._h, t)
-
-    def popleft(self) -> float:
-        return heapq.heappop(self._h)
-
-
 @dataclass
 class FleetResult:
     """A fleet run: every request (input order) with the replica it went to
@@ -515,7 +493,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               max_concurrency: int | None = None, event_delay_s: float = 0.0,
               enable_caching: bool = True, reserve_full_prompt: bool = True,
               manager_kw: dict[str, Any] | None = None, progress: Any = None,
-              keep_requests: bool = True, on_done: Any = None) -> FleetResult:
+              keep_requests: bool = True, on_done: Any = None,
+              request_overhead_s: float | None = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -525,6 +504,9 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     router (>= 0).  ``progress(n)``: requests finished or rejected so far.
     ``on_done(request, replica)``: called once per request when it finishes or is
     rejected (replica -1: rejected on arrival, before routing).
+    ``request_overhead_s``: the API server's share of each request, as
+    :func:`~kvcore.sim.engine.run_engine` takes it (None: the time model's); the
+    router routes at the client's send, the replica sees the request that much later.
 
     ``keep_requests=False`` streams: ``requests`` may be any iterable (a generator) in
     arrival order, and no request is kept past ``on_done`` (``FleetResult.requests``,
@@ -557,6 +539,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
         raise ConfigError(f"max_concurrency must be an integer >= 1, got "
                           f"{max_concurrency!r}", field="max_concurrency",
                           value=max_concurrency)
+    over = resolve_request_overhead(time_model, request_overhead_s)
     rt = load_router(router) if isinstance(router, str) else router
     wall0 = time.perf_counter()
     # only a router that reads an index needs the replicas' KV events
@@ -571,7 +554,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                       max_num_batched_tokens=max_num_batched_tokens,
                       long_prefill_token_threshold=long_prefill_token_threshold,
                       max_model_len=mg.max_model_len if mml is None else mml,
-                      reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES)
+                      reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES,
+                      request_overhead_s=over)
 
     # replicas are built when first routed to (a pool per replica costs MBs and
     # ~0.1 s: a fleet of 1,000 with 8 requests builds 8)
@@ -611,7 +595,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     else:
         source = iter(requests)
     nxt: SimRequest | None = next(source, None)
-    slots: Any = _Slots(max_concurrency) if max_concurrency is not None else None
+    slots: Any = Slots(max_concurrency) if max_concurrency is not None else None
     # notices the router sees at their time: (time, tiebreak, kind, replica, payload)
     notices: list[tuple[float, int, int, int, Any]] = []
     tie = itertools.count()
@@ -646,7 +630,10 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             t_arr = nxt.arrival if nxt.arrival > free_at else free_at
         if t_arr == inf and t_step == inf:
             break
-        if t_arr <= t_step:
+        # the router and the replica see a request the API server's share after the
+        # client sent it (tokenised: what a prefix-aware router hashes)
+        t_route = t_arr + over
+        if t_route <= t_step:
             r = nxt
             assert r is not None
             nxt = next(source, None)
@@ -662,15 +649,15 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                 r.rejected = True
                 n_done += 1
                 if slots is not None:
-                    slots.append(r.sent)
+                    slots.append(r.sent + over)
                 if on_done is not None:
                     on_done(r, -1)
                 if progress is not None:
                     progress(n_done)
                 continue
             r.materialize(managers[0])
-            deliver(t_arr)
-            view.now = t_arr
+            deliver(t_route)
+            view.now = t_route
             view.predicted_hit = None
             k = rt.route(r, view)
             if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < replicas:
@@ -688,11 +675,10 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             if keep_requests:
                 assignment[pos[id(r)]] = k
                 rp.res.requests.append(r)
-            if not rp.has_work:
-                if rp.now < t_arr:
-                    rp.now = t_arr
+            idle = not rp.has_work
+            rp.arrive(r)
+            if idle:
                 push(ready, (rp.now, k))
-            rp.add_request(r)
             continue
         t, k = pop(ready)
         rp = rep(k)
@@ -826,7 +812,7 @@ def plot_fleet(res: FleetResult, path: str, title: str) -> None:
     axes[1][0].bar(range(n), res.busy_seconds)
     axes[1][0].set_title("busy seconds per replica")
     done = [r for r in res.requests if not r.rejected and r.finish >= 0]
-    xs = sorted(1000 * (r.token_times[0] - r.sent) for r in done)
+    xs = sorted(1000 * r.ttft for r in done)
     ax = axes[1][1]
     if xs:
         ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))])

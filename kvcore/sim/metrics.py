@@ -9,7 +9,10 @@ TPOT 0 for goodput); ``itl`` = every gap between consecutive output tokens.  Mea
 median, std (population, numpy's default) and percentiles (numpy's linear
 interpolation) in milliseconds; an empty list counts as ``[0]`` (vLLM's ``np.mean(x or
 0)``).  ``duration`` is the benchmark duration (time of the last finish, s);
-throughputs divide by it.  ``request_goodput``: completed requests meeting every SLO of
+throughputs divide by it.  The API server's share of each request
+(``request_overhead_s`` of the time model) is in the run itself (the engine sees a
+request that long after its send, :mod:`kvcore.sim.engine`), so every figure here, the
+per-request lists of ``--save-detailed`` and a fleet's figures include it alike.  ``request_goodput``: completed requests meeting every SLO of
 ``--goodput`` (``ttft``, ``tpot``, ``e2el`` in ms, value >= latency) per second, None
 without ``--goodput``.  ``max_output_tokens_per_s`` / ``max_concurrent_requests``: the
 busiest one-second bucket from the first send, as vLLM buckets them.
@@ -118,13 +121,11 @@ def _stats(prefix: str, xs: list[float], percentiles: Sequence[float]
 
 
 def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
-                    percentiles: Sequence[float] = (99.0,),
-                    request_overhead_s: float = 0.0) -> dict[str, Any]:
+                    percentiles: Sequence[float] = (99.0,)) -> dict[str, Any]:
     """The figures of the module docstring for an
     :class:`~kvcore.sim.engine.EngineResult` (times in s, latencies in ms, throughputs
-    per s, usage as fractions).  ``request_overhead_s`` (the step-time model's time
-    outside engine steps per request: API server, tokenisation, transport) is added to
-    each TTFT and E2EL, as :mod:`kvcore.sim.fastsim` adds it.
+    per s, usage as fractions), from each request's ``token_times`` (seconds after its
+    send: the API server's share already in them).
 
     Raises ConfigError (field ``result``) when ``result`` is not an EngineResult-like
     object (``requests``, ``duration``, ``step_end``, ``step_usage``)."""
@@ -145,8 +146,8 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
     for r in done:
         tt = r.token_times
         n = len(tt)
-        ttft = tt[0] - r.sent + request_overhead_s
-        lat = tt[-1] - r.sent + request_overhead_s
+        ttft = tt[0]
+        lat = tt[-1]
         tpot = 0.0
         if n > 1:
             tpot = (lat - ttft) / (n - 1)
@@ -213,11 +214,12 @@ def _peaks(done: Sequence[Any]) -> dict[str, Any]:
     tok: dict[int, int] = {}
     conc: dict[int, int] = {}
     for r in done:
+        s0 = r.sent - t0
         for t in r.token_times:
-            b = int(t - t0)
+            b = int(s0 + t)
             if b >= 0:
                 tok[b] = tok.get(b, 0) + 1
-        a, z = int(r.sent - t0), int(r.finish - t0)
+        a, z = int(s0), int(s0 + r.token_times[-1])
         conc[a] = conc.get(a, 0) + 1
         conc[z + 1] = conc.get(z + 1, 0) - 1
     run = best = 0

@@ -102,10 +102,6 @@ def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
                      max_num_seqs=int(cand["max_num_seqs"]), max_num_batched_tokens=mnbt,
                      max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
                      record_steps=False)
-    over = float(getattr(model, "request_overhead_s", 0.0) or 0.0)
-    for r in res.requests:
-        if over and r.token_times:
-            r.sent -= over  # the API server's share of every latency
     from kvcore.sim.engine import check_some_served
 
     check_some_served(res.requests, max_model_len=mml, num_blocks=kv.num_blocks)

@@ -49,8 +49,12 @@ def _clean_error(rc: int, err: str, *words: str) -> None:
 
 # ---- 1. peak buckets: only the seconds that hold events ---------------------------------
 class _R:
-    def __init__(self, sent: float, times: list[float]) -> None:
-        self.sent, self.token_times, self.finish = sent, times, times[-1]
+    """A finished request: sent at ``sent``, tokens ``rel`` seconds after it (the
+    engine's token_times count from the send)."""
+
+    def __init__(self, sent: float, rel: list[float]) -> None:
+        self.sent, self.token_times = sent, rel
+        self.finish = sent + rel[-1]
 
 
 def _peaks_reference(done: list[_R]) -> tuple[float, int]:
@@ -60,9 +64,9 @@ def _peaks_reference(done: list[_R]) -> tuple[float, int]:
     tok = [0] * n
     for r in done:
         for t in r.token_times:
-            tok[int(t - t0)] += 1
-    conc = [sum(1 for r in done if int(r.sent - t0) <= b <= int(r.finish - t0))
-            for b in range(n)]
+            tok[int((r.sent - t0) + t)] += 1
+    conc = [sum(1 for r in done if int(r.sent - t0) <= b
+                <= int((r.sent - t0) + r.token_times[-1])) for b in range(n)]
     return float(max(tok)), max(conc)
 
 
@@ -75,7 +79,7 @@ def test_peaks_match_the_per_second_definition(reqs: Any, offset: float) -> None
 
     done = []
     for sent, gaps in reqs:
-        t, times = sent, []
+        t, times = 0.0, []
         for g in gaps:
             t += g
             times.append(t)
@@ -84,7 +88,7 @@ def test_peaks_match_the_per_second_definition(reqs: Any, offset: float) -> None
     got = _peaks(done)
     assert (got["max_output_tokens_per_s"], got["max_concurrent_requests"]) == ref
     if offset:  # the same run shifted far away: same answer, no per-second allocation
-        far = [_R(r.sent + offset, [t + offset for t in r.token_times]) for r in done]
+        far = [_R(r.sent + offset, r.token_times) for r in done]
         far[0] = _R(0.0, [1.0])  # one request at 0, the others 10^6..10^12 s later
         g2 = _peaks(far)
         assert g2["max_concurrent_requests"] >= 1

@@ -26,8 +26,8 @@ from kvcore.sim.traces import TraceRequest
 
 def _req(rid: str, prompt: int, sent: float, times: list[float]) -> SimRequest:
     r = SimRequest(TraceRequest(rid, 0.0, prompt, len(times), 0))
-    r.sent = sent
-    r.token_times = list(times)
+    r.sent = sent  # times: absolute here; the engine keeps them from the send
+    r.token_times = [t - sent for t in times]
     r.finish = times[-1]
     return r
 
