@@ -57,12 +57,35 @@ class ScheduledRequest:
     is_prefill: True while the request is still computing its prompt.
     num_encoder_tokens: encoder tokens the request's cross-attention layers attend to
         (encoder-decoder models), tokens; 0 for decoder-only requests.
+
+    Raises ConfigError naming the field for a count that is not an int >= 0 or an
+    ``is_prefill`` that is not a bool.
     """
 
     num_new_tokens: int
     num_computed_tokens: int
     is_prefill: bool
     num_encoder_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        _check_counts(self, ("num_new_tokens", "num_computed_tokens",
+                             "num_encoder_tokens"))
+        if type(self.is_prefill) is not bool:
+            raise ConfigError(f"ScheduledRequest.is_prefill must be True or False, got "
+                              f"{self.is_prefill!r}", field="is_prefill",
+                              value=repr(self.is_prefill))
+
+
+def _check_counts(obj: Any, names: Sequence[str]) -> None:
+    """Each named field of ``obj`` is an int >= 0 (bool refused), else ConfigError
+    naming ``Class.field``, the value and the valid range."""
+    for name in names:
+        v = getattr(obj, name)
+        if type(v) is not int or v < 0:
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                continue  # an int subclass (numpy ints are not: they are refused)
+            raise ConfigError(f"{type(obj).__name__}.{name} must be an integer >= 0, got "
+                              f"{v!r}", field=name, value=repr(v))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +102,9 @@ class GroupIO:
     qk_dim, v_dim: channels per KV head of the keys and values (from the spec's
         :meth:`~kvcore.specs.KVCacheSpec.kv_traffic`).
     num_kv_heads: KV heads per layer on this rank (1 for MLA and state kinds).
+
+    Raises ConfigError naming the field for a count or byte figure that is not an int
+    >= 0 or a ``kind`` that is not a string.
     """
 
     group_id: int
@@ -92,13 +118,44 @@ class GroupIO:
     v_dim: int = 0
     num_kv_heads: int = 0
 
+    def __post_init__(self) -> None:
+        _check_counts(self, _GROUPIO_COUNTS)
+        if not isinstance(self.kind, str):
+            raise ConfigError(f"GroupIO.kind must be a spec kind string, got "
+                              f"{self.kind!r}", field="kind", value=repr(self.kind))
+
+
+_GROUPIO_COUNTS = ("group_id", "num_layers", "kv_bytes_read", "kv_bytes_written",
+                   "num_block_tables", "attention_pairs", "qk_dim", "v_dim",
+                   "num_kv_heads")
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """The composition of one engine step (see the module docstring)."""
+    """The composition of one engine step (see the module docstring).
+
+    requests: the step's :class:`ScheduledRequest` objects; groups: one
+    :class:`GroupIO` per KV-cache group (any sequence; kept as tuples).
+    Raises ConfigError (field ``requests`` / ``groups``) for another element type."""
 
     requests: tuple[ScheduledRequest, ...]
     groups: tuple[GroupIO, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, cls in (("requests", ScheduledRequest), ("groups", GroupIO)):
+            v = getattr(self, name)
+            if type(v) is not tuple:
+                if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+                    raise ConfigError(f"Batch.{name} must be a sequence of "
+                                      f"{cls.__name__}, got {type(v).__name__}",
+                                      field=name, value=type(v).__name__)
+                v = tuple(v)
+                object.__setattr__(self, name, v)
+            for x in v:
+                if type(x) is not cls and not isinstance(x, cls):
+                    raise ConfigError(f"Batch.{name} must hold {cls.__name__} objects, "
+                                      f"got {type(x).__name__}", field=name,
+                                      value=type(x).__name__)
 
     @property
     def num_tokens(self) -> int:
