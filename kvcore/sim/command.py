@@ -638,9 +638,10 @@ def add_clock_arguments(p: Any) -> None:
     g.add_argument("--pp", type=length_arg("pipeline_parallel_size"), default=1,
                    dest="pipeline_parallel_size", help="pipeline-parallel size")
     g.add_argument("--time-model", default=None, metavar="NAME",
-                   help="a step-time model by name (constant, or one registered under the "
-                        "kvcore.time_models entry points); default: the roofline with "
-                        "--gpu, else a constant 10 ms a step")
+                   help="a step-time model by name (constant, roofline (needs --gpu), or "
+                        "one registered under the kvcore.time_models entry points, given "
+                        "the run's model, plan, --gpu, --tp, --pp as it takes them); "
+                        "default: the roofline with --gpu, else a constant 10 ms a step")
     from kvcore.deploy.sweep import list_of
 
     g.add_argument("--replicas", type=list_of(length_arg("replicas",
@@ -791,30 +792,53 @@ def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
     return 256, 2048
 
 
+#: the ``kvcore simulate`` flag that gives each option of a step-time model's factory
+_TIME_MODEL_FLAGS = {"model_config": "MODEL", "kv_cache_config": "the plan",
+                     "gpu": "--gpu", "tensor_parallel_size": "--tp",
+                     "pipeline_parallel_size": "--pp"}
+
+
 def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config: Any
                     ) -> Any:
     """The step-time model of a clocked run.
 
-    ``--time-model NAME``: :func:`kvcore.sim.timing.load_time_model`.  With ``--gpu``:
-    ``kvcore.sim.timing.roofline_for(model_config, kv_cache_config, gpu=...,
-    tensor_parallel_size=..., pipeline_parallel_size=...)`` when that exists.
-    Otherwise :class:`~kvcore.sim.timing.ConstantTimeModel` of
-    ``PLACEHOLDER_STEP_S`` per step, a placeholder: its latencies count steps, not
-    seconds of any GPU (:func:`time_model_note` says so in the output).
+    The run's context: ``model_config``, ``kv_cache_config``, ``tensor_parallel_size``,
+    ``pipeline_parallel_size`` (when not 1) and ``gpu`` (with ``--gpu``).
+    ``--time-model NAME``: :func:`kvcore.sim.timing.load_time_model` with the part of
+    the context its factory takes by name (all of it when it takes ``**options``); a
+    factory that needs what the run lacks (``roofline`` without ``--gpu``) is a
+    ConfigError naming the flag.  Without a name, with ``--gpu``: the roofline
+    (``roofline_for`` with that context).  Otherwise
+    :class:`~kvcore.sim.timing.ConstantTimeModel` of ``PLACEHOLDER_STEP_S`` per step, a
+    placeholder: its latencies count steps, not seconds of any GPU
+    (:func:`time_model_note` says so in the output).
     """
+    from kvcore.errors import ConfigError
     from kvcore.sim import timing
 
+    ctx: dict[str, Any] = {"model_config": model_config,
+                           "kv_cache_config": kv_cache_config,
+                           "tensor_parallel_size": args.tensor_parallel_size}
+    if getattr(args, "pipeline_parallel_size", 1) != 1:
+        ctx["pipeline_parallel_size"] = args.pipeline_parallel_size
+    gpu = getattr(args, "gpu", None)
+    if gpu:
+        ctx["gpu"] = gpu
     name = getattr(args, "time_model", None)
     if name:
-        return timing.load_time_model(name)
-    gpu = getattr(args, "gpu", None)
+        accepted, required = timing.time_model_options(name)
+        lacking = sorted(required - set(ctx))
+        if lacking:
+            flags = ", ".join(_TIME_MODEL_FLAGS.get(k, k) for k in lacking)
+            raise ConfigError(f"--time-model {name} needs {flags} (its "
+                              f"{', '.join(lacking)}): the step-time model cannot be "
+                              f"built without it", field=lacking[0], value=name)
+        opts = ctx if accepted is None else {k: v for k, v in ctx.items() if k in accepted}
+        return timing.load_time_model(name, **opts)
     roofline = getattr(timing, "roofline_for", None)
     if gpu and roofline is not None:
-        kw: dict[str, Any] = {"gpu": gpu,
-                              "tensor_parallel_size": args.tensor_parallel_size}
-        if getattr(args, "pipeline_parallel_size", 1) != 1:
-            kw["pipeline_parallel_size"] = args.pipeline_parallel_size
-        return roofline(model_config, kv_cache_config, **kw)
+        rest = {k: v for k, v in ctx.items() if k not in ("model_config", "kv_cache_config")}
+        return roofline(model_config, kv_cache_config, **rest)
     return timing.ConstantTimeModel(step_s=PLACEHOLDER_STEP_S)
 
 

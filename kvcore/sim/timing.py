@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, KVCoreError
 
 __all__ = [
     "ScheduledRequest",
@@ -40,6 +40,7 @@ __all__ = [
     "roofline_for",
     "describe_batch",
     "load_time_model",
+    "time_model_options",
     "TIME_MODELS_ENTRY_POINT_GROUP",
 ]
 
@@ -376,32 +377,96 @@ def describe_batch(kv_cache_config: Any, requests: Sequence[ScheduledRequest]) -
     return Batch(reqs, tuple(groups))
 
 
-def load_time_model(name: str, **options: Any) -> StepTimeModel:
-    """The step-time model registered under ``name``.
-
-    Built-in: ``constant`` and ``roofline`` (:func:`roofline_for`: options
-    ``model_config``, ``gpu``, ``tensor_parallel_size``, ...).  Others come from the entry-point group
-    ``kvcore.time_models`` (the entry point's object is called with ``options``).
-
-    Raises:
-        ConfigError: ``name`` is neither built in nor registered (the message lists the
-            known names), or the factory returned no ``step_time``.
-    """
+def _time_model_factory(name: str) -> Callable[..., StepTimeModel]:
     builtins: dict[str, Callable[..., StepTimeModel]] = {"constant": ConstantTimeModel,
                                                          "roofline": roofline_for}
     factory: Callable[..., StepTimeModel] | None = builtins.get(name)
-    if factory is None:
-        try:
-            from importlib.metadata import entry_points
-            eps = {ep.name: ep for ep in entry_points(group=TIME_MODELS_ENTRY_POINT_GROUP)}
-        except Exception:  # pragma: no cover - broken metadata
-            eps = {}
-        if name not in eps:
-            known = sorted({*builtins, *eps})
-            raise ConfigError(f"time_model: unknown step-time model {name!r}; known: "
-                              f"{', '.join(known)}", field="time_model", value=name)
-        factory = eps[name].load()
-    model = factory(**options)
+    if factory is not None:
+        return factory
+    try:
+        from importlib.metadata import entry_points
+        eps = {ep.name: ep for ep in entry_points(group=TIME_MODELS_ENTRY_POINT_GROUP)}
+    except Exception:  # pragma: no cover - broken metadata
+        eps = {}
+    if not isinstance(name, str) or name not in eps:
+        known = sorted({*builtins, *eps})
+        raise ConfigError(f"time_model: unknown step-time model {name!r}; known: "
+                          f"{', '.join(known)} (others register under the entry-point "
+                          f"group {TIME_MODELS_ENTRY_POINT_GROUP!r})", field="time_model",
+                          value=repr(name))
+    try:
+        loaded: Callable[..., StepTimeModel] = eps[name].load()
+    except Exception as exc:
+        raise ConfigError(f"time_model {name!r} ({eps[name].value}) failed to load: {exc}",
+                          field="time_model", value=name) from exc
+    return loaded
+
+
+def time_model_options(name: str) -> tuple[frozenset[str] | None, frozenset[str]]:
+    """``(accepted, required)`` option names of the step-time model ``name``'s factory
+    (from its signature): ``accepted`` is None when it takes any keyword
+    (``**options``); ``required`` are those without a default.  ``kvcore simulate
+    --time-model NAME`` passes the run's context (``model_config``,
+    ``kv_cache_config``, ``gpu``, ``tensor_parallel_size``,
+    ``pipeline_parallel_size``) by these names.
+
+    Raises ConfigError (field ``time_model``) for an unknown name."""
+    import inspect
+
+    factory = _time_model_factory(name)
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return None, frozenset()
+    accepted: set[str] = set()
+    required: set[str] = set()
+    anything = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            anything = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            accepted.add(p.name)
+            if p.default is p.empty:
+                required.add(p.name)
+    return (None if anything else frozenset(accepted)), frozenset(required)
+
+
+def load_time_model(name: str, **options: Any) -> StepTimeModel:
+    """The step-time model registered under ``name``, built with ``options``.
+
+    Built-in: ``constant`` (:class:`ConstantTimeModel`: ``step_s``, ``token_s``) and
+    ``roofline`` (:func:`roofline_for`: ``model_config`` and ``gpu`` required,
+    ``kv_cache_config``, ``tensor_parallel_size``, ``pipeline_parallel_size``, ...).
+    Others come from the entry-point group ``kvcore.time_models`` (the entry point's
+    object is called with ``options``).  :func:`time_model_options` says what a name
+    takes.
+
+    Raises:
+        ConfigError: ``name`` is neither built in nor registered (the message lists the
+            known names), a required option is missing or an option is unknown (the
+            message names them and lists what the model takes), the factory refuses
+            its options or fails, or it returned no ``step_time``.
+    """
+    factory = _time_model_factory(name)
+    accepted, required = time_model_options(name)
+    missing = sorted(required - set(options))
+    unknown = sorted(set(options) - accepted) if accepted is not None else []
+    takes = ", ".join(sorted(accepted)) if accepted is not None else "any keyword"
+    if missing:
+        raise ConfigError(f"time_model {name!r} needs the option(s) {', '.join(missing)} "
+                          f"(it takes: {takes})", field="time_model", value=name)
+    if unknown:
+        raise ConfigError(f"time_model {name!r}: unknown option(s) {', '.join(unknown)} "
+                          f"(it takes: {takes})", field="time_model", value=name)
+    try:
+        model = factory(**options)
+    except KVCoreError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"time_model {name!r} refused its options "
+                          f"({', '.join(sorted(options)) or 'none'}): "
+                          f"{type(exc).__name__}: {exc}", field="time_model",
+                          value=name) from exc
     if not callable(getattr(model, "step_time", None)):
         raise ConfigError(f"time_model: {name!r} gave {type(model).__name__}, which has no "
                           "step_time(batch) method", field="time_model", value=name)
