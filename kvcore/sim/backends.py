@@ -79,10 +79,20 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], *, backend: str = 
               progress: bool | None = None, label: str = "simulating") -> list[Any]:
     """``[fn(t) for t in tasks]`` on ``backend`` (see the module docstring).
 
-    Raises ConfigError for an unknown backend, a bad ``workers`` count, or
-    ``backend="ray"`` without Ray installed (naming the install command); an exception
-    raised by ``fn`` propagates.
+    Raises ConfigError for an ``fn`` that is not callable, ``tasks`` that are not a
+    sequence, an unknown backend, a bad ``workers`` count, ``backend="local"`` with an
+    ``fn`` or a task its process pool cannot pickle (a lambda or a local function: the
+    pool sends ``fn`` by its importable name), or ``backend="ray"`` without Ray
+    installed (naming the install command); an exception raised by ``fn`` propagates.
     """
+    if not callable(fn):
+        raise ConfigError(f"run_tasks: fn must be a callable (a module-level function), "
+                          f"got {type(fn).__name__}", field="fn", value=repr(fn))
+    if tasks is None or isinstance(tasks, (str, bytes, dict)) or \
+            not hasattr(tasks, "__iter__"):
+        raise ConfigError(f"run_tasks: tasks must be a sequence of task arguments, got "
+                          f"{type(tasks).__name__}", field="tasks",
+                          value=type(tasks).__name__)
     if backend not in BACKENDS:
         raise ConfigError(f"--backend: unknown backend {backend!r}; valid: "
                           f"{', '.join(BACKENDS)}", field="backend", value=backend)
@@ -106,9 +116,34 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], *, backend: str = 
                 out.append(fn(t))
                 bar.advance()
             return out
+        _check_picklable(fn, tasks)
         return _run_pool(fn, tasks, n, bar)
     finally:
         bar.close()
+
+
+def _check_picklable(fn: Callable[[Any], Any], tasks: list[Any]) -> None:
+    """What a process pool must pickle (``fn`` by its importable name, each task by
+    value), or ConfigError naming ``fn`` / ``tasks`` and the way out."""
+    import pickle
+
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise ConfigError(f"run_tasks: fn {name!r} cannot be sent to the local process "
+                          f"pool ({type(exc).__name__}: {exc}); pass a module-level "
+                          f"function (importable by name), or backend='serial' / "
+                          f"workers=1 to run in this process", field="fn",
+                          value=name) from exc
+    for i, t in enumerate(tasks):
+        try:
+            pickle.dumps(t)
+        except Exception as exc:
+            raise ConfigError(f"run_tasks: task {i} ({type(t).__name__}) cannot be sent "
+                              f"to the local process pool ({type(exc).__name__}: {exc}); "
+                              f"tasks must be picklable (plain data)", field="tasks",
+                              value=i) from exc
 
 
 def _run_pool(fn: Callable[[Any], Any], tasks: list[Any], n: int, bar: _Bar) -> list[Any]:

@@ -372,10 +372,20 @@ def router_names() -> list[str]:
 def load_router(name: str, **options: Any) -> Any:
     """A fresh router by name (built in, or the ``kvcore.routers`` entry point called
     with ``options``).  Raises ConfigError (field ``router``) for an unknown name,
-    listing the known ones, or an entry point that fails to load."""
-    cls = _BUILTIN.get(name)
+    listing the known ones, an entry point that fails to load, or options the router
+    does not take (naming them)."""
+    cls = _BUILTIN.get(name) if isinstance(name, str) else None
     if cls is not None:
-        return cls(**options)
+        try:
+            return cls(**options)
+        except TypeError as exc:
+            import inspect
+
+            takes = [p for p in inspect.signature(cls).parameters]
+            raise ConfigError(f"router {name!r}: unknown option(s) "
+                              f"{', '.join(sorted(options))}; it takes: "
+                              f"{', '.join(takes) or 'none'} ({exc})", field="router",
+                              value=name) from None
     ep = _entry_points().get(name)
     if ep is None:
         raise ConfigError(f"unknown router {name!r}; known: {', '.join(router_names())} "
@@ -541,6 +551,15 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                           value=max_concurrency)
     over = resolve_request_overhead(time_model, request_overhead_s)
     rt = load_router(router) if isinstance(router, str) else router
+    if not callable(getattr(rt, "route", None)):
+        raise ConfigError(f"router must be a router name ({', '.join(router_names())}) or "
+                          f"an object with route(request, view) -> replica index, got "
+                          f"{type(rt).__name__}", field="router", value=type(rt).__name__)
+    if requests is None or isinstance(requests, (str, bytes)) or \
+            not hasattr(requests, "__iter__"):
+        raise ConfigError(f"requests must be an iterable of SimRequest, got "
+                          f"{type(requests).__name__}", field="requests",
+                          value=type(requests).__name__)
     wall0 = time.perf_counter()
     # only a router that reads an index needs the replicas' KV events
     feed = bool(getattr(rt, "uses_index", False) or getattr(rt, "uses_attention_index",
@@ -588,12 +607,17 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     pos: dict[int, int] = {}
     if keep_requests:
         reqs = list(requests)
+        bad = next((r for r in reqs if not isinstance(r, SimRequest)), None)
+        if bad is not None:
+            raise ConfigError(f"requests must be SimRequest objects (wrap a TraceRequest "
+                              f"as SimRequest(trace)), got {type(bad).__name__}",
+                              field="requests", value=type(bad).__name__)
         assignment = [-1] * len(reqs)
         pos = {id(r): i for i, r in enumerate(reqs)}
         order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
         source: Any = iter([reqs[k] for k in order])
     else:
-        source = iter(requests)
+        source = _checked(requests)
     nxt: SimRequest | None = next(source, None)
     slots: Any = Slots(max_concurrency) if max_concurrency is not None else None
     # notices the router sees at their time: (time, tiebreak, kind, replica, payload)
@@ -720,6 +744,15 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
         peak_kv_usage=[rp.peak_usage if rp is not None else 0.0 for rp in reps])
 
 
+def _checked(requests: Any) -> Any:
+    for r in requests:
+        if not isinstance(r, SimRequest):
+            raise ConfigError(f"requests must be SimRequest objects (wrap a TraceRequest "
+                              f"as SimRequest(trace)), got {type(r).__name__}",
+                              field="requests", value=type(r).__name__)
+        yield r
+
+
 # ---- figures -----------------------------------------------------------------------------
 def _imbalance(xs: Sequence[float]) -> tuple[float, float]:
     """(max / mean, coefficient of variation) of per-replica figures (1.0, 0.0 when
@@ -742,8 +775,16 @@ def fleet_metrics(res: FleetResult, *, goodput: dict[str, float] | None = None,
     ``busy_imbalance``, ``busy_cv``), ``router_predicted_hit_ratio`` (the hits a
     prefix-aware router expected over the prompt tokens it routed; above the real
     ``prefix_hit_ratio`` when it trusted blocks that were gone) and ``per_replica`` (each
-    replica's own figures)."""
+    replica's own figures).
+
+    Raises ConfigError (field ``result``) when ``res`` is not a :class:`FleetResult`."""
     from kvcore.sim.metrics import serving_metrics
+
+    if not all(hasattr(res, a) for a in ("requests", "replicas", "busy_seconds",
+                                         "duration", "router")):
+        raise ConfigError(f"fleet_metrics: res must be a FleetResult (from run_fleet), got "
+                          f"{type(res).__name__}", field="result",
+                          value=type(res).__name__)
 
     merged = EngineResult(requests=res.requests)
     merged.duration = res.duration
