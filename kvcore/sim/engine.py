@@ -98,7 +98,7 @@ class SimRequest:
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out", "route_est", "t0")
+                 "preemptions", "rejected", "num_out", "route_est", "t0", "sref")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -120,6 +120,9 @@ class SimRequest:
         self.route_est = -1
         #: ``sent`` as an offset of its engine's clock (set by Engine.add_request)
         self.t0 = 0.0
+        #: ``sent`` exactly, as (epoch, offset) of the clock that freed its slot (None:
+        #: ``(sent, 0)``, an arrival)
+        self.sref: tuple[float, float] | None = None
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -258,11 +261,14 @@ def check_some_served(requests: Sequence[Any], *, max_model_len: int,
 class Slots:
     """``max_concurrency`` slots as a min-heap of the times they free (a slot freed by
     a rejection's error reply may free after a later finish; a fleet's replicas
-    finish out of time order): ``popleft()`` takes the earliest, ``append(t)`` frees
-    one at ``t``, ``slots[0]`` is the earliest."""
+    finish out of time order): ``popleft()`` takes the earliest as ``(t, epoch,
+    offset)``, ``append(t, epoch, offset)`` frees one at ``t`` (``epoch + offset`` of
+    the clock that freed it, kept exactly: module docstring), ``slots[0]`` is the
+    earliest ``t``."""
 
     def __init__(self, n: int) -> None:
-        self._h = [float("-inf")] * n
+        inf = float("-inf")
+        self._h: list[tuple[float, float, float]] = [(inf, inf, 0.0)] * n
 
     def __bool__(self) -> bool:
         return bool(self._h)
@@ -273,13 +279,30 @@ class Slots:
     def __getitem__(self, i: int) -> float:
         if i != 0:
             raise IndexError("Slots: only slots[0], the earliest, is readable")
-        return self._h[0]
+        return self._h[0][0]
 
-    def append(self, t: float) -> None:
-        heapq.heappush(self._h, t)
+    def append(self, t: float, epoch: float | None = None, offset: float = 0.0) -> None:
+        heapq.heappush(self._h, (t, t, 0.0) if epoch is None else (t, epoch, offset))
 
-    def popleft(self) -> float:
+    def popleft(self) -> tuple[float, float, float]:
         return heapq.heappop(self._h)
+
+    def send(self, r: SimRequest) -> None:
+        """Take the earliest slot for ``r``: it is sent at the later of its arrival and
+        the time the slot frees (``r.sent``, with ``r.sref`` exact)."""
+        t, epoch, offset = heapq.heappop(self._h)
+        if r.arrival > t:
+            r.sent, r.sref = r.arrival, None
+        else:
+            r.sent, r.sref = t, (epoch, offset)
+
+    def release_after(self, r: SimRequest, delay: float) -> None:
+        """Free a slot ``delay`` after ``r``'s send (a rejection's error reply)."""
+        sr = r.sref
+        if sr is None:
+            self.append(r.sent + delay, r.sent, delay)
+        else:
+            self.append(r.sent + delay, sr[0], sr[1] + delay)
 
 
 class StepRecord(NamedTuple):
@@ -433,10 +456,20 @@ class Engine:
         is first rebased on ``r.sent`` (exact times, module docstring); busy, ``r``
         joins the waiting queue for the next step."""
         over = self.request_overhead_s
-        if not (self.waiting or self.running) and \
-                (r.sent - self.epoch) + over > self.clock:
-            self.epoch, self.clock = r.sent, over
+        if not (self.waiting or self.running) and self._sent_off(r) + over > self.clock:
+            sr = r.sref
+            if sr is None:
+                self.epoch, self.clock = r.sent, over
+            else:
+                self.epoch, self.clock = sr[0], sr[1] + over
         self.add_request(r)
+
+    def _sent_off(self, r: SimRequest) -> float:
+        """``r.sent`` as an offset of this engine's clock (exact on its own epoch)."""
+        sr = r.sref
+        if sr is None:
+            return r.sent - self.epoch
+        return (sr[0] - self.epoch) + sr[1]
 
     def _deliver(self) -> None:
         """Move the requests the engine has seen by now from transit to waiting (the
@@ -445,8 +478,9 @@ class Engine:
         over = self.request_overhead_s
         if not (self.waiting or self.running):
             self.arrive(tr.popleft())
-        epoch, clock = self.epoch, self.clock
-        while tr and (tr[0].sent - epoch) + over <= clock:
+        clock = self.clock
+        off = self._sent_off
+        while tr and off(tr[0]) + over <= clock:
             self.add_request(tr.popleft())
 
     def add_request(self, r: SimRequest) -> None:
@@ -454,7 +488,7 @@ class Engine:
         now, materializing its runtime Request on this engine's manager if needed."""
         if r.request is None:
             r.materialize(self.manager)
-        r.t0 = r.sent - self.epoch
+        r.t0 = self._sent_off(r)
         self.waiting.append(r)
 
     def result(self) -> EngineResult:
@@ -581,7 +615,7 @@ class Engine:
                 if out is None:
                     if not running:  # nothing will ever free blocks for it
                         waiting.popleft()
-                        _reject(r, res, slots, self.now, keep_requests)
+                        _reject(r, res, slots, self, keep_requests)
                         rejected.append(r)
                         continue
                     break
@@ -599,7 +633,7 @@ class Engine:
         elif lone is not None:
             # it preempted itself while running alone: it needs more than the pool
             waiting.remove(lone)
-            _reject(lone, res, slots, self.now, keep_requests)
+            _reject(lone, res, slots, self, keep_requests)
             rejected.append(lone)
         # run the step
         memo = self._memo
@@ -636,7 +670,7 @@ class Engine:
                     r.finish = now
                     finished.append(r)
                     if slots is not None:
-                        slots.append(now)
+                        slots.append(now, self.epoch, clock)
                     if not keep_requests:
                         r.request = r.outputs = None
         if finished:
@@ -747,8 +781,7 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             if slots is not None:
                 if not slots:
                     break
-                free_at = slots.popleft()
-                r.sent = r.arrival if r.arrival > free_at else free_at
+                slots.send(r)
             else:
                 r.sent = r.arrival
             pending.popleft()
@@ -759,7 +792,7 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                 n_done += 1
                 released = True
                 if slots is not None:
-                    slots.append(r.sent + over)
+                    slots.release_after(r, over)
                 continue
             send(r)
         if released and progress is not None:
@@ -856,11 +889,11 @@ def _admission_blocks(plan: list[tuple[Any, int, int | None, str]], request: Any
     return total
 
 
-def _reject(r: SimRequest, res: EngineResult, slots: Any, now: float,
+def _reject(r: SimRequest, res: EngineResult, slots: Any, eng: Engine,
             keep_requests: bool) -> None:
     r.rejected = True
     res.rejected += 1
     if r.request is not None and not keep_requests:
         r.request = r.outputs = None
     if slots is not None:
-        slots.append(now)
+        slots.append(eng.now, eng.epoch, eng.clock)

@@ -667,13 +667,14 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                                   "fleet run takes requests in arrival order",
                                   field="arrival", value=nxt.arrival)
             if slots is not None:
-                slots.popleft()
-            r.sent = t_arr
+                slots.send(r)  # r.sent = t_arr, exactly
+            else:
+                r.sent = t_arr
             if r.prompt_len + r.output_len > mml:
                 r.rejected = True
                 n_done += 1
                 if slots is not None:
-                    slots.append(r.sent + over)
+                    slots.release_after(r, over)
                 if on_done is not None:
                     on_done(r, -1)
                 if progress is not None:

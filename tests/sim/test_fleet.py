@@ -520,3 +520,51 @@ def test_routing_md_sweep_command_runs(capsys):
     assert [ln.split()[2:4] for ln in lines[1:]] == [
         ["2", "round-robin"], ["2", "prefix-aware"], ["4", "round-robin"],
         ["4", "prefix-aware"]]
+
+
+# ---- bad input: a ConfigError naming the argument (tester 2, finding 16) ---------------
+
+def _bad_fleet_cases():
+    import kvcore
+    from kvcore.sim import fleet
+    from kvcore.sim.workload import random_dataset
+
+    kvc = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=4 << 30,
+                            max_model_len=4096)
+    reqs = [SimRequest(t, 0.0) for t in random_dataset(num_prompts=4, input_len=64,
+                                                       output_len=4)]
+    kw = {"replicas": 2, "max_num_seqs": 8, "max_num_batched_tokens": 2048}
+    tm = ConstantTimeModel()
+
+    class NoRoute:
+        name = "x"
+
+    return {
+        "router=object()": (lambda: fleet.run_fleet(kvc, reqs, tm, router=object(), **kw),
+                            "router"),
+        "router without route": (lambda: fleet.run_fleet(kvc, reqs, tm, router=NoRoute(),
+                                                         **kw), "router"),
+        "requests=None": (lambda: fleet.run_fleet(kvc, None, tm, router="round-robin",
+                                                  **kw), "requests"),
+        "requests of traces": (lambda: fleet.run_fleet(
+            kvc, [r.trace for r in reqs], tm, router="round-robin", **kw), "requests"),
+        "streamed requests of ints": (lambda: fleet.run_fleet(
+            kvc, iter([1, 2]), tm, router="round-robin", keep_requests=False, **kw),
+            "requests"),
+        "load_router unknown option": (lambda: fleet.load_router("round-robin", bogus=1),
+                                       "router"),
+        "load_router prefix-aware typo": (lambda: fleet.load_router(
+            "prefix-aware", pending_ttl=3), "router"),
+        "fleet_metrics(None)": (lambda: fleet.fleet_metrics(None), "result"),
+        "fleet_metrics(EngineResult)": (lambda: fleet.fleet_metrics(
+            run_engine(KVCacheManager(kvc, max_model_len=4096), [], tm, max_num_seqs=8,
+                       max_num_batched_tokens=2048)), "result"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_fleet_cases()))
+def test_fleet_api_bad_input_is_a_config_error_naming_the_argument(case):
+    call, field = _bad_fleet_cases()[case]
+    with pytest.raises(ConfigError) as exc:
+        call()
+    assert exc.value.extra["field"] == field, str(exc.value)

@@ -247,3 +247,105 @@ def test_save_result_into_a_file_path_fails_before_the_run(capsys, tmp_path):
     line = _one_line_error(capsys, [*BASE, "--save-result", "--result-dir", str(f)],
                            field="result_dir")
     assert "is a file" in line
+
+
+# ---- --time-model NAME gets what it needs (tester 2, finding 12) -----------------------
+# ``--time-model roofline`` crashed (TypeError: roofline_for() missing 'model_config'):
+# make_time_model called every named factory with no options.
+
+@pytest.mark.parametrize("gpu", [["--gpu", "H100"], ["--gpu", "A100-80GB"], []])
+def test_time_model_roofline_by_name(capsys, gpu):
+    """With --gpu, --time-model roofline is the default model (the same figures);
+    without, one line, exit 2, naming --gpu."""
+    argv = ["simulate", "llama-3.1-8b", "--dataset", "random", "--num-prompts", "4",
+            "--random-input-len", "64", "--random-output-len", "4", "--max-model-len",
+            "4096", *gpu]
+    if not gpu:
+        argv += ["--kv-cache-memory", "20GiB"]
+    code = cli_main([*argv, "--time-model", "roofline", "--json"])
+    cap = capsys.readouterr()
+    if gpu:
+        assert code == 0, cap.err
+        named = json.loads(cap.out)
+        assert cli_main([*argv, "--json"]) == 0
+        default = json.loads(capsys.readouterr().out)
+        for k in ("mean_ttft_ms", "mean_tpot_ms", "duration"):
+            assert named[k] == pytest.approx(default[k], rel=1e-12), k
+    else:
+        assert code == 2  # under --json the one-line error is {"error": ...}
+        err = json.loads(cap.out)["error"]
+        assert err["type"] == "ConfigError" and "--gpu" in err["message"]
+        assert err["field"] == "gpu"
+        assert cli_main(argv + ["--time-model", "roofline"]) == 2
+        plain = capsys.readouterr().err
+        assert "--gpu" in plain and len(plain.strip().splitlines()) == 1
+
+
+_OPTS = {"constant": ({"step_s", "token_s"}, set()),
+         "roofline": (None, {"model_config", "gpu"})}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(_OPTS)), st.sets(st.sampled_from(
+    ["model_config", "gpu", "step_s", "tensor_parallel_size", "bogus"]), max_size=4))
+def test_load_time_model_options_are_config_errors(name, keys):
+    """load_time_model's contract (its docstring): missing or unknown options are a
+    ConfigError naming them, never a TypeError; with what the factory needs it builds.
+    The option sets are the factories' documented signatures (ConstantTimeModel's
+    fields; roofline_for's model_config and gpu, then any keyword)."""
+    from kvcore.errors import ConfigError
+    from kvcore.sim.timing import load_time_model, time_model_options
+
+    accepted, required = _OPTS[name]
+    got_acc, got_req = time_model_options(name)
+    assert got_req == required and (got_acc is None) == (accepted is None)
+    values = {"model_config": "llama-3.1-8b", "gpu": "H100", "step_s": 0.02,
+              "tensor_parallel_size": 1, "bogus": 1}
+    opts = {k: values[k] for k in keys}
+    missing = required - keys
+    unknown = keys - accepted if accepted is not None else set()
+    if missing or unknown:
+        with pytest.raises(ConfigError) as exc:
+            load_time_model(name, **opts)
+        for k in missing | unknown:
+            assert k in str(exc.value)
+    elif name == "roofline" and "bogus" in keys:
+        # roofline_for takes any Efficiency field (step_s) and refuses the rest
+        with pytest.raises(ConfigError, match="bogus"):
+            load_time_model(name, **opts)
+    else:
+        assert callable(load_time_model(name, **opts).step_time)
+
+
+def test_time_model_entry_point_gets_the_run_context_it_names(monkeypatch):
+    """A kvcore.time_models entry point receives, by parameter name, the run's context
+    it asks for (here model_config and gpu); one it cannot get is a ConfigError naming
+    the flag."""
+    import argparse
+
+    from kvcore.errors import ConfigError
+    from kvcore.sim import command, timing
+
+    seen = {}
+
+    def factory(model_config, gpu, step_s=0.5):
+        seen.update(model_config=model_config, gpu=gpu)
+        return timing.ConstantTimeModel(step_s=step_s)
+
+    class EP:
+        name, value = "mine", "pkg:factory"
+
+        def load(self):
+            return factory
+
+    import importlib.metadata as md
+
+    monkeypatch.setattr(md, "entry_points", lambda group=None: [EP()]
+                        if group == timing.TIME_MODELS_ENTRY_POINT_GROUP else [])
+    args = argparse.Namespace(gpu="H100", time_model="mine", tensor_parallel_size=1,
+                              pipeline_parallel_size=1)
+    m = command.make_time_model(args, "MC", "KV")
+    assert m.step_s == 0.5 and seen == {"model_config": "MC", "gpu": "H100"}
+    args.gpu = None
+    with pytest.raises(ConfigError, match="--gpu"):
+        command.make_time_model(args, "MC", "KV")

@@ -65,3 +65,39 @@ def test_bad_options(kw, field):
     with pytest.raises(ConfigError) as e:
         run_tasks(simulate_once, [], **kw)
     assert e.value.extra["field"] == field
+
+
+# ---- bad input: a ConfigError naming the argument (tester 2, finding 16) ---------------
+
+def _square(x):
+    return x * x
+
+
+@pytest.mark.parametrize("backend", ["serial", "local"])
+def test_run_tasks_names_a_bad_argument(backend):
+    cases = [((None, [1, 2]), "fn"), ((_square, None), "tasks"), ((_square, 5), "tasks"),
+             ((_square, "abc"), "tasks"), ((42, [1]), "fn")]
+    for (fn, tasks), field in cases:
+        with pytest.raises(ConfigError) as exc:
+            run_tasks(fn, tasks, backend=backend, workers=2, progress=False)
+        assert exc.value.extra["field"] == field, (fn, tasks)
+
+
+def test_run_tasks_local_refuses_what_the_pool_cannot_pickle_in_one_error():
+    """The local process pool sends fn by its importable name: a lambda or a local
+    function cannot go ("Can't pickle local object" from inside the pool before); one
+    ConfigError naming fn says so and names the way out.  The serial backend (and one
+    worker) run them in this process."""
+    def local(x):
+        return x + 1
+
+    for fn in (lambda x: x, local):
+        with pytest.raises(ConfigError, match="fn") as exc:
+            run_tasks(fn, [1, 2, 3], backend="local", workers=2, progress=False)
+        assert exc.value.extra["field"] == "fn" and "serial" in str(exc.value)
+        assert run_tasks(fn, [1, 2, 3], backend="serial") == [fn(1), fn(2), fn(3)]
+    with pytest.raises(ConfigError) as exc:  # a task the pool cannot send
+        run_tasks(_square, [1, lambda: 2], backend="local", workers=2, progress=False)
+    assert exc.value.extra["field"] == "tasks"
+    assert run_tasks(_square, [1, 2, 3], backend="local", workers=2,
+                     progress=False) == [1, 4, 9]

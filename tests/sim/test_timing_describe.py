@@ -165,3 +165,85 @@ def test_planned_config_and_cache_by_identity():
     # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x (K + V) x 2 B = 131,072 B per token
     assert g.kv_bytes_read == sum(r.num_computed_tokens + r.num_new_tokens
                                   for r in reqs) * 131072
+
+
+# ---- the step's values validate their fields (tester 2, finding 8) ---------------------
+# House rule: bad input is a KVCoreError naming the field, the value and the valid
+# range.  A negative token count gave a step shorter than the empty one (negative bytes
+# and FLOPs: qwen3-30b-a3b 1.52 ms against 2.72 ms for no request at all).
+
+@pytest.mark.parametrize("new,computed", [(-100, 0), (-1, 50), (1, -10), (0, -1)])
+def test_scheduled_request_refuses_negative_tokens(new, computed):
+    """Tester 2's cases, through describe_batch and the roofline as they were found."""
+    import kvcore
+    from kvcore.errors import KVCoreError
+    from kvcore.sim.timing import roofline_for
+
+    kvc = kvcore.plan_model("qwen3-30b-a3b", kv_cache_memory_bytes=20 << 30,
+                            max_model_len=32768)
+    m = roofline_for("qwen3-30b-a3b", kvc, gpu="H100")
+    field = "num_new_tokens" if new < 0 else "num_computed_tokens"
+    with pytest.raises(KVCoreError, match=field):
+        m.step_time(describe_batch(kvc, [ScheduledRequest(new, computed, True)]))
+
+
+_SR_FIELDS = ("num_new_tokens", "num_computed_tokens", "num_encoder_tokens")
+_BAD_COUNTS = st.one_of(st.integers(max_value=-1), st.floats(allow_nan=True),
+                        st.booleans(), st.text(max_size=3), st.none())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(_SR_FIELDS), _BAD_COUNTS, st.integers(0, 10**6),
+       st.integers(0, 10**6))
+def test_scheduled_request_names_the_bad_field(field, bad, a, b):
+    from kvcore.errors import ConfigError
+
+    kw = {"num_new_tokens": a, "num_computed_tokens": b, "is_prefill": True,
+          "num_encoder_tokens": 0}
+    ScheduledRequest(**kw)  # the valid neighbour builds
+    kw[field] = bad
+    with pytest.raises(ConfigError, match=field) as exc:
+        ScheduledRequest(**kw)
+    assert ">= 0" in str(exc.value) and repr(bad)[:20] in str(exc.value)
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None, 0.0])
+def test_scheduled_request_is_prefill_is_a_bool(bad):
+    from kvcore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is_prefill"):
+        ScheduledRequest(1, 0, bad)
+
+
+_GIO = ("group_id", "num_layers", "kv_bytes_read", "kv_bytes_written",
+        "num_block_tables", "attention_pairs", "qk_dim", "v_dim", "num_kv_heads")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(_GIO), _BAD_COUNTS)
+def test_group_io_names_the_bad_field(field, bad):
+    from kvcore.errors import ConfigError
+    from kvcore.sim.timing import GroupIO
+
+    kw = dict.fromkeys(_GIO, 1)
+    GroupIO(kind="full_attention", **kw)
+    kw[field] = bad
+    with pytest.raises(ConfigError, match=field):
+        GroupIO(kind="full_attention", **kw)
+    with pytest.raises(ConfigError, match="kind"):
+        GroupIO(kind=3, **dict.fromkeys(_GIO, 1))  # type: ignore[arg-type]
+
+
+def test_batch_checks_its_elements_and_keeps_tuples():
+    from kvcore.errors import ConfigError
+    from kvcore.sim.timing import Batch, GroupIO
+
+    sr = ScheduledRequest(3, 5, True)
+    g = GroupIO(0, "full_attention", 2, 10, 4, 1)
+    b = Batch([sr], [g])  # lists become tuples
+    assert b.requests == (sr,) and b.groups == (g,) and b.num_tokens == 3
+    for kw, field in (({"requests": [(3, 5, True)]}, "requests"),
+                      ({"requests": None}, "requests"),
+                      ({"requests": (), "groups": [object()]}, "groups")):
+        with pytest.raises(ConfigError, match=field):
+            Batch(**kw)
