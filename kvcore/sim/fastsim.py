@@ -124,6 +124,9 @@ class Workload:
 
 @dataclass
 class _Req:
+    """A request of the loop; its times (s) are offsets of the loop's clock, which is
+    rebased only while no request is in flight (differences are exact)."""
+
     idx: int
     prompt: int
     output: int
@@ -234,23 +237,34 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     in_flight = 0
     used = 0  # KV tokens held
     prefix_cached = False
+    # the clock: base + now, base rebased on the next arrival whenever nothing is in
+    # flight, so every request's times are offsets of one small clock (exact latencies
+    # at any absolute time, as kvcore.sim.engine)
+    base = 0.0
     now = 0.0
+    first_sent = math.inf  # absolute
     steps = 0
     step_time = time_model.step_time
     n_done = 0
     while n_done < len(reqs):
-        while pending and in_flight < limit and arrivals[pending[0]] <= now:
+        while pending and in_flight < limit and arrivals[pending[0]] - base <= now:
             r = reqs[pending.popleft()]
-            r.sent = max(arrivals[r.idx], now)
+            r.sent = max(arrivals[r.idx] - base, now)
+            first_sent = min(first_sent, base + r.sent)
             r.seen = r.sent + overhead
             transit.append(r)
             in_flight += 1
         while transit and transit[0].seen <= now:
             waiting.append(transit.popleft())
         if not running and not waiting:
-            nxt = transit[0].seen if transit else math.inf
+            if not transit:  # nothing in flight: rebase on the next arrival
+                a = arrivals[pending[0]]
+                if a - base > now:
+                    base, now = a, 0.0
+                continue
+            nxt = transit[0].seen
             if pending and in_flight < limit:
-                nxt = min(nxt, arrivals[pending[0]])
+                nxt = min(nxt, arrivals[pending[0]] - base)
             now = max(now, nxt)
             continue
         budget = max_num_batched_tokens
@@ -293,7 +307,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             budget -= n
         if not sched:  # nothing fits: wait for arrivals (cannot happen with a valid cap)
             if transit or pending:
-                now = max(now, transit[0].seen if transit else arrivals[pending[0]])
+                now = max(now, transit[0].seen if transit else arrivals[pending[0]] - base)
                 continue
             raise ConfigError("the KV cache cannot hold any waiting request",
                               field="kv_cache", value=kv_capacity_tokens)
@@ -323,7 +337,6 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             prefix_cached = any(r.computed >= w.prefix_len for r, _ in sched)
         if finished:
             running = [r for r in running if r.done < 0]
-    first = min(r.sent for r in reqs)
-    fig = summarize(reqs, now - first, 0.0, goodput)
+    fig = summarize(reqs, (base + now) - first_sent, 0.0, goodput)
     fig["steps"] = steps
     return fig

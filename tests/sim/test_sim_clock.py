@@ -318,3 +318,45 @@ def test_cli_latencies_do_not_depend_on_the_absolute_clock(capsys, rate):
     slow = _json(capsys, [*base, "--request-rate", rate])
     for k in ("median_ttft_ms", "median_tpot_ms", "mean_itl_ms", "mean_e2el_ms"):
         assert slow[k] == pytest.approx(unloaded[k], rel=1e-12), k
+
+
+# ---- the token-level loop (kvcore.sim.fastsim: tune --sim fast) keeps both rules -------
+
+def _fast(rows, over, shift=0.0, conc=None):
+    from kvcore.sim.fastsim import Workload, run_workload
+
+    w = Workload(1, 1, len(rows), max_concurrency=conc,
+                 requests=tuple((p, o, a + shift) for _, p, o, a, _ in rows))
+    return run_workload(_Over(0.0123, 3.1e-5, over), _cfg(), w, max_num_seqs=8,
+                        max_num_batched_tokens=128)
+
+
+@settings(max_examples=20, deadline=None)
+@given(OFFSETS, st.integers(0, 3))
+def test_fastsim_lone_requests_at_any_time(offset, seed):
+    spaced = [(rid, p, o, k * 1e3, s) for k, (rid, p, o, _, s) in
+              enumerate(_workload(seed, n=4))]
+    far = [(rid, p, o, offset + k * 1e6 * (1 + offset / 1e9), s)
+           for k, (rid, p, o, _, s) in enumerate(spaced)]
+    a, b = _fast(spaced, 0.02), _fast(far, 0.02)
+    for k in ("mean_ttft_ms", "median_tpot_ms", "mean_itl_ms", "mean_e2el_ms",
+              "p99_ttft_ms"):
+        assert b[k] == a[k], k
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("conc", [None, 1, 3])
+def test_fastsim_duration_covers_the_share(seed, conc):
+    """Same rules as the engine: E2EL within duration; one slot adds n x share."""
+    rows = [(rid, p, o, 0.0, s) for rid, p, o, _, s in _workload(seed, n=8)]
+    over = 0.03
+    with_share, without = _fast(rows, over, conc=conc), _fast(rows, 0.0, conc=conc)
+    for k in ("mean_e2el_ms", "median_e2el_ms"):  # (fastsim reports no max)
+        assert with_share[k] <= 1000 * with_share["duration"] * (1 + 1e-12)
+    assert with_share["mean_ttft_ms"] >= 1000 * over
+    if conc is not None:
+        assert with_share["duration"] * conc >= \
+            len(rows) * with_share["mean_e2el_ms"] / 1000 * (1 - 1e-12)
+    if conc == 1:
+        assert with_share["duration"] == pytest.approx(without["duration"] + 8 * over,
+                                                       rel=1e-9)
