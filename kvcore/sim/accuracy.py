@@ -228,12 +228,13 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
 
 def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
         base: Path | None = None, rounds: int = 2, sim: str = "engine") -> Efficiency:
-    """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` (loss:
+    """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` but those
+    with a ``fit_excluded`` reason (loss:
     :func:`_loss`, each metric's median plus a quarter of its mean absolute log error,
     averaged over the metrics),
     from ``start`` (default: the class defaults of :class:`Efficiency`, so the result
     does not depend on the current :data:`DEFAULT_EFFICIENCY`)."""
-    fit_rows = [r for r in rows if r["split"] == "fit"]
+    fit_rows = [r for r in rows if r["split"] == "fit" and not r.get("fit_excluded")]
     eff = start if start is not None else Efficiency()
     best = _loss(fit_rows, eff, base, sim)
     for _ in range(rounds):

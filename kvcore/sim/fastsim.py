@@ -22,8 +22,10 @@ search configurations:
 * The step's duration is ``time_model.step_time(describe_batch(kv_cache_config,
   scheduled))``; its tokens appear at the end of the step; the request's first token
   comes with the step that finishes its prompt.  ``request_overhead_s`` of the model
-  (the API server's tokenisation and transport, if it has one) is added to each TTFT
-  and end-to-end latency.
+  (the API server's tokenisation and transport, if it has one) is the time between the
+  client sending a request and the engine seeing it: it is inside every TTFT and
+  end-to-end latency, inside the run's duration, and a closed loop's next request is
+  sent only when the previous one is back (the engine idles meanwhile at concurrency 1).
 
 Figures are named as ``vllm bench serve --save-result`` names them.
 """
@@ -223,6 +225,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     limit = w.max_concurrency or len(reqs)
     order = sorted(range(len(reqs)), key=lambda i: arrivals[i])
     pending = deque(order)  # not yet sent
+    transit: deque[tuple[float, _Req]] = deque()  # sent, not yet seen by the engine
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     in_flight = 0
@@ -236,11 +239,15 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         while pending and in_flight < limit and arrivals[pending[0]] <= now:
             r = reqs[pending.popleft()]
             r.sent = max(arrivals[r.idx], now)
-            waiting.append(r)
+            transit.append((r.sent + overhead, r))  # FIFO: sent times never decrease
             in_flight += 1
+        while transit and transit[0][0] <= now:
+            waiting.append(transit.popleft()[1])
         if not running and not waiting:
-            nxt = arrivals[pending[0]]
-            now = max(now, nxt)
+            nxt = [transit[0][0]] if transit else []
+            if pending and in_flight < limit:
+                nxt.append(arrivals[pending[0]])
+            now = max(now, min(nxt))
             continue
         budget = max_num_batched_tokens
         sched: list[tuple[_Req, int]] = []
@@ -281,6 +288,9 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             sched.append((r, n))
             budget -= n
         if not sched:  # nothing fits: wait for arrivals (cannot happen with a valid cap)
+            if transit:
+                now = max(now, transit[0][0])
+                continue
             if pending:
                 now = max(now, arrivals[pending[0]])
                 continue
@@ -313,6 +323,6 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         if finished:
             running = [r for r in running if r.done < 0]
     first = min(r.sent for r in reqs)
-    fig = summarize(reqs, now - first, overhead, goodput)
+    fig = summarize(reqs, now - first, 0.0, goodput)  # the overhead is in the times
     fig["steps"] = steps
     return fig
