@@ -374,7 +374,10 @@ def run(args: argparse.Namespace) -> int:
                               field="pipeline_parallel_size",
                               value=args.pipeline_parallel_size)
     if is_clocked:
-        n_req = args.num_prompts if args.dataset else None
+        n_req = args.num_prompts if args.dataset in ("random", "burstgpt") else None
+        if args.dataset == "prefix_repetition":  # vLLM makes whole groups only
+            k = args.prefix_repetition_num_prefixes
+            n_req = k * (args.num_prompts // k) or None
         progress_cb, bar = _progress(args, n_req)
         try:
             return run_clocked(args, budget, progress_cb)

@@ -383,9 +383,9 @@ def check_dataset_flags(args: Any, *, defaults: dict[str, Any] | None = None) ->
     name = getattr(args, "dataset", None)
     mine = {k for k, _ in DATASET_FLAGS.get(name or "", ())}
     owners: dict[str, list[str]] = {}
-    for ds, flags in DATASET_FLAGS.items():
+    for ds_name, flags in DATASET_FLAGS.items():
         for k, _ in flags:
-            owners.setdefault(k, []).append(ds)
+            owners.setdefault(k, []).append(ds_name)
     for k, ds in owners.items():
         v = getattr(args, k, None)
         if v is None or v is False or k in mine:

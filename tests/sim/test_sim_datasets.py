@@ -377,3 +377,23 @@ def test_tune_on_burstgpt_and_its_errors(capsys: Any) -> None:
     _clean_error(rc, err, "--random-input-len")
     rc, out, _ = _run(capsys, [*TUNE, "--dataset-name", "burstgpt"])  # --json: an object
     assert rc == 2 and json.loads(out)["error"]["field"] == "dataset_path"
+
+
+def test_sharegpt_tokenizer_defaults_to_the_models_folder(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's --tokenizer defaults to the model: a model folder holding tokenizer.json
+    is used; an embedded model name has none, so --tokenizer is asked for."""
+    import argparse
+
+    from kvcore.sim.datasets import dataset_requests
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    base = {"dataset": "sharegpt", "dataset_path": str(SHARE), "num_prompts": 3,
+            "seed": 0, "tokenizer": None, "sharegpt_output_len": None}
+    with pytest.raises(ConfigError) as e:  # found the folder's tokenizer, no library
+        dataset_requests(argparse.Namespace(**base, model=str(DATA / "tiny_tokenizer")))
+    assert "pip install transformers" in e.value.message
+    with pytest.raises(ConfigError) as e:
+        dataset_requests(argparse.Namespace(**base, model="llama-3.1-8b"))
+    assert e.value.extra["field"] == "tokenizer" and "--tokenizer PATH" in e.value.message
