@@ -36,7 +36,8 @@ tokenized: equal prefixes get equal ids, different ones different ids.
   ``--dataset-path`` JSON with at least two ``conversations`` turns, shuffled with
   ``random.seed(seed); random.shuffle`` (unless ``--disable-shuffle``); for each, the
   first turn is the prompt and the second the completion, both tokenized with the
-  model's tokenizer as ``tokenizer(text).input_ids`` (special tokens included); an
+  model's tokenizer as ``tokenizer(text).input_ids`` (special tokens included: what the
+  completions endpoint counts; a chat template's tokens are not modelled); an
   entry is kept when ``is_valid_sequence``: prompt >= 4 tokens, output >= 4 (not
   checked with ``--sharegpt-output-len``, which replaces the output length), prompt
   <= 1024 and prompt + output <= 2048; the first ``num_prompts`` kept, then, short of
@@ -156,9 +157,15 @@ def prefix_repetition_dataset(num_prompts: int, prefix_len: int = 256,
     return out
 
 
+#: the strings pandas' ``read_csv`` reads as NaN by default (``na_values``)
+_PANDAS_NA = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN",
+                        "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN",
+                        "None", "n/a", "nan", "null"})
+
+
 def _number(path: Path, line: int, column: str, text: str) -> float:
-    """A CSV cell as pandas reads a numeric column (empty: NaN)."""
-    if text.strip() == "":
+    """A CSV cell as pandas reads a numeric column (its NA strings: NaN)."""
+    if text in _PANDAS_NA:
         return math.nan
     try:
         return float(text)
@@ -168,14 +175,15 @@ def _number(path: Path, line: int, column: str, text: str) -> float:
                           line=line) from None
 
 
-def read_burstgpt(path: str | os.PathLike[str]) -> list[tuple[int, int, int]]:
+def read_burstgpt(path: str | os.PathLike[str]) -> list[tuple[float, int, int]]:
     """The rows of a BurstGPT CSV that vLLM's ``BurstGPTDataset.load_data`` keeps
     (``Model == "GPT-4"`` and ``Response tokens > 0``) as ``(request_tokens,
-    response_tokens, line)`` in file order (``line``: 1-based, the header is line 1).
+    response_tokens, line)`` in file order (``line``: 1-based, the header is line 1;
+    ``request_tokens`` NaN where the cell is empty, as pandas reads it).
 
     Raises ConfigError (``field="dataset_path"``) for a missing or unreadable file, a
-    header without the columns of :data:`BURSTGPT_COLUMNS`, a non-numeric cell, a kept
-    row whose ``Request tokens`` is empty, or no row kept.
+    header without the columns of :data:`BURSTGPT_COLUMNS`, a non-numeric cell, or no
+    row kept.
     """
     p = Path(path)
     try:
@@ -184,7 +192,7 @@ def read_burstgpt(path: str | os.PathLike[str]) -> list[tuple[int, int, int]]:
         raise ConfigError(f"--dataset-path {p}: cannot read the BurstGPT CSV "
                           f"({exc.strerror or exc})", field="dataset_path",
                           value=str(p)) from None
-    rows: list[tuple[int, int, int]] = []
+    rows: list[tuple[float, int, int]] = []
     with fh:
         try:
             reader = csv.DictReader(fh)
@@ -205,11 +213,11 @@ def read_burstgpt(path: str | os.PathLike[str]) -> list[tuple[int, int, int]]:
                 if not resp > 0:  # NaN too, as pandas' comparison
                     continue
                 req = _number(p, line, "Request tokens", row.get("Request tokens") or "")
-                if not math.isfinite(req) or not math.isfinite(resp):
-                    raise ConfigError(f"{p}:{line}: 'Request tokens' / 'Response tokens' "
-                                      f"must be finite numbers", field="dataset_path",
+                if math.isinf(resp):
+                    raise ConfigError(f"{p}:{line}: 'Response tokens' must be a finite "
+                                      f"number, got {resp}", field="dataset_path",
                                       value=str(p), line=line)
-                rows.append((int(req), int(resp), line))
+                rows.append((req, int(resp), line))
         except (csv.Error, UnicodeDecodeError) as exc:
             raise ConfigError(f"--dataset-path {p}: not a readable CSV ({exc})",
                               field="dataset_path", value=str(p)) from None
@@ -226,7 +234,8 @@ def burstgpt_dataset(path: str | os.PathLike[str], num_prompts: int = 1000,
     ``"0"``, ``"1"``, ..., all arriving at 0, each prompt its own token stream.
 
     Raises ConfigError as :func:`read_burstgpt`, and naming the CSV line when a drawn
-    row has ``Request tokens`` < 1 (vLLM would send an empty prompt).
+    row's ``Request tokens`` is < 1 (vLLM would send an empty prompt) or empty (vLLM's
+    ``int(nan)`` fails).
     """
     _int("num_prompts", num_prompts, 1, MAX_NUM_PROMPTS)
     _int("seed", seed, 0)
@@ -242,11 +251,14 @@ def burstgpt_dataset(path: str | os.PathLike[str], num_prompts: int = 1000,
                else prng.sample(range(len(rows)), num_prompts))
     out: list[TraceRequest] = []
     for i, r in enumerate(idx):
-        req, resp, line = rows[r]
-        if req < 1:
-            raise ConfigError(f"{path}:{line}: 'Request tokens' is {req}; vLLM would send "
-                              f"an empty prompt (drop the row or choose another --seed)",
-                              field="dataset_path", value=str(path), line=line)
+        cell, resp, line = rows[r]
+        if not math.isfinite(cell) or cell < 1:
+            why = ("empty" if math.isnan(cell) else f"{cell:g}; vLLM would send an empty "
+                   f"prompt")
+            raise ConfigError(f"{path}:{line}: 'Request tokens' is {why} (drop the row or "
+                              f"choose another --seed)", field="dataset_path",
+                              value=str(path), line=line)
+        req = int(cell)
         out.append(TraceRequest(request_id=str(i), arrival_ms=0.0, prompt_len=req,
                                 output_len=resp, output_stream=_OUTPUT_BASE + i,
                                 segments=[(RANDOM_STREAM_BASE + i, 0, req)]))

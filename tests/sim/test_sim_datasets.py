@@ -166,6 +166,15 @@ def test_burstgpt_keeps_vllms_rows() -> None:
     assert [(a, b) for a, b, _ in read_burstgpt(BURST)] == kept
 
 
+def test_burstgpt_reads_cells_as_pandas_does(tmp_path: Path) -> None:
+    """pandas' NA strings are NaN (a NaN response fails ``> 0``: dropped) and a float
+    count is truncated by ``int`` (vLLM's BurstGPTDataset gives the same on this file)."""
+    path = _csv(tmp_path, "Timestamp,Model,Request tokens,Response tokens\n"
+                          "1,GPT-4,12.7,NA\n2,GPT-4,30,\n3,ChatGPT,5,null\n"
+                          "4,GPT-4,8.9,3.5\n")
+    assert [(r.prompt_len, r.output_len) for r in burstgpt_dataset(path, 1)] == [(8, 3)]
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80))
 def test_burstgpt_sampling(seed: int, n: int) -> None:
@@ -329,6 +338,8 @@ def test_bad_dataset_flags(capsys: Any, argv: list[str], words: list[str]) -> No
      [":2:", "'Request tokens'"]),
     ("Timestamp,Model,Request tokens,Response tokens\n1,GPT-4,0,5\n",
      [":2:", "empty prompt"]),
+    ("Timestamp,Model,Request tokens,Response tokens\n1,GPT-4,,5\n",
+     [":2:", "'Request tokens' is empty"]),
 ])
 def test_bad_burstgpt_csv(capsys: Any, tmp_path: Path, text: str, words: list[str]
                           ) -> None:

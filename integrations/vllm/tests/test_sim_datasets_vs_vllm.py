@@ -102,10 +102,14 @@ def _write_burstgpt(path: Path, rng: random.Random, rows: int) -> None:
         w.writerow(["Timestamp", "Model", "Request tokens", "Response tokens",
                     "Total tokens", "Log Type"])
         for t in range(rows):
-            req = rng.randint(1, 4000)
-            resp = rng.choice([0, rng.randint(1, 900)])
+            req: Any = rng.randint(1, 4000)
+            resp: Any = rng.choice([0, rng.randint(1, 900)])
             w.writerow([t, rng.choice(["GPT-4", "ChatGPT"]), req, resp, req + resp,
                         "Conversation log"])
+            if rng.random() < 0.1:  # cells pandas reads as NaN, and float counts
+                w.writerow([t, "GPT-4", f"{rng.uniform(1, 50):.2f}",
+                            rng.choice(["NA", "", "nan", f"{rng.uniform(1, 9):.1f}"]), 0,
+                            "API log"])
 
 
 def _vllm_burstgpt(path: Path, seed: int, n: int) -> list[Any]:
