@@ -179,3 +179,28 @@ def test_tokenizers_only_path_counts_as_transformers(monkeypatch: pytest.MonkeyP
     tk = load_tokenizer(DATA / "tiny_tokenizer")
     for text in ("hello world", "w1 w2 unknownword w3", ""):
         assert tk(text) == hf(text).input_ids
+
+
+def test_simulate_sharegpt_serves_vllms_requests(capsys: pytest.CaptureFixture[str]
+                                                 ) -> None:
+    """``kvcore simulate --dataset-name sharegpt`` end to end: the served tokens are
+    those of vLLM's ShareGPTDataset for the same seed and tokenizer."""
+    import json
+
+    from vllm.benchmarks.datasets.datasets import ShareGPTDataset
+
+    from kvcore.cli import main
+
+    tok = _hf_tokenizer()
+    path = DATA / "sharegpt_sample.json"
+    ref = ShareGPTDataset(random_seed=4, dataset_path=str(path)).sample(
+        tokenizer=tok, num_requests=9, output_len=None)
+    rc = main(["simulate", "llama-3.1-8b", "--dataset-name", "sharegpt", "--dataset-path",
+               str(path), "--tokenizer", str(DATA / "tiny_tokenizer"), "--num-prompts",
+               "9", "--seed", "4", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    d = json.loads(out.out)
+    assert d["completed"] == 9
+    assert d["total_input_tokens"] == sum(r.prompt_len for r in ref)
+    assert d["total_output_tokens"] == sum(r.expected_output_len for r in ref)
