@@ -707,9 +707,9 @@ def add_clock_arguments(p: Any) -> None:
 
 def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
     """Refuse flags the chosen mode would ignore, naming the flag: a dataset's flags
-    without ``--dataset-name`` naming that dataset
-    (:func:`kvcore.sim.datasets.check_dataset_flags`), and the clocked run's flags with ``--scheduler
-    replay``; then fill the dataset defaults (vLLM's).  Raises ConfigError."""
+    without ``--dataset-name`` naming that dataset, then the dataset's defaults filled
+    (vLLM's; :func:`kvcore.sim.datasets.check_dataset_flags`), and the clocked run's
+    flags with ``--scheduler replay``.  Raises ConfigError."""
     from kvcore.errors import ConfigError
 
     def flag(name: str) -> str:

@@ -131,8 +131,8 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     ``workload`` (``input_len``, ``output_len``, ``num_prompts``, ``prefix_len``,
     ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
     ``trace_format`` / ``limit`` for a trace file, or ``dataset`` / ``dataset_opts``
-    (the flags of :func:`kvcore.sim.datasets.dataset_requests`) for another dataset), ``goodput`` (ms per SLO key) and
-    ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
+    (the flags of :func:`kvcore.sim.datasets.dataset_requests`) for another dataset),
+    ``goodput`` (ms per SLO key) and ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
     crosses process and Ray boundaries).
     """
     import kvcore
