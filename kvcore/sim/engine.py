@@ -79,7 +79,7 @@ class SimRequest:
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out", "route_est")
+                 "preemptions", "rejected", "num_out", "route_est", "junction")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -99,6 +99,8 @@ class SimRequest:
         self.num_out = 0
         #: a fleet router's estimate of its prefill tokens, until its first token (-1)
         self.route_est = -1
+        #: vLLM's ``Request.shared_prefix_boundary`` from its last prefix lookup, tokens
+        self.junction = 0
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -282,7 +284,14 @@ class Engine:
         self.max_model_len: int = manager.max_model_len if max_model_len is None \
             else max_model_len
         self.lookahead = num_lookahead_tokens
+        # chunk caps: vLLM 0.32's Scheduler cuts prefill chunks only for Mamba hybrids
+        # in ``align`` mode, with its own rule (``_split``: ``_mamba_block_aligned_split``,
+        # which takes the place of kvcore's caps there); otherwise kvcore's per-kind
+        # caps (``max_prefill_chunk_tokens``: Mamba ``all`` mode, which vLLM 0.32 does
+        # not have)
         self.capped = bool(getattr(manager, "_chunk_cappers", True))
+        self._split, self._junction_from = _mamba_split_plan(
+            manager, max_num_batched_tokens, long_prefill_token_threshold)
         self.fq = manager.block_pool.free_queue
         self.usable = max(1, manager.block_pool.num_usable_blocks)
         self.gate = _admission_plan(manager, max_num_batched_tokens, self.max_model_len) \
@@ -342,6 +351,8 @@ class Engine:
         free = manager.free
         chunk_cap = manager.max_prefill_chunk_tokens
         capped = self.capped
+        split = self._split
+        junction_from = self._junction_from
         mml = self.max_model_len
         lookahead = self.lookahead
         running = self.running
@@ -382,7 +393,9 @@ class Engine:
                 if n > mml - nc - 1:
                     n = mml - nc - 1
                 prefill = True
-                if capped and n > 0:
+                if split is not None:
+                    n = split(nc, n, r.prompt_len, num_tokens, r.junction)
+                elif capped and n > 0:
                     n = chunk_cap(req, n)
                 if n <= 0:
                     i += 1
@@ -433,7 +446,11 @@ class Engine:
                     n = token_budget
                 if n > per_req:
                     n = per_req
-                if capped:
+                if split is not None:
+                    if junction_from is not None:
+                        r.junction = _junction(junction_from, req, num_tokens, nloc)
+                    n = split(nloc, n, r.prompt_len, num_tokens, r.junction)
+                elif capped:
                     n = chunk_cap(req, n, nloc)
                 if n <= 0:
                     break
@@ -663,6 +680,185 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def mamba_checkpoint_position(num_tokens: int, block_size: int, use_eagle: bool) -> int:
+    """The last block boundary (tokens) whose Mamba state a resend of a
+    ``num_tokens``-token prefill can resume from: vLLM 0.32
+    ``get_mamba_prefill_checkpoint_position`` (``vllm/v1/kv_cache_interface.py``).
+    Without EAGLE one token is left to recompute (the boundary at or below
+    ``num_tokens - 1``); with EAGLE one block further back (at or below ``num_tokens``
+    minus a block).  0 when there is none."""
+    limit = num_tokens if use_eagle else num_tokens - 1
+    pos = limit // block_size * block_size
+    if use_eagle:
+        pos -= block_size
+    return pos if pos > 0 else 0
+
+
+def mamba_checkpoint_valid(query_start: int, query_end: int, checkpoint_position: int,
+                           hash_block_size: int, mamba_block_size: int,
+                           checkpoint_alignment: int | None) -> bool:
+    """Whether the attention backend can export the Mamba state at
+    ``checkpoint_position`` from inside the query ``[query_start, query_end)``
+    (tokens): vLLM 0.32 ``is_mamba_prefill_checkpoint_valid``
+    (``vllm/v1/kv_cache_interface.py``); always False without an alignment."""
+    if checkpoint_alignment is None:
+        return False
+    initial_state_col = (query_start - 1) // mamba_block_size
+    checkpoint_col = _cdiv(query_end, mamba_block_size) - 2
+    return (query_start % hash_block_size == 0
+            and checkpoint_col > initial_state_col
+            and query_start + hash_block_size <= checkpoint_position
+            and query_start < checkpoint_position < query_end
+            and (checkpoint_position - query_start) % checkpoint_alignment == 0)
+
+
+def mamba_block_aligned_split(num_computed_tokens: int, num_new_tokens: int,
+                              num_prompt_tokens: int, num_tokens: int, *,
+                              block_size: int, max_prefill_tokens: int,
+                              scheduler_block_size: int | None = None,
+                              hash_block_size: int | None = None,
+                              use_eagle: bool = False, partial_cache_hit: bool = False,
+                              has_prefill_checkpoint_blocks: bool = False,
+                              checkpoint_alignment: int | None = None,
+                              shared_prefix_boundary: int = 0,
+                              shared_prefix_checkpoint: bool = False) -> int:
+    """Clip a prefill chunk so it ends where a Mamba state must be cached: vLLM 0.32
+    ``Scheduler._mamba_block_aligned_split`` (``vllm/v1/core/sched/scheduler.py``),
+    applied by its scheduler to every running and waiting request when the model has
+    Mamba layers and ``mamba_cache_mode == "align"`` (and only then).
+
+    num_computed_tokens: where the chunk starts (the request's computed tokens plus a
+    new request's prefix hit), tokens.  num_new_tokens: the chunk after the budget and
+    ``long_prefill_token_threshold`` caps, tokens.  num_prompt_tokens / num_tokens:
+    the request's prompt and all its tokens (a resumed request replays its outputs).
+    block_size: ``cache_config.block_size`` (the Mamba block), tokens.
+    max_prefill_tokens: ``max_num_scheduled_tokens``, capped by the *configured*
+    ``long_prefill_token_threshold`` when it is > 0 (even in a step where the
+    threshold is off because one request is eligible), tokens.
+    scheduler_block_size / hash_block_size: the Scheduler's ``block_size`` (lcm of the
+    group block sizes) and ``hash_block_size`` (default ``block_size``), tokens.
+    use_eagle: vLLM's ``use_eagle_block_drop``.  partial_cache_hit: vLLM's
+    ``mamba_partial_cache_hit`` (hash blocks finer than the scheduler block and
+    partial hash hits on).  has_prefill_checkpoint_blocks / checkpoint_alignment:
+    ``num_prefill_checkpoint_blocks > 0`` on every Mamba group and its
+    ``prefill_checkpoint_alignment`` (the backend exports the prompt's checkpoint from
+    inside the last chunk).  shared_prefix_boundary: the request's
+    ``shared_prefix_boundary`` (tokens; what ``get_computed_blocks`` returned at its
+    last lookup: the longest single-group hit when it exceeds the hit every group
+    serves, else 0).  shared_prefix_checkpoint: vLLM's
+    ``mamba_shared_prefix_checkpoint``.
+
+    Returns the tokens to schedule, 0 to ``num_new_tokens``: 0 when no block-aligned
+    chunk fits (the running loop then skips the request, the waiting loop stops).
+    Examples, a 100-token prompt, block 16, ``max_prefill_tokens`` 32: from 0 with 40
+    tokens of budget, 32 (the chunk end floored to a block boundary); with 10, 0 (the
+    floor is not above the start, and a whole block fits a chunk: wait for more
+    budget); from 90 with 32, 6 (to the boundary 96, the last checkpoint); from 32
+    with 32 and a shared-prefix boundary at 48, 16.  Block 544 wider than the 256-token
+    chunks of a 1,000-token prompt: 256 from 0 (sub-block), then 32 from 512 (to the
+    boundary 544).
+    """
+    start = num_computed_tokens
+    prefill_end = max(num_prompt_tokens, num_tokens - 1)
+    if start >= prefill_end:
+        return num_new_tokens
+    sched_bs = block_size if scheduler_block_size is None else scheduler_block_size
+    hash_bs = sched_bs if hash_block_size is None else hash_block_size
+    ckpt_bs = hash_bs if partial_cache_hit else sched_bs
+    last_cache_position = mamba_checkpoint_position(num_tokens, block_size, use_eagle)
+    end = start + num_new_tokens
+    checkpoint_position = mamba_checkpoint_position(prefill_end, ckpt_bs, use_eagle)
+    internal = (has_prefill_checkpoint_blocks and end >= prefill_end
+                and mamba_checkpoint_valid(start, end, checkpoint_position, hash_bs,
+                                           block_size, checkpoint_alignment))
+    if internal:
+        last_cache_position = 0
+    if end < prefill_end:
+        aligned_end = end // block_size * block_size
+        if aligned_end > start or block_size <= max_prefill_tokens:
+            end = aligned_end
+    next_block_boundary = (start // block_size + 1) * block_size
+    tail_boundary = mamba_checkpoint_position(num_prompt_tokens, hash_bs, use_eagle) \
+        if partial_cache_hit and not internal else 0
+    junction = shared_prefix_boundary
+    block_floored = start + (junction - start) // block_size * block_size
+    junction_stop = junction if shared_prefix_checkpoint \
+        and junction <= num_prompt_tokens else block_floored
+    stops = (
+        next_block_boundary if start % block_size != 0 and not internal else 0,
+        last_cache_position,
+        tail_boundary if last_cache_position < tail_boundary < num_prompt_tokens else 0,
+        junction_stop if start < junction < end else 0,
+    )
+    end = min((s for s in stops if start < s < end), default=end)
+    return end - start if end > start else 0
+
+
+def _mamba_split_plan(manager: Any, max_num_batched_tokens: int,
+                      long_prefill_token_threshold: int) -> tuple[Any, Any]:
+    """``(split, junction_from)`` for a manager: ``split(start, num_new_tokens,
+    num_prompt_tokens, num_tokens, shared_prefix_boundary) -> tokens`` when vLLM's
+    Scheduler would call ``_mamba_block_aligned_split`` (a Mamba group in ``align``
+    mode: ``need_mamba_block_aligned_split``), else None; ``junction_from``: the
+    downward-closed (full-attention) group whose hit gives ``shared_prefix_boundary``
+    (vLLM's ``KVCacheManager.get_computed_blocks``), or None.
+
+    Settings as vLLM 0.32's Scheduler derives them: ``block_size`` is the Mamba group's
+    (``cache_config.block_size``: in ``align`` mode the Mamba block follows the
+    attention block), the scheduler block size the lcm of the group block sizes
+    (``resolve_kv_cache_block_sizes``), the hash block size kvcore's.  Not modelled,
+    because kvcore's runtime has no such hits or specs: partial hash hits
+    (``mamba_partial_cache_hit``, a ``prefix_match_unit`` below the block size),
+    prefill checkpoint blocks (``num_prefill_checkpoint_blocks``) and the opt-in
+    shared-prefix checkpoint; each is off, as in vLLM by default."""
+    import math
+    from functools import partial
+
+    managers = list(getattr(manager, "managers", ()))
+    mamba = [m for m in managers if getattr(m.spec, "kind", "") == "mamba"]
+    if not mamba or getattr(mamba[0].spec, "mamba_cache_mode", "none") != "align":
+        return None, None
+    bs = int(mamba[0].block_size)
+    sched_bs = math.lcm(*(int(m.block_size) for m in managers))
+    max_prefill = max_num_batched_tokens
+    if long_prefill_token_threshold > 0:
+        max_prefill = min(max_prefill, long_prefill_token_threshold)
+    fn = partial(mamba_block_aligned_split, block_size=bs, max_prefill_tokens=max_prefill,
+                 scheduler_block_size=sched_bs,
+                 hash_block_size=int(getattr(manager, "hash_block_size", sched_bs)),
+                 use_eagle=bool(getattr(manager, "use_eagle", False)))
+
+    def split(start: int, n: int, num_prompt: int, num_tokens: int, junction: int
+              ) -> int:
+        return fn(start, n, num_prompt, num_tokens, shared_prefix_boundary=junction)
+
+    full = None
+    coord = getattr(manager, "coordinator", None)
+    if getattr(manager, "enable_caching", False) and coord is not None:
+        from kvcore.runtime.managers import SingleTypeManager
+
+        base = SingleTypeManager.find_longest_cache_hit
+        caching = list(getattr(coord, "caching_managers", ()))
+        if len(caching) > 1:  # one group: nothing can lag it (vLLM returns 0)
+            full = next((m for m in caching if not m.skips_blocks
+                         and type(m).find_longest_cache_hit is base), None)
+            if full is not None:
+                full = (full, int(getattr(coord, "alignment", full.block_size)))
+    return split, full
+
+
+def _junction(full: tuple[Any, int], request: Any, num_tokens: int, hit: int) -> int:
+    """vLLM's ``shared_prefix_boundary`` of a lookup that hit ``hit`` tokens: the
+    full-attention group's own hit within ``num_tokens - 1`` (rounded down to the
+    alignment) when it is longer than the hit every group serves, else 0
+    (``HybridKVCacheCoordinator.find_longest_cache_hit``'s uncached common prefix)."""
+    m, align = full
+    limit = num_tokens - 1
+    n = len(m.find_longest_cache_hit(request.block_hashes, limit, 0)) * m.block_size
+    n = min(n, limit) // align * align
+    return n if n > hit else 0
 
 
 def _admission_plan(manager: Any, max_num_batched_tokens: int, max_model_len: int
