@@ -45,8 +45,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvcore_vllm.harness import Workload, make_scheduler, run
 
-SWA = ("sliding", {"sliding_window": 64})
-FULL = ("full", {})
+SWA: tuple[str, dict[str, Any]] = ("sliding", {"sliding_window": 64})
+FULL: tuple[str, dict[str, Any]] = ("full", {})
 
 #: layers per kind; budgets, thresholds and pools are drawn per seed
 KINDS = {
