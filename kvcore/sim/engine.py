@@ -19,6 +19,9 @@ synchronous scheduling, no KV connector, no speculative decoding):
   ``n = num_tokens - hit`` capped by the threshold and the budget (chunked prefill),
   ``allocate_slots(request, n, hit, blocks)``; when it fails the waiting loop stops
   (head-of-line blocking).
+* **Mamba hybrids in ``align`` mode**: every prefill chunk (running and waiting) goes
+  through :func:`mamba_block_aligned_split`, vLLM's ``_mamba_block_aligned_split``; a
+  chunk it refuses (0 tokens) skips a running request and stops the waiting loop.
 * After the step every scheduled request's computed tokens advance by its ``n``; one
   whose computed tokens reach its token count samples one output token.  A request
   stops at its ``output_len`` output tokens or at ``max_model_len`` tokens
@@ -57,7 +60,8 @@ from kvcore.sim.timing import (
 )
 
 __all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine",
-           "check_scheduler_limits", "check_some_served"]
+           "check_scheduler_limits", "check_some_served", "mamba_block_aligned_split",
+           "mamba_checkpoint_position", "mamba_checkpoint_valid"]
 
 _PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
 _MEMO_MAX = 1 << 18
