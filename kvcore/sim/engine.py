@@ -68,6 +68,9 @@ _MEMO_MAX = 1 << 18
 
 #: on_step(step, [(request_id, num_new_tokens)], [preempted ids], [finished ids])
 StepHook = Callable[[int, list[tuple[str, int]], list[str], list[str]], None]
+#: spec_acceptance(request_id, verification index of that request (0, 1, ...),
+#: drafts verified) -> drafts accepted (0 to drafts verified)
+SpecAcceptance = Callable[[str, int, int], int]
 
 
 class SimRequest:
@@ -83,7 +86,8 @@ class SimRequest:
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out", "route_est", "junction")
+                 "preemptions", "rejected", "num_out", "route_est", "junction",
+                 "spec", "sched_spec", "n_verify", "prefill_chunk")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -105,6 +109,12 @@ class SimRequest:
         self.route_est = -1
         #: vLLM's ``Request.shared_prefix_boundary`` from its last prefix lookup, tokens
         self.junction = 0
+        #: speculative decoding: draft tokens held (``len(spec_token_ids)``), drafts
+        #: scheduled this step, verifications so far, and vLLM's ``is_prefill_chunk``
+        self.spec = 0
+        self.sched_spec = 0
+        self.n_verify = 0
+        self.prefill_chunk = False
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -256,9 +266,16 @@ class Engine:
                  max_model_len: int | None = None, num_lookahead_tokens: int = 0,
                  kv_cache_config: Any = None, record_steps: bool = True,
                  keep_requests: bool = False, reserve_full_prompt: bool = True,
-                 result: EngineResult | None = None, max_samples: int | None = None
-                 ) -> None:
+                 result: EngineResult | None = None, max_samples: int | None = None,
+                 num_speculative_tokens: int = 0,
+                 spec_acceptance: SpecAcceptance | None = None) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
+        _check_int("num_speculative_tokens", num_speculative_tokens, 0)
+        if num_speculative_tokens and not callable(spec_acceptance):
+            raise ConfigError("num_speculative_tokens > 0 needs spec_acceptance(request_id"
+                              ", verification, num_drafts) -> accepted drafts, got "
+                              f"{spec_acceptance!r}", field="spec_acceptance",
+                              value=repr(spec_acceptance))
         _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
         _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
         _check_int("num_lookahead_tokens", num_lookahead_tokens, 0)
@@ -288,6 +305,8 @@ class Engine:
         self.max_model_len: int = manager.max_model_len if max_model_len is None \
             else max_model_len
         self.lookahead = num_lookahead_tokens
+        self.num_spec = num_speculative_tokens
+        self.spec_acceptance = spec_acceptance
         # chunk caps: vLLM 0.32's Scheduler cuts prefill chunks only for Mamba hybrids
         # in ``align`` mode, with its own rule (``_split``: ``_mamba_block_aligned_split``,
         # which takes the place of kvcore's caps there); otherwise kvcore's per-kind
@@ -355,6 +374,8 @@ class Engine:
         free = manager.free
         chunk_cap = manager.max_prefill_chunk_tokens
         capped = self.capped
+        num_spec = self.num_spec
+        prefill_scheduled = False
         split = self._split
         junction_from = self._junction_from
         mml = self.max_model_len
@@ -383,6 +404,8 @@ class Engine:
             nc = req.num_computed_tokens
             num_tokens = len(req.all_token_ids)
             n = num_tokens - nc
+            if num_spec:
+                n += r.spec  # vLLM's num_tokens_with_spec
             if n == 1 and nc >= r.prompt_len:
                 # a decode: one token (never capped: num_tokens < max_model_len while
                 # it runs, and the budget is > 0)
@@ -396,7 +419,8 @@ class Engine:
                     n = per_req
                 if n > mml - nc - 1:
                     n = mml - nc - 1
-                prefill = True
+                # (a decode with drafts is no prefill)
+                prefill = nc + 1 < num_tokens or nc < r.prompt_len
                 if split is not None:
                     n = split(nc, n, r.prompt_len, num_tokens, r.junction)
                 elif capped and n > 0:
@@ -413,6 +437,7 @@ class Engine:
                 free(victim.request)
                 victim.request.num_computed_tokens = 0
                 victim.preemptions += 1
+                victim.spec = 0
                 res.preemptions += 1
                 preempted.append(victim)
                 waiting.appendleft(victim)
@@ -423,6 +448,12 @@ class Engine:
             if out is None:
                 break
             sched.append((r, n))
+            if num_spec:
+                prefill_scheduled |= r.prefill_chunk
+                r.prefill_chunk = nc + n < num_tokens
+                s_ = n + nc - num_tokens  # drafts scheduled (vLLM's spec_token_ids cut)
+                r.sched_spec = (s_ if s_ < r.spec else r.spec) if s_ > 0 else 0
+                r.spec = 0
             if prefill:
                 batch_reqs.append(SR(n, nc, True))
                 n_prefill += 1
@@ -434,6 +465,7 @@ class Engine:
             token_budget -= n
             i += 1
         if not preempted:
+            running_sched = bool(sched)  # vLLM's scheduled_running_reqs
             lookup = manager.get_computed_blocks
             gate = self.gate
             fq = self.fq
@@ -444,6 +476,14 @@ class Engine:
                 hit, nloc = lookup(req)
                 num_tokens = len(req.all_token_ids)
                 n = num_tokens - nloc
+                pad = False
+                if num_spec and n == 1 and not prefill_scheduled and (running_sched or nloc) \
+                        and nloc + 1 + num_spec + 1 <= mml:
+                    # vLLM pads a new decode to the uniform speculative size
+                    if 1 + num_spec > token_budget:
+                        break
+                    n = 1 + num_spec
+                    pad = True
                 if 0 < lpt < n:
                     n = lpt
                 if n > token_budget:
@@ -454,6 +494,8 @@ class Engine:
                     if junction_from is not None:
                         r.junction = _junction(junction_from, req, num_tokens, nloc)
                     n = split(nloc, n, r.prompt_len, num_tokens, r.junction)
+                    if pad and n and n != 1 + num_spec:
+                        n, pad = 1, False  # vLLM drops the padding, not shortens it
                 elif capped:
                     n = chunk_cap(req, n, nloc)
                 if n <= 0:
@@ -480,6 +522,9 @@ class Engine:
                     res.prompt_tokens += r.prompt_len
                     res.prefix_hit_tokens += nloc
                 sched.append((r, n))
+                if num_spec:
+                    r.prefill_chunk = nloc + n < num_tokens
+                    r.sched_spec = num_spec if pad else 0
                 batch_reqs.append(SR(n, nloc, True))
                 n_prefill += 1
                 token_budget -= n
@@ -514,21 +559,35 @@ class Engine:
             nc = req.num_computed_tokens = req.num_computed_tokens + n
             num_out = r.num_out
             if nc >= r.prompt_len + num_out:  # (the request's token count)
-                req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
-                r.num_out = num_out = num_out + 1
-                r.token_times.append(now)
-                if num_out >= r.output_len or r.prompt_len + num_out >= mml:
-                    free(req)
-                    r.finish = now
-                    finished.append(r)
-                    if slots is not None:
-                        slots.append(now)
-                    if not keep_requests:
-                        r.request = r.outputs = None
+                ntok = 1
+                s_ = r.sched_spec
+                if s_:  # verify the drafts: the rejected ones are rolled back
+                    r.sched_spec = 0
+                    acc = self.spec_acceptance(r.request_id, r.n_verify, s_)  # type: ignore[misc]
+                    acc = 0 if acc < 0 else (s_ if acc > s_ else int(acc))
+                    r.n_verify += 1
+                    req.num_computed_tokens = nc - (s_ - acc)
+                    ntok = acc + 1
+                for _ in range(ntok):
+                    req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
+                    r.num_out = num_out = num_out + 1
+                    r.token_times.append(now)
+                    if num_out >= r.output_len or r.prompt_len + num_out >= mml:
+                        free(req)
+                        r.finish = now
+                        finished.append(r)
+                        if slots is not None:
+                            slots.append(now)
+                        if not keep_requests:
+                            r.request = r.outputs = None
+                        break
         if finished:
             fin = set(map(id, finished))
             running = self.running = [r for r in running if id(r) not in fin]
             res.duration = now
+        if num_spec:  # the drafter proposes for every running request past its prefill
+            for r in running:
+                r.spec = 0 if r.prefill_chunk else num_spec
         if self.record_steps:
             use = 1.0 - self.fq.num_free_blocks / self.usable
             if self.max_samples is None:
@@ -564,8 +623,9 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                kv_cache_config: Any = None, on_step: StepHook | None = None,
                progress: Callable[[int], None] | None = None,
                record_steps: bool = True, keep_requests: bool = False,
-               max_steps: int | None = None, reserve_full_prompt: bool = True
-               ) -> EngineResult:
+               max_steps: int | None = None, reserve_full_prompt: bool = True,
+               num_speculative_tokens: int = 0,
+               spec_acceptance: SpecAcceptance | None = None) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion: an
     :class:`Engine` fed the requests as they arrive.
 
@@ -609,7 +669,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                  max_model_len=max_model_len, num_lookahead_tokens=num_lookahead_tokens,
                  kv_cache_config=kv_cache_config, record_steps=record_steps,
                  keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
-                 result=res)
+                 result=res, num_speculative_tokens=num_speculative_tokens,
+                 spec_acceptance=spec_acceptance)
     mml = eng.max_model_len
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
     pending: deque[SimRequest] = deque(res.requests[k] for k in order)

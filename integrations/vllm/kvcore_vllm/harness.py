@@ -104,6 +104,9 @@ class Workload:
     prefix_caching: bool = True
     model: str | None = None
     mamba_cache_mode: str | None = None
+    #: accept_fn(request_id, k, num_drafts) -> drafts accepted at the request's k-th
+    #: verification (0, 1, ...): a fixed acceptance pattern instead of ``accept``
+    accept_fn: Any = None
 
     @classmethod
     def shared_prefixes(cls, seed: int, n: int = 24, **kw: Any) -> Workload:
@@ -389,6 +392,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     stats: list[Any] = []
     resets: list[tuple[int, bool, bool]] = []
     in_flight: list[Any] = []
+    verified: dict[str, int] = {}
     step = 0
     t0 = time.perf_counter()
     while step < max_steps:
@@ -421,8 +425,13 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
                 sampled.append([])
                 continue
             acc = 0
-            while acc < n_spec and rng.random() < w.accept:
-                acc += 1
+            if w.accept_fn is not None and n_spec:
+                k = verified.get(r, 0)
+                verified[r] = k + 1
+                acc = max(0, min(n_spec, int(w.accept_fn(r, k, n_spec))))
+            else:
+                while acc < n_spec and rng.random() < w.accept:
+                    acc += 1
             sampled.append([rng.randrange(1, 32000) for _ in range(acc + 1)])
         mro = ModelRunnerOutput(req_ids=req_ids,
                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
