@@ -31,12 +31,20 @@ vLLM 0.32's ``CacheConfig`` accepts only ``align`` and ``none``.  The split itse
 checked against vLLM's function on generated arguments (every branch: partial hash
 hits, prefill checkpoint blocks, EAGLE, shared-prefix junctions).
 
-Not covered (the engine does not model them step for step): speculative decoding,
-async scheduling, aborts and prefix-cache resets."""
+Speculative decoding (``num_speculative_tokens`` 1, 2 or 4; vLLM's ngram drafter's
+scheduling: no lookahead slots): dense, sliding-window, chunked-local and Mamba
+``align`` hybrids (with speculative state blocks), the drafts accepted by a fixed
+pattern (:func:`_accept`, the same on both sides); the suite asserts decodes with
+drafts, partial, full and no acceptance, preemptions and hits.
+
+Not covered (the engine does not model them step for step): async scheduling, aborts,
+prefix-cache resets, EAGLE-style lookahead slots and drafters with extra drafting slots
+(``max_num_new_slots_for_drafting`` > 0)."""
 
 from __future__ import annotations
 
 import random
+import zlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -126,10 +134,12 @@ def _vllm_steps(w: Workload, kind: str
     return steps
 
 
-def _engine_steps(w: Workload, splits: list[tuple[int, int]] | None = None
+def _engine_steps(w: Workload, splits: list[tuple[int, int]] | None = None,
+                  verified: list[tuple[int, int]] | None = None
                   ) -> tuple[list[Any], Any]:
     """The engine's steps as :func:`_vllm_steps` gives vLLM's; ``splits`` collects
-    ``(tokens asked, tokens given)`` of each ``mamba_block_aligned_split`` call."""
+    ``(tokens asked, tokens given)`` of each ``mamba_block_aligned_split`` call,
+    ``verified`` ``(drafts, accepted)`` of each verification."""
     from kvcore_vllm.specs import from_vllm_config
 
     import kvcore.sim.engine as engine_mod
@@ -153,6 +163,12 @@ def _engine_steps(w: Workload, splits: list[tuple[int, int]] | None = None
 
     split = engine_mod.mamba_block_aligned_split
 
+    def accept(rid: str, k: int, n: int) -> int:
+        got = min(n, w.accept_fn(rid, k, n))
+        if verified is not None:
+            verified.append((n, got))
+        return got
+
     def counted(start: int, n: int, *a: Any, **k: Any) -> int:
         got = split(start, n, *a, **k)
         if splits is not None:
@@ -165,7 +181,9 @@ def _engine_steps(w: Workload, splits: list[tuple[int, int]] | None = None
                          max_num_seqs=w.max_num_seqs,
                          max_num_batched_tokens=w.max_num_batched_tokens,
                          long_prefill_token_threshold=w.long_prefill_token_threshold,
-                         max_model_len=w.max_model_len, on_step=hook)
+                         max_model_len=w.max_model_len, on_step=hook,
+                         num_speculative_tokens=w.num_spec_tokens,
+                         spec_acceptance=accept if w.num_spec_tokens else None)
     finally:
         engine_mod.mamba_block_aligned_split = split
     # the clock is in steps: step j ran from step_end[j] - 1 to step_end[j]
@@ -220,6 +238,68 @@ def test_workloads_exercise_chunking_preemption_and_hits() -> None:
     f = FEATURES["mamba_none_hybrid"]  # no prefix caching, no split
     assert f["preempted"] > 0 and f["chunks"] > 0, f
     assert f["hits"] == f["cut"] == f["refused"] == 0, f
+
+
+def _accept(request_id: str, k: int, num_drafts: int) -> int:
+    """A fixed acceptance pattern: drafts accepted at a request's k-th verification
+    (0 to ``num_drafts``; a result above it means all of them)."""
+    return (zlib.crc32(request_id.encode()) + 3 * k) % (num_drafts + 2)
+
+
+SPEC_KINDS = ("dense", "sliding_window_hybrid", "chunked_local_hybrid",
+              "mamba_align_hybrid")
+SPEC_FEATURES: dict[str, dict[str, int]] = {}
+
+
+def _spec_workload(kind: str, seed: int) -> Workload:
+    rng = random.Random(1000 * seed + 5 + len(kind))
+    k = rng.choice([1, 2, 4])
+    bs = rng.choice([16, 16, 32])
+    layers = [("mamba", {"spec_blocks": k})] * 3 + [FULL] \
+        if kind == "mamba_align_hybrid" else KINDS[kind]
+    # the smallest pool holds one max_model_len request (vLLM refuses to start below)
+    pools = [34, 40, 60, 200] if kind in ("dense", "chunked_local_hybrid") \
+        else [20, 24, 30, 60]
+    return Workload.shared_prefixes(
+        seed, n=rng.randrange(12, 32), layers=layers, max_model_len=512, block_size=bs,
+        num_blocks=rng.choice(pools) * 16 // bs + 1,
+        max_num_batched_tokens=rng.choice([32, 64, 128]),
+        long_prefill_token_threshold=rng.choice([0, 16, 32]),
+        max_num_seqs=rng.choice([4, 8, 16]), log_stats=False, events=False,
+        num_spec_tokens=k, accept_fn=_accept)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", SPEC_KINDS)
+def test_engine_schedules_spec_decode_as_vllm(kind: str, seed: int) -> None:
+    w = _spec_workload(kind, seed)
+    ref = _vllm_steps(w, kind)
+    verified: list[tuple[int, int]] = []
+    got, res = _engine_steps(w, verified=verified)
+    assert ref, "workload did not run"
+    assert got == ref, _diff(ref, got)
+    assert res.rejected == 0
+    assert sorted(f for s in got for f in s[3]) == sorted(r[0] for r in w.requests)
+    f = SPEC_FEATURES.setdefault(kind, {"spec_steps": 0, "none": 0, "partial": 0,
+                                        "all": 0, "preempted": 0, "hits": 0})
+    f["spec_steps"] += sum(1 for _, s, _, _ in got for _, n in s
+                           if n == 1 + w.num_spec_tokens)
+    f["none"] += sum(1 for n, a in verified if a == 0)
+    f["partial"] += sum(1 for n, a in verified if 0 < a < n)
+    f["all"] += sum(1 for n, a in verified if a == n)
+    f["preempted"] += res.preemptions
+    f["hits"] += res.prefix_hit_tokens
+
+
+def test_spec_workloads_exercise_drafts_preemption_and_hits() -> None:
+    """Runs after the parametrized speculative cases (same module, file order)."""
+    if len(SPEC_FEATURES) < len(SPEC_KINDS):
+        pytest.skip("run with the whole module")
+    for kind, f in SPEC_FEATURES.items():
+        assert f["spec_steps"] > 0 and f["hits"] > 0, (kind, f)
+        assert f["none"] > 0 and f["partial"] > 0 and f["all"] > 0, (kind, f)
+    assert all(SPEC_FEATURES[k]["preempted"] > 0 for k in ("dense", "mamba_align_hybrid")), \
+        SPEC_FEATURES
 
 
 def _vllm_split(block_size: int, hash_block_size: int, partial: bool, eagle: bool,
