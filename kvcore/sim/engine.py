@@ -2,7 +2,7 @@
 
 One iteration is one engine step, as in ``Scheduler.schedule()`` then
 ``Scheduler.update_from_output()`` (``vllm/v1/core/sched/scheduler.py``, FCFS policy,
-synchronous scheduling, no KV connector, no speculative decoding):
+synchronous scheduling, no KV connector):
 
 * **Budget.** ``token_budget = max_num_batched_tokens``; ``long_prefill_token_threshold``
   caps a prefill chunk while more than one request is eligible (running + waiting).
@@ -22,6 +22,14 @@ synchronous scheduling, no KV connector, no speculative decoding):
 * **Mamba hybrids in ``align`` mode**: every prefill chunk (running and waiting) goes
   through :func:`mamba_block_aligned_split`, vLLM's ``_mamba_block_aligned_split``; a
   chunk it refuses (0 tokens) skips a running request and stops the waiting loop.
+* **Speculative decoding** (``num_speculative_tokens`` k > 0, a drafter without
+  extra drafting slots, e.g. vLLM's ngram): after each step every running request past
+  its prefill holds k drafts (``update_draft_token_ids``); a running request asks
+  ``num_tokens + drafts - num_computed_tokens`` tokens under the same caps, and the
+  drafts its chunk covers are verified after the step: ``spec_acceptance(request_id,
+  k-th verification, drafts)`` of them are accepted, the rest rolled back from
+  ``num_computed_tokens``, and accepted + 1 tokens appended with the per-token stop
+  check; a new decode in the waiting loop is padded to 1 + k tokens as vLLM pads it.
 * After the step every scheduled request's computed tokens advance by its ``n``; one
   whose computed tokens reach its token count samples one output token.  A request
   stops at its ``output_len`` output tokens or at ``max_model_len`` tokens
