@@ -567,8 +567,7 @@ class Engine:
             nc = req.num_computed_tokens = req.num_computed_tokens + n
             num_out = r.num_out
             if nc >= r.prompt_len + num_out:  # (the request's token count)
-                ntok = 1
-                s_ = r.sched_spec
+                s_ = r.sched_spec if num_spec else 0
                 if s_:  # verify the drafts: the rejected ones are rolled back
                     r.sched_spec = 0
                     acc = self.spec_acceptance(r.request_id, r.n_verify, s_)  # type: ignore[misc]
@@ -576,7 +575,9 @@ class Engine:
                     r.n_verify += 1
                     req.num_computed_tokens = nc - (s_ - acc)
                     ntok = acc + 1
-                for _ in range(ntok):
+                else:
+                    ntok = 1
+                while True:  # append the tokens, vLLM's check_stop after each
                     req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
                     r.num_out = num_out = num_out + 1
                     r.token_times.append(now)
@@ -588,6 +589,9 @@ class Engine:
                             slots.append(now)
                         if not keep_requests:
                             r.request = r.outputs = None
+                        break
+                    ntok -= 1
+                    if not ntok:
                         break
         if finished:
             fin = set(map(id, finished))
