@@ -405,7 +405,10 @@ class KVCacheManager:
         ``reachable_block_mask`` (vLLM 0.32 keeps only the window-long tails a later
         hit can end on: the replay boundary ``num_prompt_tokens - 1``, shared-prefix
         junctions, and every ``prefix_cache_retention_interval`` tokens); ``"kvcore"``
-        caches every full block (kvcore's runtime: more hits, more hash entries).
+        caches every full block (kvcore's runtime: more hits, more hash entries), runs
+        a Mamba group with kvcore's own manager (kvcore_mamba's publication rule instead
+        of :class:`~kvcore_vllm.mamba.VllmMambaAlignManager`'s) and frees blocks that
+        left a window only after the fit check (kvcore's order).
     check_invariants: kvcore's debug switch (:class:`kvcore.runtime.KVCacheManager`):
         after every ``get_computed_blocks`` / ``allocate_slots`` / ``free`` /
         ``reset_prefix_cache`` the whole block state is checked (ref counts equal the
