@@ -213,27 +213,28 @@ _GRID: dict[str, tuple[float, ...]] = {
 
 def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
           sim: str = "engine") -> float:
-    """The fit's loss (v5): per metric, the median plus a quarter of the mean absolute
-    log error over the rows quoting it, averaged over the metrics, so each metric
-    weighs the same however many rows quote it (v2 pooled every figure, and TTFT, a
-    few of ~80 figures, hardly counted)."""
-    per: dict[str, list[float]] = {m: [] for m in METRICS}
+    """The fit's loss: the median plus a quarter of the mean absolute log error over
+    every quoted figure of the rows, pooled (each figure counts the same; v2's loss, kept
+    in v5: a loss weighing each metric the same (v4, v5b) let the seven noisy
+    concurrency-1 TTFTs set the compute efficiency to its grid's lowest value, 0.3, and
+    broke the large-batch rows; docs/SIM_ACCURACY.md)."""
+    errs = []
     for r in evaluate(rows, eff, base=base, sim=sim):
         for m in METRICS:
             if m in r:
-                per[m].append(abs(math.log1p(r[m]["error"])))
-    parts = [statistics.median(e) + 0.25 * statistics.fmean(e) for e in per.values() if e]
-    return statistics.fmean(parts)
+                errs.append(abs(math.log1p(r[m]["error"])))
+    return statistics.median(errs) + 0.25 * statistics.fmean(errs)
 
 
 def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
         base: Path | None = None, rounds: int = 2, sim: str = "engine") -> Efficiency:
-    """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` (loss:
-    :func:`_loss`, each metric's median plus a quarter of its mean absolute log error,
-    averaged over the metrics),
+    """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` but those
+    with a ``fit_excluded`` reason (loss:
+    :func:`_loss`, the median plus a quarter of the mean absolute log error over every
+    quoted figure),
     from ``start`` (default: the class defaults of :class:`Efficiency`, so the result
     does not depend on the current :data:`DEFAULT_EFFICIENCY`)."""
-    fit_rows = [r for r in rows if r["split"] == "fit"]
+    fit_rows = [r for r in rows if r["split"] == "fit" and not r.get("fit_excluded")]
     eff = start if start is not None else Efficiency()
     best = _loss(fit_rows, eff, base, sim)
     for _ in range(rounds):

@@ -22,7 +22,9 @@ token expansion: :mod:`kvcore.sim.traces`.
 
 **With a clock** (any flag of the "clocked simulation" group, or ``--scheduler vllm``):
 the workload is the trace (arrivals from its timestamps, or ``--request-rate`` /
-``--burstiness``) or ``--dataset random`` (:mod:`kvcore.sim.workload`); the loop is
+``--burstiness``) or one of ``vllm bench serve``'s datasets (``--dataset-name random |
+prefix_repetition | burstgpt | sharegpt``, ``--dataset`` an alias:
+:mod:`kvcore.sim.datasets`); the loop is
 :mod:`kvcore.sim.engine` (vLLM's Scheduler, with ``--max-concurrency``); the step-time
 model comes from :func:`make_time_model`; ``--json`` prints the figures of
 :mod:`kvcore.sim.metrics` (``vllm bench serve --save-result``'s names) plus the run's
@@ -63,7 +65,7 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("model", help="config.json path, folder, or embedded name")
     p.add_argument("--trace", default=None,
                    help="Mooncake JSONL, Azure LLM inference CSV or kvcore JSONL (or "
-                        "--dataset random)")
+                        "--dataset-name)")
     p.add_argument("--trace-format", default="auto", choices=list(TRACE_FORMATS))
     p.add_argument("--kv-cache-memory", default=None,
                    help="KV-cache budget per rank (default 16GiB unless --num-blocks is "
@@ -360,7 +362,8 @@ def run(args: argparse.Namespace) -> int:
     check_mode_flags(args, is_clocked)
     if args.trace is None and (args.dataset is None or not is_clocked):
         raise ConfigError("give a workload: --trace FILE (Mooncake JSONL, Azure CSV, "
-                          "kvcore JSONL) or --dataset random", field="trace")
+                          "kvcore JSONL) or --dataset-name random|prefix_repetition|"
+                          "burstgpt|sharegpt", field="trace")
     if not is_clocked:  # the clockless replay's defaults
         if args.max_num_seqs is None:
             args.max_num_seqs = 64
@@ -371,7 +374,10 @@ def run(args: argparse.Namespace) -> int:
                               field="pipeline_parallel_size",
                               value=args.pipeline_parallel_size)
     if is_clocked:
-        n_req = args.num_prompts if args.dataset else None
+        n_req = args.num_prompts if args.dataset in ("random", "burstgpt") else None
+        if args.dataset == "prefix_repetition":  # vLLM makes whole groups only
+            k = args.prefix_repetition_num_prefixes
+            n_req = k * (args.num_prompts // k) or None
         progress_cb, bar = _progress(args, n_req)
         try:
             return run_clocked(args, budget, progress_cb)
@@ -495,10 +501,6 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
-#: the random dataset's flags and vLLM's defaults (None: not given)
-DATASET_DEFAULTS = (("num_prompts", 1000), ("random_input_len", 1024),
-                    ("random_output_len", 128), ("random_prefix_len", 0),
-                    ("random_range_ratio", 0.0))
 #: flags the clockless replay does not read (an error there, not silently ignored)
 REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurrency",
                   "request_rate", "burstiness", "gpu", "gpu_memory_utilization",
@@ -582,6 +584,36 @@ def _percentiles_arg(text: str) -> list[float]:
     return out
 
 
+def add_dataset_arguments(g: Any) -> None:
+    """The flags of the prefix_repetition, burstgpt and sharegpt datasets (vLLM 0.32's
+    names; defaults filled by :func:`kvcore.sim.datasets.check_dataset_flags`)."""
+    g.add_argument("--prefix-repetition-prefix-len",
+                   type=length_arg("prefix_repetition_prefix_len", minimum=0),
+                   default=None, help="prefix_repetition: tokens of each prefix (default "
+                                      "256, vLLM's)")
+    g.add_argument("--prefix-repetition-suffix-len",
+                   type=length_arg("prefix_repetition_suffix_len", minimum=0),
+                   default=None, help="prefix_repetition: tokens after the prefix (default "
+                                      "256)")
+    g.add_argument("--prefix-repetition-num-prefixes",
+                   type=length_arg("prefix_repetition_num_prefixes"), default=None,
+                   help="prefix_repetition: distinct prefixes, num_prompts // N prompts "
+                        "each (default 10)")
+    g.add_argument("--prefix-repetition-output-len",
+                   type=length_arg("prefix_repetition_output_len"), default=None,
+                   help="prefix_repetition: output tokens per request (default 128)")
+    g.add_argument("--sharegpt-output-len", type=length_arg("sharegpt_output_len"),
+                   default=None, help="sharegpt: output tokens per request instead of the "
+                                      "completion's")
+    g.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="sharegpt: a local folder with the model's tokenizer.json (needs "
+                        "transformers or tokenizers; default: the model's folder)")
+    g.add_argument("--disable-shuffle", action="store_true", default=None,
+                   help="prefix_repetition, sharegpt: keep vLLM's generation / file order")
+    g.add_argument("--no-oversample", action="store_true", default=None,
+                   help="sharegpt: fewer requests than --num-prompts rather than repeats")
+
+
 def add_clock_arguments(p: Any) -> None:
     """The flags of the clocked run (``vllm bench serve``'s names and defaults)."""
     g = p.add_argument_group(
@@ -591,11 +623,17 @@ def add_clock_arguments(p: Any) -> None:
                    help="vllm: the clocked loop of vLLM's Scheduler (kvcore.sim.engine); "
                         "replay: the clockless replay; auto (default): vllm when any flag "
                         "of this group is given, else replay")
-    g.add_argument("--dataset", choices=("random",), default=None,
-                   help="vllm bench serve's random dataset instead of --trace")
+    from kvcore.sim.datasets import DATASET_NAMES
+
+    g.add_argument("--dataset-name", "--dataset", dest="dataset", choices=DATASET_NAMES,
+                   default=None,
+                   help="vllm bench serve's dataset instead of --trace (vLLM's "
+                        "--dataset-name; --dataset is an alias; kvcore.sim.datasets)")
+    g.add_argument("--dataset-path", default=None, metavar="FILE",
+                   help="the BurstGPT CSV (burstgpt) or ShareGPT JSON (sharegpt)")
     g.add_argument("--num-prompts", type=length_arg("num_prompts",
                                                     maximum=MAX_NUM_PROMPTS), default=None,
-                   help=f"requests of the random dataset (default 1000, vLLM's; at most "
+                   help=f"requests of the dataset (default 1000, vLLM's; at most "
                         f"{MAX_NUM_PROMPTS:,}: ~1 h of CPU)")
     g.add_argument("--random-input-len", type=length_arg("random_input_len", minimum=0),
                    default=None, help="default 1024 (vLLM's)")
@@ -605,6 +643,7 @@ def add_clock_arguments(p: Any) -> None:
                    default=None, help="tokens of a prefix shared by every prompt (default 0)")
     g.add_argument("--random-range-ratio", type=_ratio_arg, default=None,
                    help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)")
+    add_dataset_arguments(g)
     g.add_argument("--request-rate", type=_float_arg("request_rate"), default=None,
                    help="requests per second, Poisson (gamma with --burstiness) arrivals; "
                         "inf: all at t = 0 (default: the trace's timestamps, inf for "
@@ -668,27 +707,21 @@ def add_clock_arguments(p: Any) -> None:
 
 
 def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
-    """Refuse flags the chosen mode would ignore, naming the flag: the random dataset's
-    flags without ``--dataset random``, and the clocked run's flags with ``--scheduler
-    replay``; then fill the dataset defaults (vLLM's).  Raises ConfigError."""
+    """Refuse flags the chosen mode would ignore, naming the flag: a dataset's flags
+    without ``--dataset-name`` naming that dataset, then the dataset's defaults filled
+    (vLLM's; :func:`kvcore.sim.datasets.check_dataset_flags`), and the clocked run's
+    flags with ``--scheduler replay``.  Raises ConfigError."""
     from kvcore.errors import ConfigError
 
     def flag(name: str) -> str:
         return "--" + name.replace("_", "-")
 
-    if getattr(args, "dataset", None) is None:
-        for name, _ in DATASET_DEFAULTS:
-            v = getattr(args, name, None)
-            if v is not None:
-                raise ConfigError(f"{flag(name)} {v}: shapes the random dataset; give "
-                                  f"--dataset random (a trace's requests have their own "
-                                  f"lengths)", field=name, value=v)
-    for name, default in DATASET_DEFAULTS:
-        if getattr(args, name, None) is None:
-            setattr(args, name, default)
+    from kvcore.sim.datasets import check_dataset_flags
+
+    check_dataset_flags(args)
     if getattr(args, "limit", None) is not None and getattr(args, "trace", None) is None:
         raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
-                          f"the random dataset has --num-prompts", field="limit",
+                          f"a dataset has --num-prompts", field="limit",
                           value=args.limit)
     if getattr(args, "save_detailed", False) and not getattr(args, "save_result", False):
         raise ConfigError("--save-detailed: adds per-request lists to --save-result's "
@@ -871,18 +904,15 @@ def _model_config(model: Any) -> Any:
 def _clocked_requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The TraceRequests of a clocked run (arrivals set) and the workload's name."""
     from kvcore.errors import ConfigError
+    from kvcore.sim.datasets import dataset_requests
     from kvcore.sim.traces import read_trace
-    from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
+    from kvcore.sim.workload import arrival_times, with_arrivals
 
     if args.dataset is not None and args.trace is not None:
-        raise ConfigError("give --trace FILE or --dataset random, not both",
+        raise ConfigError("give --trace FILE or --dataset-name NAME, not both",
                           field="dataset", value=args.dataset)
-    if args.dataset == "random":
-        reqs = random_dataset(args.num_prompts, args.random_input_len,
-                              args.random_output_len, args.random_prefix_len,
-                              args.random_range_ratio, args.seed)
-        name = (f"random (input {args.random_input_len}, output {args.random_output_len}, "
-                f"prefix {args.random_prefix_len}, range ratio {args.random_range_ratio})")
+    if args.dataset is not None:
+        reqs, name = dataset_requests(args)
         rate = math.inf if args.request_rate is None else args.request_rate
     else:
         reqs = read_trace(args.trace, args.trace_format)

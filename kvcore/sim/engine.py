@@ -2,7 +2,7 @@
 
 One iteration is one engine step, as in ``Scheduler.schedule()`` then
 ``Scheduler.update_from_output()`` (``vllm/v1/core/sched/scheduler.py``, FCFS policy,
-synchronous scheduling, no KV connector, no speculative decoding):
+synchronous scheduling, no KV connector):
 
 * **Budget.** ``token_budget = max_num_batched_tokens``; ``long_prefill_token_threshold``
   caps a prefill chunk while more than one request is eligible (running + waiting).
@@ -19,6 +19,17 @@ synchronous scheduling, no KV connector, no speculative decoding):
   ``n = num_tokens - hit`` capped by the threshold and the budget (chunked prefill),
   ``allocate_slots(request, n, hit, blocks)``; when it fails the waiting loop stops
   (head-of-line blocking).
+* **Mamba hybrids in ``align`` mode**: every prefill chunk (running and waiting) goes
+  through :func:`mamba_block_aligned_split`, vLLM's ``_mamba_block_aligned_split``; a
+  chunk it refuses (0 tokens) skips a running request and stops the waiting loop.
+* **Speculative decoding** (``num_speculative_tokens`` k > 0, a drafter without
+  extra drafting slots, e.g. vLLM's ngram): after each step every running request past
+  its prefill holds k drafts (``update_draft_token_ids``); a running request asks
+  ``num_tokens + drafts - num_computed_tokens`` tokens under the same caps, and the
+  drafts its chunk covers are verified after the step: ``spec_acceptance(request_id,
+  k-th verification, drafts)`` of them are accepted, the rest rolled back from
+  ``num_computed_tokens``, and accepted + 1 tokens appended with the per-token stop
+  check; a new decode in the waiting loop is padded to 1 + k tokens as vLLM pads it.
 * After the step every scheduled request's computed tokens advance by its ``n``; one
   whose computed tokens reach its token count samples one output token.  A request
   stops at its ``output_len`` output tokens or at ``max_model_len`` tokens
@@ -73,13 +84,18 @@ from kvcore.sim.timing import (
 )
 
 __all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine",
-           "check_scheduler_limits", "check_some_served", "resolve_request_overhead"]
+           "check_scheduler_limits", "check_some_served", "resolve_request_overhead",
+           "mamba_block_aligned_split", "mamba_checkpoint_position",
+           "mamba_checkpoint_valid"]
 
 _PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
 _MEMO_MAX = 1 << 18
 
 #: on_step(step, [(request_id, num_new_tokens)], [preempted ids], [finished ids])
 StepHook = Callable[[int, list[tuple[str, int]], list[str], list[str]], None]
+#: spec_acceptance(request_id, verification index of that request (0, 1, ...),
+#: drafts verified) -> drafts accepted (0 to drafts verified)
+SpecAcceptance = Callable[[str, int, int], int]
 
 
 class SimRequest:
@@ -98,7 +114,8 @@ class SimRequest:
 
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
-                 "preemptions", "rejected", "num_out", "route_est", "t0", "sref")
+                 "preemptions", "rejected", "num_out", "route_est", "t0", "sref",
+                 "junction", "spec", "sched_spec", "n_verify", "prefill_chunk")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -123,6 +140,14 @@ class SimRequest:
         #: ``sent`` exactly, as (epoch, offset) of the clock that freed its slot (None:
         #: ``(sent, 0)``, an arrival)
         self.sref: tuple[float, float] | None = None
+        #: vLLM's ``Request.shared_prefix_boundary`` from its last prefix lookup, tokens
+        self.junction = 0
+        #: speculative decoding: draft tokens held (``len(spec_token_ids)``), drafts
+        #: scheduled this step, verifications so far, and vLLM's ``is_prefill_chunk``
+        self.spec = 0
+        self.sched_spec = 0
+        self.n_verify = 0
+        self.prefill_chunk = False
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -344,8 +369,16 @@ class Engine:
                  kv_cache_config: Any = None, record_steps: bool = True,
                  keep_requests: bool = False, reserve_full_prompt: bool = True,
                  result: EngineResult | None = None, max_samples: int | None = None,
+                 num_speculative_tokens: int = 0,
+                 spec_acceptance: SpecAcceptance | None = None,
                  request_overhead_s: float | None = None) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
+        _check_int("num_speculative_tokens", num_speculative_tokens, 0)
+        if num_speculative_tokens and not callable(spec_acceptance):
+            raise ConfigError("num_speculative_tokens > 0 needs spec_acceptance(request_id"
+                              ", verification, num_drafts) -> accepted drafts, got "
+                              f"{spec_acceptance!r}", field="spec_acceptance",
+                              value=repr(spec_acceptance))
         _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
         _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
         _check_int("num_lookahead_tokens", num_lookahead_tokens, 0)
@@ -377,7 +410,16 @@ class Engine:
         self.max_model_len: int = manager.max_model_len if max_model_len is None \
             else max_model_len
         self.lookahead = num_lookahead_tokens
+        self.num_spec = num_speculative_tokens
+        self.spec_acceptance = spec_acceptance
+        # chunk caps: vLLM 0.32's Scheduler cuts prefill chunks only for Mamba hybrids
+        # in ``align`` mode, with its own rule (``_split``: ``_mamba_block_aligned_split``,
+        # which takes the place of kvcore's caps there); otherwise kvcore's per-kind
+        # caps (``max_prefill_chunk_tokens``: Mamba ``all`` mode, which vLLM 0.32 does
+        # not have)
         self.capped = bool(getattr(manager, "_chunk_cappers", True))
+        self._split, self._junction_from = _mamba_split_plan(
+            manager, max_num_batched_tokens, long_prefill_token_threshold)
         self.fq = manager.block_pool.free_queue
         self.usable = max(1, manager.block_pool.num_usable_blocks)
         self.gate = _admission_plan(manager, max_num_batched_tokens, self.max_model_len) \
@@ -510,6 +552,10 @@ class Engine:
         free = manager.free
         chunk_cap = manager.max_prefill_chunk_tokens
         capped = self.capped
+        num_spec = self.num_spec
+        prefill_scheduled = False
+        split = self._split
+        junction_from = self._junction_from
         mml = self.max_model_len
         lookahead = self.lookahead
         running = self.running
@@ -536,6 +582,8 @@ class Engine:
             nc = req.num_computed_tokens
             num_tokens = len(req.all_token_ids)
             n = num_tokens - nc
+            if num_spec:
+                n += r.spec  # vLLM's num_tokens_with_spec
             if n == 1 and nc >= r.prompt_len:
                 # a decode: one token (never capped: num_tokens < max_model_len while
                 # it runs, and the budget is > 0)
@@ -549,8 +597,11 @@ class Engine:
                     n = per_req
                 if n > mml - nc - 1:
                     n = mml - nc - 1
-                prefill = True
-                if capped and n > 0:
+                # (a decode with drafts is no prefill)
+                prefill = nc + 1 < num_tokens or nc < r.prompt_len
+                if split is not None:
+                    n = split(nc, n, r.prompt_len, num_tokens, r.junction)
+                elif capped and n > 0:
                     n = chunk_cap(req, n)
                 if n <= 0:
                     i += 1
@@ -564,6 +615,7 @@ class Engine:
                 free(victim.request)
                 victim.request.num_computed_tokens = 0
                 victim.preemptions += 1
+                victim.spec = 0
                 res.preemptions += 1
                 preempted.append(victim)
                 waiting.appendleft(victim)
@@ -574,6 +626,12 @@ class Engine:
             if out is None:
                 break
             sched.append((r, n))
+            if num_spec:
+                prefill_scheduled |= r.prefill_chunk
+                r.prefill_chunk = nc + n < num_tokens
+                s_ = n + nc - num_tokens  # drafts scheduled (vLLM's spec_token_ids cut)
+                r.sched_spec = (s_ if s_ < r.spec else r.spec) if s_ > 0 else 0
+                r.spec = 0
             if prefill:
                 batch_reqs.append(SR(n, nc, True))
                 n_prefill += 1
@@ -585,6 +643,7 @@ class Engine:
             token_budget -= n
             i += 1
         if not preempted:
+            running_sched = bool(sched)  # vLLM's scheduled_running_reqs
             lookup = manager.get_computed_blocks
             gate = self.gate
             fq = self.fq
@@ -595,13 +654,27 @@ class Engine:
                 hit, nloc = lookup(req)
                 num_tokens = len(req.all_token_ids)
                 n = num_tokens - nloc
+                pad = False
+                if num_spec and n == 1 and not prefill_scheduled and (running_sched or nloc) \
+                        and nloc + 1 + num_spec + 1 <= mml:
+                    # vLLM pads a new decode to the uniform speculative size
+                    if 1 + num_spec > token_budget:
+                        break
+                    n = 1 + num_spec
+                    pad = True
                 if 0 < lpt < n:
                     n = lpt
                 if n > token_budget:
                     n = token_budget
                 if n > per_req:
                     n = per_req
-                if capped:
+                if split is not None:
+                    if junction_from is not None:
+                        r.junction = _junction(junction_from, req, num_tokens, nloc)
+                    n = split(nloc, n, r.prompt_len, num_tokens, r.junction)
+                    if pad and n and n != 1 + num_spec:
+                        n, pad = 1, False  # vLLM drops the padding, not shortens it
+                elif capped:
                     n = chunk_cap(req, n, nloc)
                 if n <= 0:
                     break
@@ -627,6 +700,9 @@ class Engine:
                     res.prompt_tokens += r.prompt_len
                     res.prefix_hit_tokens += nloc
                 sched.append((r, n))
+                if num_spec:
+                    r.prefill_chunk = nloc + n < num_tokens
+                    r.sched_spec = num_spec if pad else 0
                 batch_reqs.append(SR(n, nloc, True))
                 n_prefill += 1
                 token_budget -= n
@@ -662,21 +738,39 @@ class Engine:
             nc = req.num_computed_tokens = req.num_computed_tokens + n
             num_out = r.num_out
             if nc >= r.prompt_len + num_out:  # (the request's token count)
-                req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
-                r.num_out = num_out = num_out + 1
-                r.token_times.append(clock - r.t0)
-                if num_out >= r.output_len or r.prompt_len + num_out >= mml:
-                    free(req)
-                    r.finish = now
-                    finished.append(r)
-                    if slots is not None:
-                        slots.append(now, self.epoch, clock)
-                    if not keep_requests:
-                        r.request = r.outputs = None
+                s_ = r.sched_spec if num_spec else 0
+                if s_:  # verify the drafts: the rejected ones are rolled back
+                    r.sched_spec = 0
+                    acc = self.spec_acceptance(r.request_id, r.n_verify, s_)  # type: ignore[misc]
+                    acc = 0 if acc < 0 else (s_ if acc > s_ else int(acc))
+                    r.n_verify += 1
+                    req.num_computed_tokens = nc - (s_ - acc)
+                    ntok = acc + 1
+                else:
+                    ntok = 1
+                while True:  # append the tokens, vLLM's check_stop after each
+                    req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
+                    r.num_out = num_out = num_out + 1
+                    r.token_times.append(clock - r.t0)
+                    if num_out >= r.output_len or r.prompt_len + num_out >= mml:
+                        free(req)
+                        r.finish = now
+                        finished.append(r)
+                        if slots is not None:
+                            slots.append(now, self.epoch, clock)
+                        if not keep_requests:
+                            r.request = r.outputs = None
+                        break
+                    ntok -= 1
+                    if not ntok:
+                        break
         if finished:
             fin = set(map(id, finished))
             running = self.running = [r for r in running if id(r) not in fin]
             res.duration = now
+        if num_spec:  # the drafter proposes for every running request past its prefill
+            for r in running:
+                r.spec = 0 if r.prefill_chunk else num_spec
         if self.record_steps:
             use = 1.0 - self.fq.num_free_blocks / self.usable
             if self.max_samples is None:
@@ -713,6 +807,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                progress: Callable[[int], None] | None = None,
                record_steps: bool = True, keep_requests: bool = False,
                max_steps: int | None = None, reserve_full_prompt: bool = True,
+               num_speculative_tokens: int = 0,
+               spec_acceptance: SpecAcceptance | None = None,
                request_overhead_s: float | None = None) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion: an
     :class:`Engine` fed the requests as they arrive.
@@ -760,7 +856,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                  max_model_len=max_model_len, num_lookahead_tokens=num_lookahead_tokens,
                  kv_cache_config=kv_cache_config, record_steps=record_steps,
                  keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
-                 result=res, request_overhead_s=request_overhead_s)
+                 result=res, num_speculative_tokens=num_speculative_tokens,
+                 spec_acceptance=spec_acceptance, request_overhead_s=request_overhead_s)
     over = eng.request_overhead_s
     mml = eng.max_model_len
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)
@@ -834,6 +931,185 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def mamba_checkpoint_position(num_tokens: int, block_size: int, use_eagle: bool) -> int:
+    """The last block boundary (tokens) whose Mamba state a resend of a
+    ``num_tokens``-token prefill can resume from: vLLM 0.32
+    ``get_mamba_prefill_checkpoint_position`` (``vllm/v1/kv_cache_interface.py``).
+    Without EAGLE one token is left to recompute (the boundary at or below
+    ``num_tokens - 1``); with EAGLE one block further back (at or below ``num_tokens``
+    minus a block).  0 when there is none."""
+    limit = num_tokens if use_eagle else num_tokens - 1
+    pos = limit // block_size * block_size
+    if use_eagle:
+        pos -= block_size
+    return pos if pos > 0 else 0
+
+
+def mamba_checkpoint_valid(query_start: int, query_end: int, checkpoint_position: int,
+                           hash_block_size: int, mamba_block_size: int,
+                           checkpoint_alignment: int | None) -> bool:
+    """Whether the attention backend can export the Mamba state at
+    ``checkpoint_position`` from inside the query ``[query_start, query_end)``
+    (tokens): vLLM 0.32 ``is_mamba_prefill_checkpoint_valid``
+    (``vllm/v1/kv_cache_interface.py``); always False without an alignment."""
+    if checkpoint_alignment is None:
+        return False
+    initial_state_col = (query_start - 1) // mamba_block_size
+    checkpoint_col = _cdiv(query_end, mamba_block_size) - 2
+    return (query_start % hash_block_size == 0
+            and checkpoint_col > initial_state_col
+            and query_start + hash_block_size <= checkpoint_position
+            and query_start < checkpoint_position < query_end
+            and (checkpoint_position - query_start) % checkpoint_alignment == 0)
+
+
+def mamba_block_aligned_split(num_computed_tokens: int, num_new_tokens: int,
+                              num_prompt_tokens: int, num_tokens: int, *,
+                              block_size: int, max_prefill_tokens: int,
+                              scheduler_block_size: int | None = None,
+                              hash_block_size: int | None = None,
+                              use_eagle: bool = False, partial_cache_hit: bool = False,
+                              has_prefill_checkpoint_blocks: bool = False,
+                              checkpoint_alignment: int | None = None,
+                              shared_prefix_boundary: int = 0,
+                              shared_prefix_checkpoint: bool = False) -> int:
+    """Clip a prefill chunk so it ends where a Mamba state must be cached: vLLM 0.32
+    ``Scheduler._mamba_block_aligned_split`` (``vllm/v1/core/sched/scheduler.py``),
+    applied by its scheduler to every running and waiting request when the model has
+    Mamba layers and ``mamba_cache_mode == "align"`` (and only then).
+
+    num_computed_tokens: where the chunk starts (the request's computed tokens plus a
+    new request's prefix hit), tokens.  num_new_tokens: the chunk after the budget and
+    ``long_prefill_token_threshold`` caps, tokens.  num_prompt_tokens / num_tokens:
+    the request's prompt and all its tokens (a resumed request replays its outputs).
+    block_size: ``cache_config.block_size`` (the Mamba block), tokens.
+    max_prefill_tokens: ``max_num_scheduled_tokens``, capped by the *configured*
+    ``long_prefill_token_threshold`` when it is > 0 (even in a step where the
+    threshold is off because one request is eligible), tokens.
+    scheduler_block_size / hash_block_size: the Scheduler's ``block_size`` (lcm of the
+    group block sizes) and ``hash_block_size`` (default ``block_size``), tokens.
+    use_eagle: vLLM's ``use_eagle_block_drop``.  partial_cache_hit: vLLM's
+    ``mamba_partial_cache_hit`` (hash blocks finer than the scheduler block and
+    partial hash hits on).  has_prefill_checkpoint_blocks / checkpoint_alignment:
+    ``num_prefill_checkpoint_blocks > 0`` on every Mamba group and its
+    ``prefill_checkpoint_alignment`` (the backend exports the prompt's checkpoint from
+    inside the last chunk).  shared_prefix_boundary: the request's
+    ``shared_prefix_boundary`` (tokens; what ``get_computed_blocks`` returned at its
+    last lookup: the longest single-group hit when it exceeds the hit every group
+    serves, else 0).  shared_prefix_checkpoint: vLLM's
+    ``mamba_shared_prefix_checkpoint``.
+
+    Returns the tokens to schedule, 0 to ``num_new_tokens``: 0 when no block-aligned
+    chunk fits (the running loop then skips the request, the waiting loop stops).
+    Examples, a 100-token prompt, block 16, ``max_prefill_tokens`` 32: from 0 with 40
+    tokens of budget, 32 (the chunk end floored to a block boundary); with 10, 0 (the
+    floor is not above the start, and a whole block fits a chunk: wait for more
+    budget); from 90 with 32, 6 (to the boundary 96, the last checkpoint); from 32
+    with 32 and a shared-prefix boundary at 48, 16.  Block 544 wider than the 256-token
+    chunks of a 1,000-token prompt: 256 from 0 (sub-block), then 32 from 512 (to the
+    boundary 544).
+    """
+    start = num_computed_tokens
+    prefill_end = max(num_prompt_tokens, num_tokens - 1)
+    if start >= prefill_end:
+        return num_new_tokens
+    sched_bs = block_size if scheduler_block_size is None else scheduler_block_size
+    hash_bs = sched_bs if hash_block_size is None else hash_block_size
+    ckpt_bs = hash_bs if partial_cache_hit else sched_bs
+    last_cache_position = mamba_checkpoint_position(num_tokens, block_size, use_eagle)
+    end = start + num_new_tokens
+    checkpoint_position = mamba_checkpoint_position(prefill_end, ckpt_bs, use_eagle)
+    internal = (has_prefill_checkpoint_blocks and end >= prefill_end
+                and mamba_checkpoint_valid(start, end, checkpoint_position, hash_bs,
+                                           block_size, checkpoint_alignment))
+    if internal:
+        last_cache_position = 0
+    if end < prefill_end:
+        aligned_end = end // block_size * block_size
+        if aligned_end > start or block_size <= max_prefill_tokens:
+            end = aligned_end
+    next_block_boundary = (start // block_size + 1) * block_size
+    tail_boundary = mamba_checkpoint_position(num_prompt_tokens, hash_bs, use_eagle) \
+        if partial_cache_hit and not internal else 0
+    junction = shared_prefix_boundary
+    block_floored = start + (junction - start) // block_size * block_size
+    junction_stop = junction if shared_prefix_checkpoint \
+        and junction <= num_prompt_tokens else block_floored
+    stops = (
+        next_block_boundary if start % block_size != 0 and not internal else 0,
+        last_cache_position,
+        tail_boundary if last_cache_position < tail_boundary < num_prompt_tokens else 0,
+        junction_stop if start < junction < end else 0,
+    )
+    end = min((s for s in stops if start < s < end), default=end)
+    return end - start if end > start else 0
+
+
+def _mamba_split_plan(manager: Any, max_num_batched_tokens: int,
+                      long_prefill_token_threshold: int) -> tuple[Any, Any]:
+    """``(split, junction_from)`` for a manager: ``split(start, num_new_tokens,
+    num_prompt_tokens, num_tokens, shared_prefix_boundary) -> tokens`` when vLLM's
+    Scheduler would call ``_mamba_block_aligned_split`` (a Mamba group in ``align``
+    mode: ``need_mamba_block_aligned_split``), else None; ``junction_from``: the
+    downward-closed (full-attention) group whose hit gives ``shared_prefix_boundary``
+    (vLLM's ``KVCacheManager.get_computed_blocks``), or None.
+
+    Settings as vLLM 0.32's Scheduler derives them: ``block_size`` is the Mamba group's
+    (``cache_config.block_size``: in ``align`` mode the Mamba block follows the
+    attention block), the scheduler block size the lcm of the group block sizes
+    (``resolve_kv_cache_block_sizes``), the hash block size kvcore's.  Not modelled,
+    because kvcore's runtime has no such hits or specs: partial hash hits
+    (``mamba_partial_cache_hit``, a ``prefix_match_unit`` below the block size),
+    prefill checkpoint blocks (``num_prefill_checkpoint_blocks``) and the opt-in
+    shared-prefix checkpoint; each is off, as in vLLM by default."""
+    import math
+    from functools import partial
+
+    managers = list(getattr(manager, "managers", ()))
+    mamba = [m for m in managers if getattr(m.spec, "kind", "") == "mamba"]
+    if not mamba or getattr(mamba[0].spec, "mamba_cache_mode", "none") != "align":
+        return None, None
+    bs = int(mamba[0].block_size)
+    sched_bs = math.lcm(*(int(m.block_size) for m in managers))
+    max_prefill = max_num_batched_tokens
+    if long_prefill_token_threshold > 0:
+        max_prefill = min(max_prefill, long_prefill_token_threshold)
+    fn = partial(mamba_block_aligned_split, block_size=bs, max_prefill_tokens=max_prefill,
+                 scheduler_block_size=sched_bs,
+                 hash_block_size=int(getattr(manager, "hash_block_size", sched_bs)),
+                 use_eagle=bool(getattr(manager, "use_eagle", False)))
+
+    def split(start: int, n: int, num_prompt: int, num_tokens: int, junction: int
+              ) -> int:
+        return fn(start, n, num_prompt, num_tokens, shared_prefix_boundary=junction)
+
+    full = None
+    coord = getattr(manager, "coordinator", None)
+    if getattr(manager, "enable_caching", False) and coord is not None:
+        from kvcore.runtime.managers import SingleTypeManager
+
+        base = SingleTypeManager.find_longest_cache_hit
+        caching = list(getattr(coord, "caching_managers", ()))
+        if len(caching) > 1:  # one group: nothing can lag it (vLLM returns 0)
+            full = next((m for m in caching if not m.skips_blocks
+                         and type(m).find_longest_cache_hit is base), None)
+            if full is not None:
+                full = (full, int(getattr(coord, "alignment", full.block_size)))
+    return split, full
+
+
+def _junction(full: tuple[Any, int], request: Any, num_tokens: int, hit: int) -> int:
+    """vLLM's ``shared_prefix_boundary`` of a lookup that hit ``hit`` tokens: the
+    full-attention group's own hit within ``num_tokens - 1`` (rounded down to the
+    alignment) when it is longer than the hit every group serves, else 0
+    (``HybridKVCacheCoordinator.find_longest_cache_hit``'s uncached common prefix)."""
+    m, align = full
+    limit = num_tokens - 1
+    n = len(m.find_longest_cache_hit(request.block_hashes, limit, 0)) * m.block_size
+    n = min(n, limit) // align * align
+    return n if n > hit else 0
 
 
 def _admission_plan(manager: Any, max_num_batched_tokens: int, max_model_len: int

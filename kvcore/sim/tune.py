@@ -4,8 +4,9 @@ Every candidate (``--tensor-parallel-size`` x ``--max-num-batched-tokens`` x
 ``--max-num-seqs`` x ``--block-size`` x ``--kv-cache-dtype`` x prefix caching x
 ``--mamba-cache-mode``) is planned on the GPU (:func:`kvcore.plan_model`: a TP whose
 weights do not fit, or a layout the planner refuses, is dropped and listed) and
-simulated once on the workload (``--dataset random ...`` as ``vllm bench serve`` draws
-it, or ``--trace FILE``) by :func:`simulate_once`.  Candidates are ranked by the
+simulated once on the workload (``--dataset-name random | prefix_repetition | burstgpt |
+sharegpt ...`` as ``vllm bench serve`` draws it, :mod:`kvcore.sim.datasets`, or
+``--trace FILE``) by :func:`simulate_once`.  Candidates are ranked by the
 objective per GPU (``--objective goodput`` by default, with ``--goodput ttft:MS
 tpot:MS`` as vLLM's flag: requests per second meeting every SLO; divided by ``tp x
 pp`` so that a layout on more GPUs must earn them), ties broken by output throughput.
@@ -66,8 +67,13 @@ def _trace_requests(wl: dict[str, Any]) -> list[Any]:
     from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
 
     rate = wl.get("request_rate", math.inf)
-    if wl.get("trace"):
-        reqs = read_trace(wl["trace"], wl.get("trace_format", "auto"))
+    if wl.get("trace") or wl.get("dataset_opts"):
+        if wl.get("dataset_opts"):
+            from kvcore.sim.datasets import dataset_requests
+
+            reqs, _ = dataset_requests(argparse.Namespace(**wl["dataset_opts"]))
+        else:
+            reqs = read_trace(wl["trace"], wl.get("trace_format", "auto"))
         if wl.get("limit") is not None:
             reqs = reqs[:wl["limit"]]
         if not math.isinf(rate):
@@ -120,8 +126,9 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     ``enable_prefix_caching``, ``mamba_cache_mode``, ``max_model_len`` and the workload:
     ``workload`` (``input_len``, ``output_len``, ``num_prompts``, ``prefix_len``,
     ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
-    ``trace_format`` / ``limit`` for a trace file), ``goodput`` (ms per SLO key) and
-    ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
+    ``trace_format`` / ``limit`` for a trace file, or ``dataset`` / ``dataset_opts``
+    (the flags of :func:`kvcore.sim.datasets.dataset_requests`) for another dataset),
+    ``goodput`` (ms per SLO key) and ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
     crosses process and Ray boundaries).
     """
     import kvcore
@@ -165,8 +172,8 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc)}
     wl = {k: v for k, v in cand["workload"].items()
-          if k not in ("trace", "trace_format", "limit")}
-    if cand["workload"].get("trace"):
+          if k not in ("trace", "trace_format", "limit", "dataset", "dataset_opts")}
+    if cand["workload"].get("trace") or cand["workload"].get("dataset_opts"):
         traces = _trace_requests(cand["workload"])
         w = Workload.from_trace(traces, max_concurrency=wl.get("max_concurrency"))
     else:
@@ -320,11 +327,20 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=_ints("--pp"), default=[1])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", help="Mooncake JSONL, Azure CSV or kvcore JSONL")
-    src.add_argument("--dataset", choices=["random"], help="vllm bench serve's dataset")
+    from kvcore.sim.command import add_dataset_arguments
+    from kvcore.sim.datasets import DATASET_NAMES
+
+    src.add_argument("--dataset-name", "--dataset", dest="dataset",
+                     choices=list(DATASET_NAMES),
+                     help="vllm bench serve's dataset (vLLM's --dataset-name; --dataset "
+                          "is an alias; kvcore.sim.datasets)")
+    p.add_argument("--dataset-path", default=None, metavar="FILE",
+                   help="the BurstGPT CSV (burstgpt) or ShareGPT JSON (sharegpt)")
     p.add_argument("--random-input-len", type=int, default=None, help="default 1024")
     p.add_argument("--random-output-len", type=int, default=None, help="default 128")
     p.add_argument("--random-prefix-len", type=int, default=None, help="default 0")
     p.add_argument("--num-prompts", type=int, default=None, help="default 500")
+    add_dataset_arguments(p)
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--request-rate", type=float, default=math.inf)
     p.add_argument("--burstiness", type=float, default=1.0)
@@ -363,9 +379,23 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
 def _workload(args: argparse.Namespace) -> dict[str, Any]:
     from kvcore.sim.fastsim import Workload
 
-    w = Workload(args.random_input_len, args.random_output_len, args.num_prompts,
-                 max_concurrency=args.max_concurrency, request_rate=args.request_rate,
-                 burstiness=args.burstiness, prefix_len=args.random_prefix_len,
+    if args.dataset not in (None, "random"):
+        from kvcore.sim.datasets import DATASET_FLAGS, dataset_requests
+
+        opts = {k: getattr(args, k) for k, _ in DATASET_FLAGS[args.dataset]}
+        opts.update(dataset=args.dataset, num_prompts=args.num_prompts, seed=args.seed,
+                    model=str(args.model))
+        dataset_requests(argparse.Namespace(**opts))  # fail here, once, on bad input
+        Workload(1, 1, 1, max_concurrency=args.max_concurrency,
+                 request_rate=args.request_rate, burstiness=args.burstiness)  # validates
+        return {"dataset": args.dataset, "dataset_opts": opts,
+                "num_prompts": args.num_prompts, "max_concurrency": args.max_concurrency,
+                "request_rate": args.request_rate, "burstiness": args.burstiness,
+                "seed": args.seed}
+    w = Workload(args.random_input_len or 1024, args.random_output_len or 128,
+                 args.num_prompts, max_concurrency=args.max_concurrency,
+                 request_rate=args.request_rate, burstiness=args.burstiness,
+                 prefix_len=args.random_prefix_len or 0,
                  seed=args.seed)  # validates the numbers
     d: dict[str, Any] = {k: getattr(w, k) for k in (
         "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
@@ -394,17 +424,11 @@ def run(args: argparse.Namespace) -> int:
     if objective == "goodput" and not goodput:
         raise ConfigError("--objective goodput needs --goodput KEY:MS ...", field="goodput",
                           value=None)
-    dataset_flags = (("random_input_len", 1024), ("random_output_len", 128),
-                     ("random_prefix_len", 0), ("num_prompts", 500))
-    for name, default in dataset_flags:
-        v = getattr(args, name)
-        if v is not None and args.trace:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} {v}: shapes the random dataset; with --trace the "
-                              f"trace's requests have their own lengths (drop it or give "
-                              f"--dataset random)", field=name, value=v)
-        if v is None:
-            setattr(args, name, default)
+    from kvcore.sim.datasets import check_dataset_flags
+
+    check_dataset_flags(args, defaults={"num_prompts": 500})
+    if args.num_prompts is None:  # a trace: the Workload's placeholder count
+        args.num_prompts = 500
     if args.limit is not None and not args.trace:
         raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
                           f"the random dataset has --num-prompts", field="limit",
@@ -415,19 +439,22 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--num-prompts {args.num_prompts}: at most {MAX_NUM_PROMPTS:,} "
                           f"(about an hour of CPU per candidate)", field="num_prompts",
                           value=args.num_prompts)
-    for flag, v, low in (("--num-prompts", args.num_prompts, 1),
-                         ("--random-input-len", args.random_input_len, 1),
-                         ("--random-output-len", args.random_output_len, 0),
-                         ("--random-prefix-len", args.random_prefix_len, 0),
-                         ("--top", args.top, 1)):
+    lows = [("--num-prompts", args.num_prompts, 1), ("--top", args.top, 1)]
+    if args.dataset == "random":
+        lows += [("--random-input-len", args.random_input_len, 1),
+                 ("--random-output-len", args.random_output_len, 0),
+                 ("--random-prefix-len", args.random_prefix_len, 0)]
+    for flag, v, low in lows:
         if v < low:
             raise ConfigError(f"{flag} must be an integer >= {low}, got {v}",
                               field=flag[2:].replace("-", "_"), value=v)
-    # vLLM's get_sampling_params clamps output lengths to >= 1, as kvcore simulate does
-    args.random_output_len = max(1, args.random_output_len)
+    if args.dataset == "random":
+        # vLLM's get_sampling_params clamps output lengths to >= 1, as kvcore simulate
+        args.random_output_len = max(1, args.random_output_len)
     workload = _workload(args)
     dtypes = [d.strip() for d in args.kv_cache_dtype.split(",") if d.strip()]
-    shared_prefix = bool(args.trace) or args.random_prefix_len > 0
+    shared_prefix = bool(args.trace) or args.dataset == "prefix_repetition" or (
+        args.dataset == "random" and args.random_prefix_len > 0)
     pc_mode = args.prefix_caching or ("both" if shared_prefix else "on")
     prefix = {"on": [True], "off": [False], "both": [True, False]}[pc_mode]
     if args.mamba_cache_mode:

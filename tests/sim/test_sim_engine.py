@@ -6,6 +6,7 @@ integrations/vllm/tests/test_sim_schedule_vs_vllm.py.)"""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -258,3 +259,31 @@ def test_a_round_of_pipelined_batches_has_pp_budgets(seed: int, pp: int) -> None
     assert max(sum(n for _, n in s) for s in sched) > (pp - 1) * mnbt  # budgets used
     assert all(len(r.token_times) == r.output_len for r in reqs)
     assert res.steps == len(sched)
+
+
+def test_speculative_decoding_hand_case() -> None:
+    # vLLM 0.32's Scheduler with k = 3 drafts: the prefill step (40 tokens) samples
+    # token 1; each later step schedules 1 + 3 tokens and yields accepted + 1 tokens,
+    # the rejected drafts rolled back from num_computed_tokens.  Acceptance 3, 0, 2:
+    # tokens 2-5 at t = 2, 6 at t = 3, 7-9 at t = 4, the 10th (max_tokens) at t = 5
+    # (3 accepted, but the request stops after its 10th token: vLLM trims the rest)
+    pattern = [3, 0, 2, 3]
+    r = _req("a", 40, 10)
+    res = run_engine(_manager(), [r], ConstantTimeModel(1.0), max_num_seqs=8,
+                     max_num_batched_tokens=64, num_speculative_tokens=3,
+                     spec_acceptance=lambda rid, k, n: pattern[k])
+    assert res.step_tokens == [40, 4, 4, 4, 4]
+    assert r.token_times == [1.0] + [2.0] * 4 + [3.0] + [4.0] * 3 + [5.0]
+    assert r.finish == 5.0
+
+
+@pytest.mark.parametrize("kw", [dict(num_speculative_tokens=-1),
+                                dict(num_speculative_tokens=2),
+                                dict(num_speculative_tokens=2, spec_acceptance=0.5)])
+def test_speculative_decoding_bad_settings_name_the_field(kw: dict[str, Any]) -> None:
+    field = "num_speculative_tokens" if kw["num_speculative_tokens"] < 0 \
+        else "spec_acceptance"
+    with pytest.raises(ConfigError) as e:
+        run_engine(_manager(), [_req("a", 10, 2)], ConstantTimeModel(1.0),
+                   max_num_seqs=8, max_num_batched_tokens=64, **kw)
+    assert e.value.extra["field"] == field and field in str(e.value)

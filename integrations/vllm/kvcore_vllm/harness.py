@@ -53,7 +53,8 @@ class Workload:
 
     layers: ``[(kind, params)]`` per layer: ``("full", {})``, ``("sliding",
         {"sliding_window": 64})``, ``("chunked", {"chunk": 64})``, ``("mamba", {})``
-        (``align`` mode; then the cache config's ``mamba_cache_mode`` is ``align``).
+        (``align`` mode, or ``{"mode": "all" | "none"}``; the cache config's
+        ``mamba_cache_mode`` is the Mamba layers' mode).
     num_blocks: blocks of the pool (counting the null block); None = plenty.
     requests: ``(request_id, prompt_token_ids, max_tokens, arrival_step)``.
     num_spec_tokens: ngram speculative tokens per step (0 = off); drafts are random
@@ -66,6 +67,14 @@ class Workload:
         one block back).  No draft model is loaded: the drafts are still the seeded
         random tokens, which is all the KV-cache manager sees of a drafter.
     prefix_caching: vLLM's ``enable_prefix_caching``.
+    model: a kvcore embedded model config (e.g. ``"qwen3-next-80b-a3b-thinking"``):
+        its layers' specs (kvcore's shapes and dtypes, ``to_vllm_spec``) replace
+        ``layers``; in a Mamba hybrid the attention block size is raised as vLLM's
+        platform does (``_align_hybrid_block_size``: the smallest multiple of
+        ``block_size`` whose page holds a Mamba state) and the Mamba block follows it
+        (``align``) or is ``max_model_len`` (``none``).
+    mamba_cache_mode: ``"align"`` or ``"none"`` for ``model`` (None: from ``layers``:
+        a Mamba layer's ``mode``, default ``align``).
     """
 
     seed: int
@@ -93,6 +102,11 @@ class Workload:
     planner: str = "vllm"
     eagle: bool = False
     prefix_caching: bool = True
+    model: str | None = None
+    mamba_cache_mode: str | None = None
+    #: accept_fn(request_id, k, num_drafts) -> drafts accepted at the request's k-th
+    #: verification (0, 1, ...): a fixed acceptance pattern instead of ``accept``
+    accept_fn: Any = None
 
     @classmethod
     def shared_prefixes(cls, seed: int, n: int = 24, **kw: Any) -> Workload:
@@ -190,6 +204,46 @@ def _spec(kind: str, params: dict[str, Any], block_size: int) -> Any:
     raise ValueError(f"unknown layer kind {kind!r}")
 
 
+def _model_specs(w: Workload, mode: str) -> dict[str, Any]:
+    """vLLM specs of a kvcore embedded model (``Workload.model``), block sizes as vLLM
+    0.32 sets them for a Mamba hybrid: ``HybridAttentionMambaModelConfig`` /
+    ``Platform._align_hybrid_block_size`` raise the attention block size to the
+    smallest multiple of ``w.block_size`` (the kernel block) whose page is at least the
+    largest Mamba state; the Mamba pages are padded to that page; the Mamba block size
+    is the attention block in ``align`` mode and ``max_model_len`` in ``none`` mode
+    (``MambaModelConfig``)."""
+    import dataclasses
+
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    from kvcore.models import load_model_config
+    from kvcore.models.config import CacheConfig as KCacheConfig
+    from kvcore.models.planner import layer_specs_for
+    from kvcore_vllm.specs import to_vllm_spec
+
+    assert w.model is not None
+    kspecs = layer_specs_for(load_model_config(w.model),
+                             KCacheConfig(block_size=w.block_size, mamba_cache_mode=mode))
+    specs = {n: to_vllm_spec(s) for n, s in kspecs.items()}
+    attn = [s for s in specs.values() if isinstance(s, AttentionSpec)]
+    mamba = [s for s in specs.values() if isinstance(s, MambaSpec)]
+    if not attn or not mamba:
+        return specs
+    per_token = dataclasses.replace(attn[0], block_size=1).page_size_bytes
+    state = max(dataclasses.replace(m, page_size_padded=None).page_size_bytes
+                for m in mamba)
+    bs = w.block_size * -(-state // (w.block_size * per_token))
+    page = bs * per_token
+    for n, s in list(specs.items()):
+        if isinstance(s, AttentionSpec):
+            specs[n] = dataclasses.replace(s, block_size=bs)
+        elif isinstance(s, MambaSpec):
+            specs[n] = dataclasses.replace(
+                s, block_size=bs if mode == "align" else w.max_model_len,
+                mamba_cache_mode=mode, page_size_padded=page)
+    return specs
+
+
 def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any:
     """vLLM's Scheduler for a workload; ``manager="kvcore"`` builds it with
     :class:`kvcore_vllm.KVCacheManager` (patched into the scheduler module for the
@@ -210,9 +264,11 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
 
     mc = ModelConfig(model=_model_dir(), skip_tokenizer_init=True,
                      max_model_len=w.max_model_len, dtype="bfloat16")
+    # the cache config's mode is the Mamba layers' (``params["mode"]``, default align)
+    mode = w.mamba_cache_mode or next(
+        (p.get("mode", "align") for k, p in w.layers if k == "mamba"), "none")
     cc = CacheConfig(block_size=w.block_size, enable_prefix_caching=w.prefix_caching,
-                     mamba_cache_mode="align" if any(k == "mamba" for k, _ in w.layers)
-                     else "none")
+                     mamba_cache_mode=mode)
     sc = SchedulerConfig(max_num_batched_tokens=w.max_num_batched_tokens,
                          max_num_seqs=w.max_num_seqs, max_model_len=w.max_model_len,
                          is_encoder_decoder=False,
@@ -232,8 +288,15 @@ def make_scheduler(w: Workload, manager: str = "vllm", **manager_kw: Any) -> Any
         object.__setattr__(vc.speculative_config, "method", "eagle")
     register_all_kvcache_specs(vc)
     cc.kv_cache_layout = "LBNHC"
-    specs = {f"model.layers.{i}.self_attn.attn": _spec(k, p, w.block_size)
-             for i, (k, p) in enumerate(w.layers)}
+    # a Mamba layer without prefix caching (mode "none") holds one state for the whole
+    # sequence: vLLM's MambaModelConfig sets mamba_block_size = max_model_len
+    specs = _model_specs(w, mode) if w.model else {
+        f"model.layers.{i}.self_attn.attn": _spec(
+            k, p, w.max_model_len if k == "mamba" and p.get("mode") == "none"
+            else w.block_size)
+        for i, (k, p) in enumerate(w.layers)}
+    if w.model:  # the raised attention block is the cache config's (vLLM's platform)
+        cc.block_size = min(s.block_size for s in specs.values())
     page = sum(s.page_size_bytes for s in specs.values())
     blocks = w.num_blocks or 4096
     if w.planner == "kvcore":
@@ -329,6 +392,7 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
     stats: list[Any] = []
     resets: list[tuple[int, bool, bool]] = []
     in_flight: list[Any] = []
+    verified: dict[str, int] = {}
     step = 0
     t0 = time.perf_counter()
     while step < max_steps:
@@ -361,8 +425,13 @@ def run(w: Workload, manager: str = "vllm", max_steps: int = 2000,
                 sampled.append([])
                 continue
             acc = 0
-            while acc < n_spec and rng.random() < w.accept:
-                acc += 1
+            if w.accept_fn is not None and n_spec:
+                k = verified.get(r, 0)
+                verified[r] = k + 1
+                acc = max(0, min(n_spec, int(w.accept_fn(r, k, n_spec))))
+            else:
+                while acc < n_spec and rng.random() < w.accept:
+                    acc += 1
             sampled.append([rng.randrange(1, 32000) for _ in range(acc + 1)])
         mro = ModelRunnerOutput(req_ids=req_ids,
                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},

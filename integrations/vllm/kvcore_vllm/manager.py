@@ -405,7 +405,10 @@ class KVCacheManager:
         ``reachable_block_mask`` (vLLM 0.32 keeps only the window-long tails a later
         hit can end on: the replay boundary ``num_prompt_tokens - 1``, shared-prefix
         junctions, and every ``prefix_cache_retention_interval`` tokens); ``"kvcore"``
-        caches every full block (kvcore's runtime: more hits, more hash entries).
+        caches every full block (kvcore's runtime: more hits, more hash entries), runs
+        a Mamba group with kvcore's own manager (kvcore_mamba's publication rule instead
+        of :class:`~kvcore_vllm.mamba.VllmMambaAlignManager`'s) and frees blocks that
+        left a window only after the fit check (kvcore's order).
     check_invariants: kvcore's debug switch (:class:`kvcore.runtime.KVCacheManager`):
         after every ``get_computed_blocks`` / ``allocate_slots`` / ``free`` /
         ``reset_prefix_cache`` the whole block state is checked (ref counts equal the
@@ -524,7 +527,10 @@ class KVCacheManager:
         self._kms: list[Any] = list(self._kcoord.managers)
         self._mamba: list[Any] = []
         for g, km in enumerate(self._kms):
-            if km.spec.kind == "mamba":
+            # retention "kvcore": kvcore's own Mamba manager (kvcore_mamba: a state is
+            # cached when the step that wrote it has run, at every chunk end on a
+            # block boundary) instead of vLLM's rules (VllmMambaAlignManager)
+            if km.spec.kind == "mamba" and retention == "vllm":
                 from kvcore_vllm.mamba import VllmMambaAlignManager
 
                 mm = VllmMambaAlignManager(km.spec, self.block_pool, g,
@@ -676,8 +682,11 @@ class KVCacheManager:
         for g, m in enumerate(self._kms):
             bs = m.block_size
             if m.spec.kind == "mamba":
-                total += m.count(rid, num_tokens if main_tokens is None else main_tokens,
-                                 hits[g])
+                main = num_tokens if main_tokens is None else main_tokens
+                if m in self._mamba:
+                    total += m.count(rid, main, hits[g])
+                else:  # kvcore's Mamba manager (align mode: sized by the request id)
+                    total += m.get_num_blocks_to_allocate(_RequestId(rid), main, hits[g])
                 continue
             if m.spec.kind == "cross_attention":
                 need, hit, computed = num_encoder_tokens, (), 0
@@ -871,12 +880,25 @@ class KVCacheManager:
                 return None
         need = min(total_computed + num_new_tokens + num_lookahead_tokens,
                    self.max_model_len)
-        self._remove_skipped(rid, max(0, total_computed - request.num_in_flight_tokens))
+        processed = max(0, total_computed - request.num_in_flight_tokens)
         main = total_computed + num_new_tokens
-        n = self._num_blocks_to_allocate(rid, need, hits, total_computed, False,
-                                         num_encoder_tokens, main)
-        if n + watermark > pool.get_num_free_blocks() - reserved_blocks:
-            return None
+        if self.retention == "kvcore":
+            # kvcore's runtime order: the blocks that leave a window count as free in
+            # the check and are freed only when the allocation goes ahead (so a failed
+            # allocation changes nothing, and the free queue's order stays kvcore's)
+            n = self._num_blocks_to_allocate(rid, need, hits, total_computed, False,
+                                             num_encoder_tokens, main)
+            freed = sum(m.num_blocks_freed_by_skipping(rid, processed)
+                        for m in self._kms if m.skips_blocks and m.req_to_blocks.get(rid))
+            if n + watermark > pool.get_num_free_blocks() + freed - reserved_blocks:
+                return None
+            self._remove_skipped(rid, processed)
+        else:
+            self._remove_skipped(rid, processed)
+            n = self._num_blocks_to_allocate(rid, need, hits, total_computed, False,
+                                             num_encoder_tokens, main)
+            if n + watermark > pool.get_num_free_blocks() - reserved_blocks:
+                return None
         if any(hits):
             # every group takes its hits before any group allocates
             for g, m in enumerate(self._kms):
@@ -894,7 +916,8 @@ class KVCacheManager:
                     new_blocks.append([])
                 continue
             if m.spec.kind == "mamba":
-                new_blocks.append(m.allocate(rid, main))
+                new_blocks.append(m.allocate(rid, main) if m in self._mamba
+                                  else m.allocate_new_blocks(request, main))
             else:
                 new_blocks.append(m.allocate_new_blocks(request, need))
         if not delay_cache_blocks and self.enable_caching:
@@ -964,10 +987,15 @@ class KVCacheManager:
         rid = request.request_id
         out: list[KVCacheBlock] = []
         for m in self._kms:
+            kvcore_mamba = m.spec.kind == "mamba" and m not in self._mamba
+            if kvcore_mamba:  # cache what its run steps wrote, as its free() does
+                m._publish(rid)
             out.extend(m.req_to_blocks.pop(rid, []))
             m.num_cached_blocks.pop(rid, None)
             m.num_skipped_blocks.pop(rid, None)
-            if m.spec.kind == "mamba":
+            if kvcore_mamba:
+                m._st.pop(rid, None)
+            elif m.spec.kind == "mamba":
                 m.forget(rid)
         if out:
             self._deferred_out += 1  # the whole-state check is off until they return
@@ -1070,6 +1098,16 @@ class KVCacheManager:
         """A new scheduler step: Mamba states cached in the last one may serve hits."""
         for m in self._mamba:
             m.new_step_starts()
+
+
+class _RequestId:
+    """What kvcore's Mamba manager reads of a request to size an ``align``-mode step:
+    its id."""
+
+    __slots__ = ("request_id",)
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
 
 
 def _kv_cache_blocks_cls() -> Any:
