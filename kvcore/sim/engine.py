@@ -456,10 +456,11 @@ class Engine:
 
     @now.setter
     def now(self, t: float) -> None:
-        # a rebase: only while idle (nothing waits or runs), so no request's times
-        # are kept on the old epoch
-        self.epoch = t
-        self.clock = 0.0
+        if self.waiting or self.running:  # requests hold offsets of this epoch: keep it
+            self.clock = t - self.epoch
+        else:  # idle: a rebase (exact times from here, module docstring)
+            self.epoch = t
+            self.clock = 0.0
 
     @property
     def has_work(self) -> bool:
