@@ -278,7 +278,7 @@ def _main(argv: list[str]) -> int:
     for split in ("fit", "holdout"):
         s = summary(res, split)
         print(f"{split}: median |error| " + ", ".join(
-            f"{m} {100 * v:.1f} %" for m, v in s.items()))
+            f"{m} {100 * v:.1f} %" if v == v else f"{m} -" for m, v in s.items()))
     supp = [(r["id"], m, x) for r in res for m, x in r.get("supplementary", {}).items()]
     for rid, m, x in supp:
         print(f"supplementary (not in the medians) {rid} {m}: {x['measured']:.4g} / "
