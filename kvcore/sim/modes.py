@@ -81,12 +81,13 @@ def resolve_mamba_cache_mode(mode: str | None, enable_prefix_caching: bool,
                              has_mamba: bool) -> tuple[str, str | None]:
     """``(mode vLLM runs, note or None)`` for ``--mamba-cache-mode mode`` (None: not
     given) with prefix caching on or off, on a model with or without Mamba layers
-    (module docstring).  The note says when vLLM changes a mode that was given.
+    (module docstring; without Mamba layers the mode is moot: ``none``).  The note says
+    when vLLM changes a mode that was given.
     Raises ConfigError for a mode vLLM 0.32 refuses."""
     if mode is not None:
         check_vllm_mamba_cache_mode(mode)
-    if not has_mamba:
-        return mode or "none", None
+    if not has_mamba:  # no Mamba layers: the mode has nothing to act on
+        return "none", None
     run = "align" if enable_prefix_caching else "none"
     note = None
     if mode is not None and mode != run:
