@@ -141,7 +141,9 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
     ``trace_format`` / ``limit`` for a trace file), ``goodput`` (ms per SLO key) and
     ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
-    crosses process and Ray boundaries).
+    crosses process and Ray boundaries).  The returned ``config`` carries the Mamba
+    cache mode vLLM 0.32 runs (:func:`kvcore.sim.modes.resolve_mamba_cache_mode`); a
+    mode or block size vLLM refuses gives an ``error``.
     """
     import kvcore
     from kvcore.models.config import load_model_config
@@ -152,6 +154,16 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     tp = int(cand.get("tensor_parallel_size", 1))
     pp = int(cand.get("pipeline_parallel_size", 1))
     try:
+        from kvcore.deploy.gpus import check_attention_block_size
+        from kvcore.sim.modes import resolve_mamba_cache_mode
+
+        # what vLLM 0.32 runs for this line (kvcore.sim.modes): the mode follows prefix
+        # caching on Mamba models; a mode or block size vLLM refuses is an error entry
+        mode, _ = resolve_mamba_cache_mode(cand.get("mamba_cache_mode"),
+                                           bool(cand.get("enable_prefix_caching", True)),
+                                           _has_mamba(cand["model"]))
+        cand = {**cand, "mamba_cache_mode": mode}
+        check_attention_block_size(cand.get("block_size"), cand["gpu"])
         check_scheduler_limits(int(cand["max_num_seqs"]),
                                int(cand["max_num_batched_tokens"]),
                                int(cand.get("max_model_len") or 1 << 62))
@@ -163,7 +175,7 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
             max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
             max_num_seqs=int(cand["max_num_seqs"]),
             enable_prefix_caching=bool(cand.get("enable_prefix_caching", True)),
-            mamba_cache_mode=cand.get("mamba_cache_mode", "none"))
+            mamba_cache_mode=mode)
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}

@@ -234,3 +234,24 @@ def test_generated_candidates_are_what_vllm_runs(model: str, pcs: list[bool],
                                      prefix_caching_default=default_prefix_caching(model)))
         mode = a[a.index("--mamba-cache-mode") + 1] if "--mamba-cache-mode" in a else "none"
         assert mode == c["mamba_cache_mode"]
+
+
+@pytest.mark.parametrize("pc", [True, False])
+def test_python_api_simulate_once_runs_vllms_mode(pc: bool) -> None:
+    """kvcore.sim.tune.simulate_once (the Python API under tune, any backend): a config
+    given straight to it is simulated with the mode vLLM runs, and its result says so;
+    ``all`` (and a block size CUDA backends refuse) come back as an error entry."""
+    from kvcore.sim.tune import simulate_once
+
+    base = dict(model="qwen3-next-80b-a3b-thinking", gpu="H100", tensor_parallel_size=4,
+                max_num_batched_tokens=2048, max_num_seqs=16, block_size=None,
+                kv_cache_dtype="auto", enable_prefix_caching=pc, max_model_len=8192,
+                workload=dict(input_len=64, output_len=2, num_prompts=3, prefix_len=600),
+                goodput={})
+    want = _vllm_rule(None, pc)
+    res = [simulate_once({**base, "mamba_cache_mode": m}) for m in ("none", "align")]
+    assert [r["config"]["mamba_cache_mode"] for r in res] == [want, want]
+    assert res[0]["figures"] == res[1]["figures"]
+    for bad in ({"mamba_cache_mode": "all"}, {"block_size": 24}):
+        r = simulate_once({**base, "mamba_cache_mode": "align", **bad})
+        assert "figures" not in r and next(iter(bad)) in r["error"]
