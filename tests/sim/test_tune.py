@@ -71,11 +71,16 @@ def test_vllm_parses_the_command(tuned):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-    cmd = shlex.split(tuned["best"]["vllm_serve"])
-    ns = parser.parse_args(["--model", cmd[2], *cmd[3:]])
-    c = tuned["best"]["config"]
-    assert ns.max_num_seqs == c["max_num_seqs"]
-    assert ns.tensor_parallel_size == c["tensor_parallel_size"]
+    # every printed line, not only the best (generated candidates and Mamba models:
+    # integrations/vllm/tests/test_tune_lines_vs_vllm.py)
+    for e in [tuned["best"], *tuned["runner_ups"]]:
+        cmd = shlex.split(e["vllm_serve"])
+        ns = parser.parse_args(["--model", cmd[2], *cmd[3:]])
+        c = e["config"]
+        assert ns.max_num_seqs == c["max_num_seqs"]
+        assert ns.tensor_parallel_size == c["tensor_parallel_size"]
+        assert ns.max_num_batched_tokens == c["max_num_batched_tokens"]
+        assert ns.kv_cache_dtype == c["kv_cache_dtype"]
 
 
 def test_vllm_command_spelling():
