@@ -88,7 +88,11 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                    help="token budget per step (default: 8192 for the replay; vLLM's "
                         "serve default for the clocked run: 16384 on GPUs of >= 160 GiB, "
                         "8192 on >= 70 GiB but A100, else 2048)")
-    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--no-prefix-caching", action="store_true",
+                   help="prefix caching off (default: vLLM 0.32's for the model: on, off "
+                        "for attention-free models such as pure Mamba)")
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="prefix caching on for an attention-free model (vLLM's flag)")
     p.add_argument("--mamba-cache-mode", default=None, type=_mamba_mode_arg,
                    help="vLLM 0.32's --mamba-cache-mode for Mamba / linear-attention "
                         "layers: align (a state cached at each block boundary a step "
@@ -382,6 +386,17 @@ def run(args: argparse.Namespace) -> int:
 
     is_clocked = clocked(args)
     check_mode_flags(args, is_clocked)
+    if getattr(args, "enable_prefix_caching", False):
+        if args.no_prefix_caching:
+            raise ConfigError("--enable-prefix-caching and --no-prefix-caching: give one "
+                              "(enable_prefix_caching is on or off)",
+                              field="enable_prefix_caching", value=True)
+    elif not args.no_prefix_caching and "," not in str(args.model):
+        from kvcore.sim.modes import default_prefix_caching
+
+        # vLLM 0.32's default (config/model.py is_prefix_caching_supported): off for an
+        # attention-free model, on otherwise
+        args.no_prefix_caching = not default_prefix_caching(args.model)
     if args.trace is None and (args.dataset is None or not is_clocked):
         raise ConfigError("give a workload: --trace FILE (Mooncake JSONL, Azure CSV, "
                           "kvcore JSONL) or --dataset random", field="trace")

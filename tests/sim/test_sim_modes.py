@@ -255,3 +255,34 @@ def test_python_api_simulate_once_runs_vllms_mode(pc: bool) -> None:
     for bad in ({"mamba_cache_mode": "all"}, {"block_size": 24}):
         r = simulate_once({**base, "mamba_cache_mode": "align", **bad})
         assert "figures" not in r and next(iter(bad)) in r["error"]
+
+
+def test_attention_free_models_default_to_prefix_caching_off(capsys: Any) -> None:
+    """vllm/config/model.py ``is_prefix_caching_supported``: attention-free generative
+    models (Mamba2ForCausalLM is ``IsAttentionFree``, model_executor/models/mamba2.py)
+    default to prefix caching off, so mode none; ``--enable-prefix-caching`` turns it
+    on and vLLM then runs align.  tune prints the flag when it differs from that
+    default."""
+    from kvcore.sim.modes import default_prefix_caching
+    from kvcore.sim.tune import vllm_command
+
+    argv = ["simulate", "mamba2-2.7b", *SMALL, "--num-prompts", "3", "--random-input-len",
+            "64", "--random-output-len", "4", "--max-model-len", "4096", "--max-num-seqs",
+            "64", "--max-concurrency", "1"]
+    d = _json(capsys, argv)
+    off = _json(capsys, [*argv, "--no-prefix-caching"])
+    on = _json(capsys, [*argv, "--enable-prefix-caching"])
+    assert d["mamba_cache_mode"] == off["mamba_cache_mode"] == "none"
+    assert d["mean_ttft_ms"] == off["mean_ttft_ms"]
+    assert on["mamba_cache_mode"] == "align"
+    assert not default_prefix_caching("mamba2-2.7b")
+    assert default_prefix_caching("qwen3-next-80b-a3b-thinking")
+    cfg = {"tensor_parallel_size": 1, "enable_prefix_caching": True,
+           "mamba_cache_mode": "align"}
+    line = vllm_command("mamba2-2.7b", cfg, prefix_caching_default=False)
+    assert "--enable-prefix-caching" in line.split()
+    cfg = {**cfg, "enable_prefix_caching": False, "mamba_cache_mode": "none"}
+    assert "prefix-caching" not in vllm_command("mamba2-2.7b", cfg,
+                                                prefix_caching_default=False)
+    code, _, err = _run(capsys, [*argv, "--enable-prefix-caching", "--no-prefix-caching"])
+    assert code == 2 and "enable_prefix_caching" in err
