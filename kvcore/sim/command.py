@@ -1313,6 +1313,12 @@ def simulate_fleet_task(task: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    """A sweep table cell: "-" for a figure --percentile-metrics left out."""
+    v = row.get(key)
+    return "-" if v is None else format(v, fmt)
+
+
 def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
     """Run :func:`fleet_sweep_tasks` on ``--backend`` (default local) and print one
     table (``--json``: ``{"sweep": [rows]}``, each row a fleet's report)."""
@@ -1342,8 +1348,8 @@ def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
                      str(r["replicas"]), str(r["router"]),
                      f"{100 * r['prefix_hit_ratio']:.1f}",
                      "" if pred is None else f"{100 * pred:.1f}",
-                     f"{r['mean_ttft_ms']:.1f}", f"{r['p99_ttft_ms']:.1f}",
-                     f"{r['mean_tpot_ms']:.2f}", f"{r['output_throughput']:.0f}",
+                     _cell(r, "mean_ttft_ms", ".1f"), _cell(r, "p99_ttft_ms", ".1f"),
+                     _cell(r, "mean_tpot_ms", ".2f"), f"{r['output_throughput']:.0f}",
                      f"{r['duration']:.1f}", f"{r['busy_imbalance']:.2f}",
                      str(r["preemptions"]), str(r["completed"]), str(r["failed"])])
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]

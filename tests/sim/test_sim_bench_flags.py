@@ -300,3 +300,16 @@ def test_tune_takes_the_dict_and_ramp_up(capsys: Any) -> None:
         assert json.loads(out)["best"]["figures"]["request_throughput"] > 0
     code, out, err = _run(capsys, [*argv, "--random-range-ratio", '{"input": 2}'])
     assert code == 2 and "random_range_ratio" in err + out
+
+
+def test_percentile_metrics_on_fleets_and_sweeps(capsys: Any) -> None:
+    """The fleet path (--replicas) reports the same selection, and a sweep's table
+    shows "-" for the metrics left out."""
+    fleet = _json(capsys, [*BASE, "--replicas", "2", "--percentile-metrics", "e2el",
+                           "--metric-percentiles", "90"])
+    assert "p90_e2el_ms" in fleet and "mean_ttft_ms" not in fleet
+    code, out, err = _run(capsys, [*BASE, "--replicas", "1,2", "--percentile-metrics",
+                                   "e2el", "--backend", "serial"])
+    assert code == 0, err
+    rows = out.strip().splitlines()[1:]
+    assert len(rows) == 2 and all(" - " in r for r in rows)
