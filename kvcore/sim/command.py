@@ -473,9 +473,10 @@ def run(args: argparse.Namespace) -> int:
                 raise
             args.max_model_len = int(fits)
             report, res = _replay(args, budget, traces, progress_cb)
-            report["note"] = (f"max_model_len capped at {int(fits)}: the longest the "
-                              f"default 16 GiB KV budget holds (give --max-model-len or "
-                              f"--kv-cache-memory to choose)")
+            cap = (f"max_model_len capped at {int(fits)}: the longest the default 16 "
+                   f"GiB KV budget holds (give --max-model-len or --kv-cache-memory to "
+                   f"choose)")
+            report["note"] = f"{cap}; {report['note']}" if report.get("note") else cap
     except NotEnoughMemoryError as exc:
         raise _explain_not_enough(exc, args, budget) from exc
     finally:
