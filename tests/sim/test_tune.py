@@ -22,7 +22,8 @@ from kvcore.sim.tune import parse_goodput, vllm_command
 
 VLLM_FLAGS = {"--tensor-parallel-size", "--max-num-batched-tokens", "--max-num-seqs",
               "--block-size", "--kv-cache-dtype", "--mamba-cache-mode",
-              "--no-enable-prefix-caching", "--max-model-len", "--pipeline-parallel-size"}
+              "--no-enable-prefix-caching", "--enable-prefix-caching", "--max-model-len",
+              "--pipeline-parallel-size"}
 
 ARGS = ["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
         "--random-input-len", "512", "--random-output-len", "32", "--num-prompts", "40",
