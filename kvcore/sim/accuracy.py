@@ -310,7 +310,7 @@ def _main(argv: list[str]) -> int:
     for split in ("fit", "holdout"):
         s = summary(res, split)
         print(f"{split}: median |error| " + ", ".join(
-            f"{m} {100 * v:.1f} %" for m, v in s.items()))
+            f"{m} {100 * v:.1f} %" if v == v else f"{m} -" for m, v in s.items()))
     for rid, why in sorted(_REFUSALS.items()):
         print(f"kvcore's fit verdict refused {rid} (vLLM ran it): {why}")
     supp = [(r["id"], m, x) for r in res for m, x in r.get("supplementary", {}).items()]
@@ -322,7 +322,7 @@ def _main(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     """``_main`` with bad input as one line on stderr and exit status 2."""
-    from kvcore.errors import KVCoreError, NotEnoughMemoryError
+    from kvcore.errors import KVCoreError
 
     try:
         return _main(argv)
