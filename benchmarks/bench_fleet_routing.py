@@ -96,9 +96,11 @@ def mamba(a: argparse.Namespace) -> None:
             "--replicas", str(a.replicas), "--router", ",".join(
                 ("round-robin", "prefix-aware", "prefix-aware-attention-only")),
             "--event-delay", str(a.event_delay), "--backend", "serial", "--json"]
-    for mode in ("align", "none"):
+    # vLLM 0.32 runs align with prefix caching on and none with it off (MambaModelConfig)
+    for mode, flags in (("align", ["--mamba-cache-mode", "align"]),
+                        ("none", ["--no-prefix-caching"])):
         t0 = time.perf_counter()
-        rows = run([*argv, "--mamba-cache-mode", mode])["sweep"]
+        rows = run([*argv, *flags])["sweep"]
         for d in rows:
             pred = d["router_predicted_hit_ratio"]
             print(f"{'random-prefix4000':<22} {'qwen3-next:' + mode:<16} {d['router']:<28} "

@@ -98,7 +98,10 @@ def _add_plan(sub: Any) -> None:
                         "for that GPU and --usage)")
     p.add_argument("--max-num-encoder-input-tokens",
                    type=length_arg("max_num_encoder_input_tokens", minimum=0), metavar="N")
-    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"])
+    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"],
+                   help="none | align (vLLM 0.32's values) | all (kvcore's own mode, not "
+                        "vLLM's: a state cached at every block; never printed in a "
+                        "vllm serve line)")
     p.add_argument("--mamba-ssm-cache-dtype", metavar="D",
                    help="recurrent-state dtype of Mamba/linear-attention layers (default: "
                         "the config's)")

@@ -262,7 +262,12 @@ def simulate_plan(config: Any, workload: Workload, time_model: Any,
     """Serve ``workload`` (cut by :func:`workload_requests`; requests longer than the
     plan's max_model_len left out) on ``config`` in the clocked simulator: seconds
     (the engine's duration plus ``cpu_seconds_per_request_step`` per scheduled request
-    and step) and ``{"steps", "preemptions", "prefix_hit_ratio", "cpu_s"}``."""
+    and step) and ``{"steps", "preemptions", "prefix_hit_ratio", "cpu_s"}``.
+
+    Raises ConfigError (field ``max_model_len``) when no request of the workload fits
+    within the plan's max_model_len, as ``kvcore simulate`` does
+    (:func:`kvcore.sim.engine.check_some_served`); a plan whose KV cache rejects every
+    request takes ``inf`` seconds."""
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
 
@@ -273,11 +278,20 @@ def simulate_plan(config: Any, workload: Workload, time_model: Any,
     caching = ctx.enable_prefix_caching if ctx is not None else True
     mgr = KVCacheManager(config, max_model_len=mml, enable_caching=caching,
                          max_num_batched_tokens=mnbt)
-    reqs = [r for r in workload_requests(workload, max_requests)
-            if r.prompt_len + r.output_len <= mml]
+    from kvcore.sim.engine import check_some_served
+
+    every = workload_requests(workload, max_requests)
+    # no request within max_model_len: a time over zero served requests judges nothing
+    # (kvcore simulate refuses the same workload): ConfigError naming max_model_len
+    check_some_served([SimRequest(r) for r in every], max_model_len=mml)
+    reqs = [r for r in every if r.prompt_len + r.output_len <= mml]
     res = run_engine(mgr, [SimRequest(r) for r in reqs], time_model,
                      max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=mnbt,
                      max_model_len=mml, record_steps=True)
+    if reqs and all(r.rejected for r in res.requests):
+        # this plan's KV cache holds no request: it cannot serve the workload at all
+        return math.inf, {"steps": res.steps, "preemptions": res.preemptions,
+                          "prefix_hit_ratio": 0.0, "cpu_s": 0.0, "served": 0}
     # the scheduler's CPU time per scheduled request and group (measured,
     # kvcore.serving.CPU_US_PER_REQUEST_STEP), added to the GPU step times
     cpu = cpu_seconds_per_request_step * sum(res.step_running)

@@ -630,6 +630,10 @@ def plan_on_gpu(
     from kvcore.planning import format_bytes
 
     check_kv_cache_dtype(plan_kwargs.get("kv_cache_dtype", "auto"))  # before any budget
+    from kvcore.deploy.gpus import check_attention_block_size
+
+    # a block size the GPU's attention backends refuse: vLLM does not start
+    check_attention_block_size(plan_kwargs.get("block_size"), gpu or "this GPU")
     cfg, hub_note = _resolve(model)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
                        ("cuda_graphs", cuda_graphs),

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field, replace
 
 from kvcore.errors import ConfigError
 
-__all__ = ["GPU", "GPUPerf", "GPU_CATALOG", "get_gpu", "list_gpus"]
+__all__ = ["GPU", "GPUPerf", "GPU_CATALOG", "get_gpu", "list_gpus",
+           "check_attention_block_size", "ATTENTION_BLOCK_SIZE_MULTIPLE"]
+
+#: every attention backend vLLM 0.32 picks on the catalog's GPUs takes kernel block sizes
+#: that are multiples of 16 (vllm/v1/attention/backends/flash_attn.py, triton_attn.py,
+#: flex_attention.py, rocm_aiter_unified_attn.py ``get_supported_kernel_block_sizes`` ->
+#: ``[MultipleOf(16)]``; flashinfer.py 16 / 32 / 64; rocm_attn.py 16 / 32 or the Triton
+#: path's multiples of 16)
+ATTENTION_BLOCK_SIZE_MULTIPLE = 16
 
 _MIB = 1 << 20
 
@@ -231,6 +239,30 @@ def _key(text: str) -> str:
 def list_gpus() -> list[GPU]:
     """The catalog, in its order."""
     return list(GPU_CATALOG)
+
+
+def check_attention_block_size(block_size: int | None, gpu: object = None) -> None:
+    """Refuse a ``--block-size`` the attention backends vLLM 0.32 runs on a catalog GPU
+    (NVIDIA or AMD, ``gpu`` for the message) cannot split into kernel blocks: vLLM's
+    ``select_common_block_size`` (vllm/v1/worker/utils.py) needs a kernel block size
+    that divides ``block_size`` and every backend takes only multiples of
+    :data:`ATTENTION_BLOCK_SIZE_MULTIPLE` (16), so ``block_size % 16 != 0`` raises
+    "No common block size for 7" and the engine does not start.  ``None`` (vLLM picks
+    the size) passes.  Raises ConfigError naming ``block_size``."""
+    from kvcore.errors import ConfigError
+
+    if block_size is None or isinstance(block_size, bool) or not isinstance(block_size, int):
+        return  # not given, or not an int: the planner's own check names it
+    m = ATTENTION_BLOCK_SIZE_MULTIPLE
+    if block_size % m:
+        on = f" on {getattr(gpu, 'name', gpu)}" if gpu else " on a GPU"
+        lo, hi = max(m, block_size // m * m), (block_size // m + 1) * m
+        near = f"{lo} or {hi}" if lo != hi and lo < block_size else f"{hi}"
+        raise ConfigError(
+            f"block_size {block_size}: vLLM 0.32's attention backends{on} take block "
+            f"sizes that are multiples of {m} (get_supported_kernel_block_sizes -> "
+            f"MultipleOf({m}); select_common_block_size raises 'No common block size'); "
+            f"use e.g. {near}", field="block_size", value=block_size)
 
 
 def get_gpu(name: str) -> GPU:

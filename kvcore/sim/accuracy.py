@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvcore.errors import KVCoreError, NotEnoughMemoryError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
 
 __all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
@@ -64,18 +65,29 @@ def _config_path(row: dict[str, Any], base: Path | None) -> str:
     return str(name)
 
 
+def engine_of(row: dict[str, Any]) -> str | None:
+    """``vllm==X.Y.Z`` from the row's ``engine`` text (``"vLLM v0.11.0 (...)"``), the
+    engine profile its GPU budget is planned with (kvcore.deploy.engines); None when the
+    text names no version (the default profile, vLLM 0.32)."""
+    import re
+
+    m = re.search(r"vLLM v?(\d+\.\d+(?:\.\d+)?)", str(row.get("engine", "")))
+    return f"vllm=={m.group(1)}" if m else None
+
+
 @lru_cache(maxsize=64)
 def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int,
-          kv_gib: float | None = None) -> Any:
+          kv_gib: float | None = None, engine: str | None = None) -> Any:
     import kvcore
 
     if kv_gib is not None:  # the KV budget the run's own log reports, per rank
         return kvcore.plan_model(config, kv_cache_memory_bytes=int(kv_gib * (1 << 30)),
                                  tensor_parallel_size=tp, max_model_len=max_model_len,
                                  max_num_batched_tokens=mnbt)
+    extra: dict[str, Any] = {"engine": engine} if engine else {}
     return kvcore.plan_model(config, gpu=gpu, tensor_parallel_size=tp,
                              max_model_len=max_model_len, max_num_batched_tokens=mnbt,
-                             max_num_seqs=mns)
+                             max_num_seqs=mns, **extra)
 
 
 def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: int,
@@ -105,6 +117,11 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
     return serving_metrics(res)
 
 
+#: rows whose GPU plan kvcore refused at the row's max_model_len although vLLM ran
+#: them (row id -> what happened), filled by :func:`simulate_row`
+_REFUSALS: dict[str, str] = {}
+
+
 def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
                  base: Path | None = None, sim: str = "engine") -> dict[str, float]:
     """Simulated ``output_throughput``, ``ttft_ms`` and ``tpot_ms`` of one row (mean or
@@ -121,7 +138,21 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     mns = int(row.get("max_num_seqs", mns))
     isl, osl = int(row["input_len"]), int(row["output_len"])
     mml = int(row.get("max_model_len") or 1 << max(11, math.ceil(math.log2(isl + osl))))
-    kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"))
+    try:
+        kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"),
+                   engine_of(row))
+    except KVCoreError as e:
+        # the run was published, so vLLM started it: kvcore's fit verdict refused a
+        # deployment that runs.  Recorded (``_REFUSALS``, printed by the table) and
+        # simulated with the smallest KV budget that holds one request of max_model_len
+        # (vLLM had at least that)
+        if row.get("kv_cache_memory_gib") is not None or not isinstance(
+                e, NotEnoughMemoryError):
+            raise
+        big = _plan(cfg_path, gpu, tp, mml, mnbt, mns, float(1 << 14))  # 16 TiB
+        need = big.stats.kv_cache_memory_bytes_for_one_request
+        _REFUSALS[row["id"]] = f"{e} (simulated with {need / (1 << 30):.2f} GiB of KV)"
+        kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, need / (1 << 30))
     g0 = kv.kv_cache_groups[0].spec
     cap = (kv.num_blocks - 1) * g0.block_size if kv.num_blocks else None
     model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,
@@ -279,7 +310,9 @@ def _main(argv: list[str]) -> int:
     for split in ("fit", "holdout"):
         s = summary(res, split)
         print(f"{split}: median |error| " + ", ".join(
-            f"{m} {100 * v:.1f} %" for m, v in s.items()))
+            f"{m} {100 * v:.1f} %" if v == v else f"{m} -" for m, v in s.items()))
+    for rid, why in sorted(_REFUSALS.items()):
+        print(f"kvcore's fit verdict refused {rid} (vLLM ran it): {why}")
     supp = [(r["id"], m, x) for r in res for m, x in r.get("supplementary", {}).items()]
     for rid, m, x in supp:
         print(f"supplementary (not in the medians) {rid} {m}: {x['measured']:.4g} / "

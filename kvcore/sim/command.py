@@ -51,7 +51,8 @@ from kvcore.sim.workload import MAX_NUM_PROMPTS  # the bound of --num-prompts
 from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
-           "time_model_note", "vllm_serve_defaults", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
+           "time_model_note", "vllm_serve_defaults", "select_percentile_metrics",
+           "PERCENTILE_METRICS", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
 
 #: budget per rank when neither --kv-cache-memory nor --num-blocks is given (16 GiB)
 DEFAULT_KV_CACHE_MEMORY_BYTES = 16 << 30
@@ -89,11 +90,17 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                    help="token budget per step (default: 8192 for the replay; vLLM's "
                         "serve default for the clocked run: 16384 on GPUs of >= 160 GiB, "
                         "8192 on >= 70 GiB but A100, else 2048)")
-    p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"],
-                   help="vLLM's --mamba-cache-mode for Mamba / linear-attention layers: "
-                        "none (default; prefix caching off on such models), align (a "
-                        "state cached at each block boundary a step ends on) or all")
+    p.add_argument("--no-prefix-caching", action="store_true",
+                   help="prefix caching off (default: vLLM 0.32's for the model: on, off "
+                        "for attention-free models such as pure Mamba)")
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="prefix caching on for an attention-free model (vLLM's flag)")
+    p.add_argument("--mamba-cache-mode", default=None, type=_mamba_mode_arg,
+                   help="vLLM 0.32's --mamba-cache-mode for Mamba / linear-attention "
+                        "layers: align (a state cached at each block boundary a step "
+                        "ends on) or none; as in vLLM, the mode that runs is align with "
+                        "prefix caching on (the default) and none with "
+                        "--no-prefix-caching (kvcore.sim.modes)")
     p.add_argument("--limit", type=length_arg("limit", minimum=0), default=None,
                    help="replay the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,6 +113,19 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _mamba_mode_arg(text: str) -> str:
+    """An argparse ``type=``: vLLM 0.32's ``--mamba-cache-mode`` (align | none)."""
+    import argparse
+
+    from kvcore.errors import ConfigError
+    from kvcore.sim.modes import check_vllm_mamba_cache_mode
+
+    try:
+        return check_vllm_mamba_cache_mode(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None,
              num_blocks: int | None = None, max_model_len: int | None = None,
              block_size: int | None = None, kv_cache_dtype: str = "auto",
@@ -113,7 +133,7 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
              max_num_batched_tokens: int = 8192, enable_prefix_caching: bool = True,
              trace_format: str = "auto", limit: int | None = None,
              progress: Any = None, sample_every: int | None = None,
-             requests: Sequence[Any] | None = None, mamba_cache_mode: str = "none",
+             requests: Sequence[Any] | None = None, mamba_cache_mode: str | None = None,
              ) -> tuple[dict[str, Any], Any]:
     """Plan, replay, and return ``(report dict, ReplayResult)`` (see the module
     docstring for the fields).
@@ -145,8 +165,12 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     opts: dict[str, Any] = {}
     if num_blocks is not None:
         opts["num_gpu_blocks_override"] = num_blocks
-    if mamba_cache_mode != "none":
-        opts["mamba_cache_mode"] = mamba_cache_mode
+    from kvcore.sim.modes import mamba_layout, resolve_mamba_cache_mode
+
+    mode, mode_note = resolve_mamba_cache_mode(mamba_cache_mode, enable_prefix_caching,
+                                               mamba_layout(model)[0])
+    if mode != "none":
+        opts["mamba_cache_mode"] = mode
     cfg = kvcore.plan_model(
         model, kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len,
         block_size=block_size, kv_cache_dtype=kv_cache_dtype,
@@ -205,6 +229,10 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     }
     if traces and traces[0].hash_ids is not None:
         report["ideal_prefix_hit_ratio"] = round(mooncake_ideal_hit_ratio(traces), 6)
+    if mamba_layout(model)[0]:
+        report["mamba_cache_mode"] = mode
+    if mode_note:
+        report["note"] = mode_note
     return report, res
 
 
@@ -321,7 +349,7 @@ def _replay(args: argparse.Namespace, budget: int | None, traces: Any, progress:
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching,
         trace_format=args.trace_format, limit=args.limit, progress=progress,
-        requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", "none"))
+        requests=traces, mamba_cache_mode=getattr(args, "mamba_cache_mode", None))
 
 
 def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
@@ -360,6 +388,17 @@ def run(args: argparse.Namespace) -> int:
 
     is_clocked = clocked(args)
     check_mode_flags(args, is_clocked)
+    if getattr(args, "enable_prefix_caching", False):
+        if args.no_prefix_caching:
+            raise ConfigError("--enable-prefix-caching and --no-prefix-caching: give one "
+                              "(enable_prefix_caching is on or off)",
+                              field="enable_prefix_caching", value=True)
+    elif not args.no_prefix_caching and "," not in str(args.model):
+        from kvcore.sim.modes import default_prefix_caching
+
+        # vLLM 0.32's default (config/model.py is_prefix_caching_supported): off for an
+        # attention-free model, on otherwise
+        args.no_prefix_caching = not default_prefix_caching(args.model)
     if args.trace is None and (args.dataset is None or not is_clocked):
         raise ConfigError("give a workload: --trace FILE (Mooncake JSONL, Azure CSV, "
                           "kvcore JSONL) or --dataset-name random|prefix_repetition|"
@@ -440,9 +479,10 @@ def run(args: argparse.Namespace) -> int:
                 raise
             args.max_model_len = int(fits)
             report, res = _replay(args, budget, traces, progress_cb)
-            report["note"] = (f"max_model_len capped at {int(fits)}: the longest the "
-                              f"default 16 GiB KV budget holds (give --max-model-len or "
-                              f"--kv-cache-memory to choose)")
+            cap = (f"max_model_len capped at {int(fits)}: the longest the default 16 "
+                   f"GiB KV budget holds (give --max-model-len or --kv-cache-memory to "
+                   f"choose)")
+            report["note"] = f"{cap}; {report['note']}" if report.get("note") else cap
     except NotEnoughMemoryError as exc:
         raise _explain_not_enough(exc, args, budget) from exc
     finally:
@@ -497,13 +537,16 @@ def run(args: argparse.Namespace) -> int:
 # ---- the clocked run (kvcore.sim.engine) -------------------------------------------------
 #: flags that ask for the clocked engine (any of them, or --scheduler vllm)
 CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "goodput", "gpu",
+               "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
+               "percentile_metrics",
                "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
                "result_dir", "result_filename", "replicas", "router", "event_delay")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 #: flags the clockless replay does not read (an error there, not silently ignored)
 REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurrency",
-                  "request_rate", "burstiness", "gpu", "gpu_memory_utilization",
+                  "request_rate", "burstiness", "ramp_up_strategy", "ramp_up_start_rps",
+                  "ramp_up_end_rps", "percentile_metrics", "gpu", "gpu_memory_utilization",
                   "time_model", "long_prefill_token_threshold", "result_dir",
                   "result_filename", "backend", "workers", "address")
 
@@ -541,17 +584,81 @@ def _seconds_arg(text: str) -> float:
     return v
 
 
-def _ratio_arg(text: str) -> float:
+def _ratio_arg(text: str) -> Any:
+    """An argparse ``type=``: vLLM's ``--random-range-ratio`` (a float or a JSON dict
+    ``{"input": r, "output": r}``, :func:`kvcore.sim.workload.parse_range_ratio`)."""
     import argparse
 
+    from kvcore.errors import ConfigError
+    from kvcore.sim.workload import parse_range_ratio
+
     try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(
-            f"random_range_ratio must be a number in [0, 1), got {text!r}")
-    return v
+        return parse_range_ratio(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+#: ``--percentile-metrics`` names kvcore computes (vllm/benchmarks/serve.py also knows
+#: client_queue_time and e2el_including_client_queue, which need a client-side queue)
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def _metrics_arg(text: str) -> list[str]:
+    """An argparse ``type=``: ``--percentile-metrics ttft,tpot,itl,e2el`` (vLLM's
+    ``selected_percentile_metrics``; a name kvcore does not compute is refused)."""
+    import argparse
+
+    out: list[str] = []
+    for item in str(text).split(","):
+        name = item.strip()
+        if name not in PERCENTILE_METRICS:
+            why = (" (kvcore simulates no client-side queue)" if name in (
+                "client_queue_time", "e2el_including_client_queue") else "")
+            raise argparse.ArgumentTypeError(
+                f"percentile_metrics: unknown metric {name!r}{why}; valid: "
+                f"{', '.join(PERCENTILE_METRICS)} (comma list, e.g. ttft,tpot,itl)")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def select_percentile_metrics(fig: dict[str, Any], selected: Sequence[str] | None
+                              ) -> dict[str, Any]:
+    """``fig`` with only the ``--percentile-metrics`` chosen: vLLM's
+    ``process_one_metric`` (benchmarks/serve.py) writes ``mean_/median_/std_/pNN_
+    {metric}_ms`` only for the selected metrics, so the others' keys are dropped.
+    ``selected`` None keeps all four (kvcore's default; vLLM's is ``ttft,tpot,itl``
+    for generative models, but issue 21 asks for ``mean_e2el_ms`` too)."""
+    if selected is None:
+        return fig
+    import re
+
+    pat = re.compile(r"^(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
+    out = {}
+    for k, v in fig.items():
+        m = pat.match(k)
+        if m and m.group(2) not in selected:
+            continue
+        out[k] = v
+    return out
+
+
+def _ramp_rps_arg(field: str) -> Any:
+    """An argparse ``type=``: a ramp-up rate, an integer >= 0 (vLLM's ``type=int``)."""
+    import argparse
+
+    def convert(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = -1
+        if v < 0:
+            raise argparse.ArgumentTypeError(
+                f"{field} must be an integer >= 0 (requests per second), got {text!r}")
+        return v
+
+    convert.__name__ = field
+    return convert
 
 
 def _goodput_arg(text: str) -> str:
@@ -642,7 +749,9 @@ def add_clock_arguments(p: Any) -> None:
     g.add_argument("--random-prefix-len", type=length_arg("random_prefix_len", minimum=0),
                    default=None, help="tokens of a prefix shared by every prompt (default 0)")
     g.add_argument("--random-range-ratio", type=_ratio_arg, default=None,
-                   help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)")
+                   help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1); "
+                        "a JSON dict like '{\"input\": 0.3, \"output\": 0.5}' sets them "
+                        "independently (vLLM's)")
     add_dataset_arguments(g)
     g.add_argument("--request-rate", type=_float_arg("request_rate"), default=None,
                    help="requests per second, Poisson (gamma with --burstiness) arrivals; "
@@ -650,14 +759,27 @@ def add_clock_arguments(p: Any) -> None:
                         "--dataset)")
     g.add_argument("--burstiness", type=_float_arg("burstiness"), default=None,
                    help="gamma shape of the inter-arrival times (default 1: Poisson)")
+    g.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), default=None,
+                   help="ramp the request rate from --ramp-up-start-rps to "
+                        "--ramp-up-end-rps over the requests (vllm bench serve's; "
+                        "without --request-rate)")
+    g.add_argument("--ramp-up-start-rps", type=_ramp_rps_arg("ramp_up_start_rps"),
+                   default=None, help="starting request rate of the ramp-up (RPS)")
+    g.add_argument("--ramp-up-end-rps", type=_ramp_rps_arg("ramp_up_end_rps"),
+                   default=None, help="ending request rate of the ramp-up (RPS)")
     g.add_argument("--seed", type=length_arg("seed", minimum=0), default=0)
     g.add_argument("--max-concurrency", type=length_arg("max_concurrency"), default=None,
                    help="most outstanding requests (closed loop, vllm bench serve's)")
     g.add_argument("--goodput", nargs="+", type=_goodput_arg, default=None,
                    metavar="KEY:MS", help="SLOs for request_goodput: ttft:MS tpot:MS e2el:MS")
     g.add_argument("--metric-percentiles", type=_percentiles_arg, default=[99.0],
-                   metavar="P[,P]", help="percentiles of TTFT, TPOT, ITL, E2EL to report "
-                                         "(comma list, default 99, vLLM's)")
+                   metavar="P[,P]", help="percentiles of the --percentile-metrics to "
+                                         "report (comma list, default 99, vLLM's)")
+    g.add_argument("--percentile-metrics", type=_metrics_arg, default=None,
+                   metavar="M[,M]", help="metrics to report (mean, median, std and "
+                                         "--metric-percentiles): ttft, tpot, itl, e2el "
+                                         "(vLLM's flag; default: all four, vLLM's "
+                                         "ttft,tpot,itl plus e2el)")
     g.add_argument("--save-result", action="store_true",
                    help="also write the report to a JSON file named as vllm bench serve "
                         "names it ({label}-{rate}qps[-concurrency{N}]-{model}-{date}.json)")
@@ -768,8 +890,13 @@ def result_path(args: argparse.Namespace, when: Any = None) -> str:
     rate = args.request_rate if args.request_rate is not None else math.inf
     conc = f"-concurrency{args.max_concurrency}" if args.max_concurrency is not None else ""
     model = str(args.model).rstrip("/").split("/")[-1]
-    name = args.result_filename or (
-        f"{args.label}-{rate}qps{conc}-{model}-{now.strftime('%Y%m%d-%H%M%S')}.json")
+    stamp = now.strftime('%Y%m%d-%H%M%S')
+    if getattr(args, "ramp_up_strategy", None) is not None:  # serve.py's ramp-up name
+        name = args.result_filename or (
+            f"{args.label}-ramp-up-{args.ramp_up_strategy}-{args.ramp_up_start_rps}qps-"
+            f"{args.ramp_up_end_rps}qps{conc}-{model}-{stamp}.json")
+    else:
+        name = args.result_filename or f"{args.label}-{rate}qps{conc}-{model}-{stamp}.json"
     folder = Path(args.result_dir) if args.result_dir else Path(name).parent
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--result-dir {folder}: is a file, not a folder",
@@ -920,7 +1047,18 @@ def _clocked_requests(args: argparse.Namespace) -> tuple[list[Any], str]:
             reqs = reqs[:args.limit]
         name = str(args.trace)
         rate = args.request_rate
-    if rate is not None:
+    ramp = getattr(args, "ramp_up_strategy", None)
+    from kvcore.sim.workload import check_ramp_up
+
+    check_ramp_up(ramp, getattr(args, "ramp_up_start_rps", None),
+                  getattr(args, "ramp_up_end_rps", None),
+                  math.inf if rate is None else rate)
+    if ramp is not None:
+        burst = 1.0 if args.burstiness is None else args.burstiness
+        reqs = with_arrivals(reqs, arrival_times(
+            len(reqs), math.inf, burst, args.seed, ramp_up_strategy=ramp,
+            ramp_up_start_rps=args.ramp_up_start_rps, ramp_up_end_rps=args.ramp_up_end_rps))
+    elif rate is not None:
         burst = 1.0 if args.burstiness is None else args.burstiness
         reqs = with_arrivals(reqs, arrival_times(len(reqs), rate, burst, args.seed))
     elif args.burstiness is not None:
@@ -971,8 +1109,13 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         enable_prefix_caching=not args.no_prefix_caching)
     if args.num_blocks is not None:
         plan_kw["num_gpu_blocks_override"] = args.num_blocks
-    if getattr(args, "mamba_cache_mode", "none") != "none":
-        plan_kw["mamba_cache_mode"] = args.mamba_cache_mode
+    from kvcore.sim.modes import mamba_layout, resolve_mamba_cache_mode
+
+    has_mamba = mamba_layout(args.model)[0]
+    mamba_mode, mode_note = resolve_mamba_cache_mode(
+        getattr(args, "mamba_cache_mode", None), not args.no_prefix_caching, has_mamba)
+    if mamba_mode != "none":
+        plan_kw["mamba_cache_mode"] = mamba_mode
     if gpu_info is not None:
         from kvcore.deploy.budget import plan_on_gpu
 
@@ -1031,7 +1174,8 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                         or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
                         event_delay_s=args.event_delay or 0.0,
                         enable_caching=not args.no_prefix_caching, progress=progress)
-        m = fleet_metrics(res, goodput=goodput or None)
+        m = fleet_metrics(res, goodput=goodput or None,
+                          percentiles=args.metric_percentiles)
     else:
         res = run_engine(mgr, sims, time_model, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=mnbt,
@@ -1054,7 +1198,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         "burstiness": args.burstiness if args.burstiness is not None else 1.0,
         "max_concurrency": args.max_concurrency,
         "seed": args.seed,
-        **m,
+        **select_percentile_metrics(m, getattr(args, "percentile_metrics", None)),
         "time_model": time_model_note(args, time_model),
         "gpu": gpu_info.name if gpu_info else None,
         "tensor_parallel_size": args.tensor_parallel_size,
@@ -1067,6 +1211,14 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         "max_num_batched_tokens": mnbt,
         "wall_seconds": round(res.wall_seconds, 3),
     }
+    if has_mamba:
+        report["mamba_cache_mode"] = mamba_mode
+    if mode_note:
+        note = f"{note}; {mode_note}" if note else mode_note
+    if getattr(args, "ramp_up_strategy", None) is not None:  # serve.py's result_json keys
+        report.update(ramp_up_strategy=args.ramp_up_strategy,
+                      ramp_up_start_rps=args.ramp_up_start_rps,
+                      ramp_up_end_rps=args.ramp_up_end_rps)
     if note:
         report["note"] = note
     return report, res
@@ -1214,6 +1366,12 @@ def simulate_fleet_task(task: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    """A sweep table cell: "-" for a figure --percentile-metrics left out."""
+    v = row.get(key)
+    return "-" if v is None else format(v, fmt)
+
+
 def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
     """Run :func:`fleet_sweep_tasks` on ``--backend`` (default local) and print one
     table (``--json``: ``{"sweep": [rows]}``, each row a fleet's report)."""
@@ -1243,8 +1401,8 @@ def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
                      str(r["replicas"]), str(r["router"]),
                      f"{100 * r['prefix_hit_ratio']:.1f}",
                      "" if pred is None else f"{100 * pred:.1f}",
-                     f"{r['mean_ttft_ms']:.1f}", f"{r['p99_ttft_ms']:.1f}",
-                     f"{r['mean_tpot_ms']:.2f}", f"{r['output_throughput']:.0f}",
+                     _cell(r, "mean_ttft_ms", ".1f"), _cell(r, "p99_ttft_ms", ".1f"),
+                     _cell(r, "mean_tpot_ms", ".2f"), f"{r['output_throughput']:.0f}",
                      f"{r['duration']:.1f}", f"{r['busy_imbalance']:.2f}",
                      str(r["preemptions"]), str(r["completed"]), str(r["failed"])])
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]

@@ -261,6 +261,8 @@ def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,
                               ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
                               ("itl", "ITL", "Inter-token Latency"),
                               ("e2el", "E2EL", "End-to-end Latency")):
+        if f"mean_{key}_ms" not in fig:  # not among --percentile-metrics (vLLM's)
+            continue
         lines.append("{s:{c}^{n}}".format(s=header, n=50, c="-"))
         row(f"Mean {name} (ms):", fig[f"mean_{key}_ms"], f2)
         row(f"Median {name} (ms):", fig[f"median_{key}_ms"], f2)

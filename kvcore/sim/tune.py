@@ -35,7 +35,7 @@ from typing import Any
 from kvcore.errors import ConfigError, KVCoreError
 
 __all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
-           "vllm_command", "serve_model", "parse_goodput", "OBJECTIVES"]
+           "vllm_command", "serve_model", "parse_goodput", "prefer_simpler", "OBJECTIVES"]
 
 OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
               "total_token_throughput")
@@ -67,6 +67,13 @@ def _trace_requests(wl: dict[str, Any]) -> list[Any]:
     from kvcore.sim.workload import arrival_times, random_dataset, with_arrivals
 
     rate = wl.get("request_rate", math.inf)
+    ramp = wl.get("ramp_up_strategy")
+    if ramp is not None:
+        times = arrival_times(wl.get("num_prompts") or 0, math.inf,
+                              wl.get("burstiness", 1.0), wl.get("seed", 0),
+                              ramp_up_strategy=ramp,
+                              ramp_up_start_rps=wl.get("ramp_up_start_rps"),
+                              ramp_up_end_rps=wl.get("ramp_up_end_rps"))
     if wl.get("trace") or wl.get("dataset_opts"):
         if wl.get("dataset_opts"):
             from kvcore.sim.datasets import dataset_requests
@@ -76,7 +83,12 @@ def _trace_requests(wl: dict[str, Any]) -> list[Any]:
             reqs = read_trace(wl["trace"], wl.get("trace_format", "auto"))
         if wl.get("limit") is not None:
             reqs = reqs[:wl["limit"]]
-        if not math.isinf(rate):
+        if ramp is not None:
+            reqs = with_arrivals(reqs, arrival_times(
+                len(reqs), math.inf, wl.get("burstiness", 1.0), wl.get("seed", 0),
+                ramp_up_strategy=ramp, ramp_up_start_rps=wl.get("ramp_up_start_rps"),
+                ramp_up_end_rps=wl.get("ramp_up_end_rps")))
+        elif not math.isinf(rate):
             reqs = with_arrivals(reqs, arrival_times(len(reqs), rate,
                                                      wl.get("burstiness", 1.0),
                                                      wl.get("seed", 0)))
@@ -86,7 +98,10 @@ def _trace_requests(wl: dict[str, Any]) -> list[Any]:
                     for r in reqs]
         return reqs
     reqs = random_dataset(wl["num_prompts"], wl["input_len"], wl["output_len"],
-                          wl.get("prefix_len", 0), 0.0, wl.get("seed", 0))
+                          wl.get("prefix_len", 0), wl.get("range_ratio", 0.0),
+                          wl.get("seed", 0))
+    if ramp is not None:
+        return with_arrivals(reqs, times)
     if not math.isinf(rate):
         reqs = with_arrivals(reqs, arrival_times(len(reqs), rate, wl.get("burstiness", 1.0),
                                                  wl.get("seed", 0)))
@@ -128,8 +143,11 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
     ``trace_format`` / ``limit`` for a trace file, or ``dataset`` / ``dataset_opts``
     (the flags of :func:`kvcore.sim.datasets.dataset_requests`) for another dataset),
-    ``goodput`` (ms per SLO key) and ``sim`` (``engine``, default, or ``fast``).  A plain dict in, a plain dict out (it
-    crosses process and Ray boundaries).
+    ``goodput`` (ms per SLO key) and ``sim`` (``engine``, default, or ``fast``).  A plain
+    dict in, a plain dict out (it crosses process and Ray boundaries).  The returned
+    ``config`` carries the Mamba cache mode vLLM 0.32 runs
+    (:func:`kvcore.sim.modes.resolve_mamba_cache_mode`); a mode or block size vLLM
+    refuses gives an ``error``.
     """
     import kvcore
     from kvcore.models.config import load_model_config
@@ -140,6 +158,16 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     tp = int(cand.get("tensor_parallel_size", 1))
     pp = int(cand.get("pipeline_parallel_size", 1))
     try:
+        from kvcore.deploy.gpus import check_attention_block_size
+        from kvcore.sim.modes import resolve_mamba_cache_mode
+
+        # what vLLM 0.32 runs for this line (kvcore.sim.modes): the mode follows prefix
+        # caching on Mamba models; a mode or block size vLLM refuses is an error entry
+        mode, _ = resolve_mamba_cache_mode(cand.get("mamba_cache_mode"),
+                                           bool(cand.get("enable_prefix_caching", True)),
+                                           _has_mamba(cand["model"]))
+        cand = {**cand, "mamba_cache_mode": mode}
+        check_attention_block_size(cand.get("block_size"), cand["gpu"])
         check_scheduler_limits(int(cand["max_num_seqs"]),
                                int(cand["max_num_batched_tokens"]),
                                int(cand.get("max_model_len") or 1 << 62))
@@ -151,7 +179,7 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
             max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
             max_num_seqs=int(cand["max_num_seqs"]),
             enable_prefix_caching=bool(cand.get("enable_prefix_caching", True)),
-            mamba_cache_mode=cand.get("mamba_cache_mode", "none"))
+            mamba_cache_mode=mode)
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}
@@ -172,8 +200,11 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc)}
     wl = {k: v for k, v in cand["workload"].items()
-          if k not in ("trace", "trace_format", "limit", "dataset", "dataset_opts")}
-    if cand["workload"].get("trace") or cand["workload"].get("dataset_opts"):
+          if k not in ("trace", "trace_format", "limit", "dataset", "dataset_opts",
+                       "range_ratio", "ramp_up_strategy", "ramp_up_start_rps",
+                       "ramp_up_end_rps")}
+    if cand["workload"].get("trace") or cand["workload"].get("dataset_opts") or \
+            cand["workload"].get("range_ratio") or cand["workload"].get("ramp_up_strategy"):
         traces = _trace_requests(cand["workload"])
         w = Workload.from_trace(traces, max_concurrency=wl.get("max_concurrency"))
     else:
@@ -200,13 +231,9 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
 
 
 def _has_mamba(model: Any) -> bool:
-    import kvcore
+    from kvcore.sim.modes import mamba_layout
 
-    try:
-        cfg = kvcore.plan_model(model, kv_cache_memory_bytes=1 << 40, max_model_len=4096)
-    except KVCoreError:
-        return False
-    return any(g.spec.kind == "mamba" for g in cfg.kv_cache_groups)
+    return mamba_layout(model)[0]
 
 
 def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (1,),
@@ -219,13 +246,35 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
     """The cross product of the searched values, as :func:`simulate_once` configs
     (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill;
     pairs with ``max_num_batched_tokens < max_num_seqs`` are left out: vLLM 0.32's
-    ``SchedulerConfig`` refuses to start with them)."""
+    ``SchedulerConfig`` refuses to start with them).
+
+    Only what vLLM 0.32 runs is a candidate (:mod:`kvcore.sim.modes`): a mode vLLM
+    refuses (kvcore's ``all``) raises ConfigError naming ``mamba_cache_mode``; on a
+    model with Mamba layers the mode is the one vLLM sets from prefix caching (align
+    with it on, none with it off), so combinations vLLM rewrites merge into the one it
+    runs (listed once); ``block_size`` values CUDA / ROCm attention backends refuse
+    raise ConfigError naming ``block_size`` (:func:`kvcore.deploy.gpus.
+    check_attention_block_size`)."""
+    from kvcore.deploy.gpus import check_attention_block_size
+    from kvcore.sim.modes import check_vllm_mamba_cache_mode, resolve_mamba_cache_mode
+
+    for mm in mamba_cache_mode:
+        check_vllm_mamba_cache_mode(mm)
+    for bs in block_size:
+        check_attention_block_size(bs, gpu)
+    has_mamba = _has_mamba(model)
     out = []
+    seen = set()
     for t, p, b, s, bs, d, pc, mm in itertools.product(
             tp, pp, max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
             prefix_caching, mamba_cache_mode):
         if b < s:  # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
             continue
+        mm, _ = resolve_mamba_cache_mode(mm, pc, has_mamba)
+        key = (t, p, b, s, bs, d, pc, mm)
+        if key in seen:  # a combination vLLM rewrites into one already listed
+            continue
+        seen.add(key)
         out.append({"model": str(model), "gpu": gpu, "tensor_parallel_size": t,
                     "pipeline_parallel_size": p, "max_num_batched_tokens": b,
                     "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
@@ -242,11 +291,45 @@ def _score(res: dict[str, Any], objective: str) -> tuple[float, float]:
     return (value / f["num_gpus"], f["output_throughput"] / f["num_gpus"])
 
 
+def _complexity(cfg: dict[str, Any]) -> tuple[int, int]:
+    """How far a config is from ``vllm serve``'s defaults (fewer is simpler): GPUs
+    used, then the knobs set away from their default (``kv_cache_dtype`` not auto --
+    lower KV precision --, prefix caching off, a block size given)."""
+    gpus = int(cfg.get("tensor_parallel_size", 1)) * int(cfg.get("pipeline_parallel_size", 1))
+    knobs = (int(cfg.get("kv_cache_dtype", "auto") != "auto")
+             + int(not cfg.get("enable_prefix_caching", True))
+             + int(cfg.get("block_size") is not None))
+    return gpus, knobs
+
+
+def prefer_simpler(ranked: list[dict[str, Any]], objective: str,
+                   min_gain: float | None = None) -> tuple[list[dict[str, Any]], int]:
+    """``(ranked, n)``: the simplest config (:func:`_complexity`) among those whose
+    objective per GPU is within ``min_gain`` (relative; default
+    :data:`kvcore.serving.MIN_GAIN`, 1 %: the simulator's error budget) of the top
+    one is moved first, the others keep their order; ``n`` is how many ranked configs
+    are within that margin of the top (the best included).  A gain within the margin
+    does not buy lower KV precision, more GPUs or a non-default knob."""
+    from kvcore.serving import MIN_GAIN
+
+    gain = MIN_GAIN if min_gain is None else min_gain
+    if not ranked:
+        return ranked, 0
+    top = _score(ranked[0], objective)[0]
+    near = [i for i, r in enumerate(ranked)
+            if top > 0 and _score(r, objective)[0] >= top * (1 - gain)] or [0]
+    pick = min(near, key=lambda i: (_complexity(ranked[i]["config"]), i))
+    out = [ranked[pick], *(r for i, r in enumerate(ranked) if i != pick)]
+    return out, len(near)
+
+
 def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
          backend: str = "local", workers: int | None = None, address: str | None = None,
          progress: bool | None = None) -> dict[str, Any]:
     """Simulate every config and rank them; returns ``{"ranked": [...], "failed":
-    [...]}`` (ranked best first by :func:`_score`)."""
+    [...], "within_margin": n}`` (ranked best first by :func:`_score`, then the
+    simplest of those within :data:`kvcore.serving.MIN_GAIN` of the top moved first:
+    :func:`prefer_simpler`)."""
     from kvcore.sim.backends import run_tasks
 
     if objective not in OBJECTIVES:
@@ -257,7 +340,8 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
     ok = [r for r in results if "figures" in r]
     failed = [r for r in results if "figures" not in r]
     ok.sort(key=lambda r: _score(r, objective), reverse=True)
-    return {"ranked": ok, "failed": failed}
+    ok, near = prefer_simpler(ok, objective)
+    return {"ranked": ok, "failed": failed, "within_margin": near}
 
 
 def serve_model(model: Any) -> str:
@@ -278,19 +362,28 @@ def serve_model(model: Any) -> str:
     return hf_model_id(text) or text
 
 
-def vllm_command(model: str, cand: dict[str, Any]) -> str:
+def vllm_command(model: str, cand: dict[str, Any], *,
+                 prefix_caching_default: bool = True) -> str:
     """The ``vllm serve`` command line of a cand (vLLM's flag spelling; defaults left
-    out: pipeline parallel 1, prefix caching on, mamba mode none, and the block size
-    unless it was searched: vLLM then picks it as kvcore's planner did)."""
+    out: pipeline parallel 1, mamba mode none, and the block size unless it was
+    searched: vLLM then picks it as kvcore's planner did).  Prefix caching is printed
+    when it differs from vLLM's default for the model (``prefix_caching_default``:
+    on, off for attention-free models; :func:`kvcore.sim.modes.default_prefix_caching`).
+    A mode vLLM 0.32 refuses raises ConfigError (``mamba_cache_mode``)."""
+    from kvcore.sim.modes import check_vllm_mamba_cache_mode
+
     parts = ["vllm", "serve", serve_model(model)]
     for key, flag in _FLAGS:
         v = cand.get(key)
+        if key == "mamba_cache_mode" and v is not None:
+            check_vllm_mamba_cache_mode(v)
         if v is None or (key == "pipeline_parallel_size" and v == 1) or \
                 (key == "mamba_cache_mode" and v == "none"):
             continue
         parts += [flag, str(v)]
-    if not cand.get("enable_prefix_caching", True):
-        parts.append("--no-enable-prefix-caching")
+    pc = bool(cand.get("enable_prefix_caching", True))
+    if pc != prefix_caching_default:
+        parts.append("--enable-prefix-caching" if pc else "--no-enable-prefix-caching")
     if cand.get("max_model_len"):
         parts += ["--max-model-len", str(cand["max_model_len"])]
     return " ".join(parts)
@@ -344,6 +437,15 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--request-rate", type=float, default=math.inf)
     p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--random-range-ratio", default=None,
+                   help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1), "
+                        "or a JSON dict like '{\"input\": 0.3, \"output\": 0.5}' "
+                        "(vLLM's)")
+    p.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), default=None,
+                   help="ramp the request rate (vllm bench serve's; without "
+                        "--request-rate)")
+    p.add_argument("--ramp-up-start-rps", type=int, default=None)
+    p.add_argument("--ramp-up-end-rps", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="first N trace requests")
     p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
@@ -361,8 +463,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--prefix-caching", default=None, choices=["on", "off", "both"],
                    help="default: both with --random-prefix-len or a trace, else on")
     p.add_argument("--mamba-cache-mode", default=None,
-                   help="comma-separated modes (default: none,align for models with "
-                        "Mamba layers)")
+                   help="comma-separated vLLM 0.32 modes, align and/or none (default: "
+                        "both for models with Mamba layers); as in vLLM the mode that "
+                        "runs is align with prefix caching on and none with it off, so "
+                        "each prefix-caching setting gives one candidate")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--top", type=int, default=5, help="runner-ups to print")
     p.add_argument("--backend", choices=["local", "ray", "serial"], default="local")
@@ -400,6 +504,20 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
     d: dict[str, Any] = {k: getattr(w, k) for k in (
         "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
         "burstiness", "prefix_len", "seed")}
+    from kvcore.sim.workload import check_ramp_up, parse_range_ratio
+
+    if args.random_range_ratio is not None:
+        if args.trace:
+            raise ConfigError(f"--random-range-ratio {args.random_range_ratio}: shapes the "
+                              f"random dataset; a trace's requests have their own lengths",
+                              field="random_range_ratio", value=args.random_range_ratio)
+        d["range_ratio"] = parse_range_ratio(args.random_range_ratio)
+    check_ramp_up(args.ramp_up_strategy, args.ramp_up_start_rps, args.ramp_up_end_rps,
+                  args.request_rate)
+    if args.ramp_up_strategy is not None:
+        d.update(ramp_up_strategy=args.ramp_up_strategy,
+                 ramp_up_start_rps=args.ramp_up_start_rps,
+                 ramp_up_end_rps=args.ramp_up_end_rps)
     if args.trace:
         from kvcore.sim.traces import read_trace
 
@@ -455,7 +573,11 @@ def run(args: argparse.Namespace) -> int:
     dtypes = [d.strip() for d in args.kv_cache_dtype.split(",") if d.strip()]
     shared_prefix = bool(args.trace) or args.dataset == "prefix_repetition" or (
         args.dataset == "random" and args.random_prefix_len > 0)
-    pc_mode = args.prefix_caching or ("both" if shared_prefix else "on")
+    from kvcore.sim.modes import default_prefix_caching
+
+    pc_default = default_prefix_caching(args.model)  # vLLM's: off for attention-free
+    pc_mode = args.prefix_caching or ("both" if shared_prefix else
+                                      "on" if pc_default else "off")
     prefix = {"on": [True], "off": [False], "both": [True, False]}[pc_mode]
     if args.mamba_cache_mode:
         mamba = [m.strip() for m in args.mamba_cache_mode.split(",") if m.strip()]
@@ -477,6 +599,18 @@ def run(args: argparse.Namespace) -> int:
     res = tune(configs, objective=objective, backend=args.backend, workers=args.workers,
                address=args.address, progress=None if not args.json else False)
     ranked = res["ranked"]
+    if ranked and objective == "goodput" and _score(ranked[0], objective)[0] <= 0:
+        slo = " ".join(f"{k}:{v:g}" for k, v in goodput.items())
+        reached = []
+        for k in goodput:
+            key = f"median_{k}_ms"
+            vals = [r["figures"][key] for r in ranked if key in r["figures"]]
+            if vals:
+                reached.append(f"median {k.upper()} {min(vals):,.2f} ms")
+        raise ConfigError(f"--goodput {slo}: no candidate meets the SLO (request_goodput "
+                          f"0 for all {len(ranked)} simulated); the best reached: "
+                          f"{', '.join(reached) or 'none'}; loosen the SLO or search "
+                          f"other settings", field="goodput", value=slo)
     if not ranked:
         reasons = sorted({r["error"] for r in res["failed"]})
         served = [r for r in reasons if r.startswith("no request can be served")]
@@ -496,19 +630,31 @@ def run(args: argparse.Namespace) -> int:
         f["num_gpus"] = r["figures"]["num_gpus"]
         f[f"{objective}_per_gpu"] = _score(r, objective)[0]
         return {"config": c, "figures": f,
-                "vllm_serve": vllm_command(args.model, {**r["config"], **c})}
+                "vllm_serve": vllm_command(args.model, {**r["config"], **c},
+                                           prefix_caching_default=pc_default)}
     best = entry(ranked[0])
     runners = [entry(r) for r in ranked[1:1 + args.top]]
+    from kvcore.serving import MIN_GAIN
+
+    near = int(res.get("within_margin", 1))
+    margin_note = (f"{near - 1} runner-up(s) within {100 * MIN_GAIN:g} % of the best "
+                   f"{objective} per GPU (the simulator's error): the simplest of them "
+                   f"(default kv_cache_dtype, prefix caching, block size; fewest GPUs) "
+                   f"is shown as best" if near > 1 else None)
     if args.json:
         print(json.dumps({"model": args.model, "gpu": gpu, "objective": objective,
                           "goodput_slo_ms": goodput, "best": best,
                           "runner_ups": runners, "candidates": len(configs),
+                          "min_gain": MIN_GAIN, "within_margin": near,
+                          "margin_note": margin_note,
                           "failed": [{"config": {k: f["config"][k] for k, _ in _FLAGS},
                                       "error": f["error"]} for f in res["failed"]]}))
         return 0
     print(f"best of {len(ranked)} candidates on {gpu} (ranked by {objective} per GPU):")
     print(f"  {best['vllm_serve']}")
     print("  " + ", ".join(f"{k} {_fmt(v)}" for k, v in best["figures"].items()))
+    if margin_note:
+        print(f"  note: {margin_note}")
     headers = ["#", "tp", "mnbt", "max_num_seqs", "block", "kv dtype", "prefix", "mamba",
                objective + "/gpu", "out tok/s", "med TTFT ms", "med TPOT ms"]
     rows = []

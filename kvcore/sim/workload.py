@@ -5,7 +5,9 @@
   ``get_sampling_params`` of ``datasets/utils.py``): with ``rng =
   numpy.random.default_rng(seed)``, input lengths ``rng.integers(floor(L_in * (1 - r)),
   ceil(L_in * (1 + r)) + 1, n)``, then output lengths the same way from ``L_out`` (low
-  at least 1), then vocabulary offsets; every prompt is ``prefix_len`` shared tokens
+  at least 1), then vocabulary offsets; ``r`` is one ratio for both, or vLLM's dict
+  ``{"input": r_in, "output": r_out}`` (``_resolve_range_ratios``; the CLI's
+  ``--random-range-ratio`` takes a float or that JSON, :func:`parse_range_ratio`); every prompt is ``prefix_len`` shared tokens
   followed by its own ``input_len`` tokens (prompt length ``prefix_len + input_len``).
   kvcore has no tokenizer: it counts no special tokens (vLLM subtracts the tokenizer's
   ``num_special_tokens_to_add()``, 1 for Llama's BOS, from ``L_in``), and the token ids
@@ -18,7 +20,12 @@
   ``gamma(shape=burstiness, scale=1 / (rate * burstiness))`` drawn from numpy's global
   generator seeded with ``--seed`` (``np.random.seed(seed)`` in ``serve.py``), the first
   request included, accumulated and rescaled so the last arrival is at ``n / rate``
-  seconds; ``burstiness = inf`` gives even gaps ``1 / rate``.
+  seconds; ``burstiness = inf`` gives even gaps ``1 / rate``.  With a ramp-up
+  (``--ramp-up-strategy linear|exponential --ramp-up-start-rps A --ramp-up-end-rps B``,
+  ``serve.py`` ``_get_current_request_rate``) request ``i`` of ``n`` draws its gap at
+  ``A + (B - A) * i / max(n - 1, 1)`` (linear) or ``A * (B / A) ** (i / max(n - 1, 1))``
+  (exponential) requests per second, and the times are not rescaled
+  (:func:`check_ramp_up` is vLLM's validation).
 * :func:`with_arrivals`: the requests with those arrival times (trace timestamps are
   replaced).
 """
@@ -34,8 +41,12 @@ from typing import Any
 from kvcore.errors import ConfigError
 from kvcore.sim.traces import TraceRequest
 
-__all__ = ["random_dataset", "arrival_times", "with_arrivals", "RANDOM_PREFIX_STREAM",
-           "RANDOM_STREAM_BASE"]
+__all__ = ["random_dataset", "arrival_times", "with_arrivals", "parse_range_ratio",
+           "resolve_range_ratios", "check_ramp_up", "RAMP_UP_STRATEGIES",
+           "RANDOM_PREFIX_STREAM", "RANDOM_STREAM_BASE"]
+
+#: ``vllm bench serve --ramp-up-strategy`` choices (benchmarks/serve.py)
+RAMP_UP_STRATEGIES = ("linear", "exponential")
 
 #: token streams of the random dataset (apart from every trace reader's streams)
 RANDOM_PREFIX_STREAM = 5 << 29
@@ -66,32 +77,80 @@ def _int(name: str, value: Any, low: int, high: int | None = None) -> int:
     return value
 
 
+RangeRatio = float | dict[str, float]
+
+
+def _ratio(name: str, v: Any, given: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) < 1.0:
+        raise ConfigError(f"random_range_ratio: {name} must be a number in [0, 1), got "
+                          f"{v!r} (in {given!r})", field="random_range_ratio",
+                          value=repr(given))
+    return float(v)
+
+
+def resolve_range_ratios(range_ratio: Any) -> tuple[float, float]:
+    """``(input_ratio, output_ratio)`` of a range ratio: one number for both, or vLLM's
+    dict ``{"input": r_in, "output": r_out}`` (vllm/benchmarks/datasets/utils.py
+    ``_resolve_range_ratios``; both keys required), each in [0, 1)
+    (``get_sampling_params``).  Raises ConfigError (field ``random_range_ratio``)."""
+    if isinstance(range_ratio, dict):
+        keys = set(range_ratio)
+        if keys != {"input", "output"}:
+            raise ConfigError(f"random_range_ratio: a dict must have exactly the keys "
+                              f"'input' and 'output' (vLLM's), got {sorted(map(str, keys))}",
+                              field="random_range_ratio", value=repr(range_ratio))
+        return (_ratio("input", range_ratio["input"], range_ratio),
+                _ratio("output", range_ratio["output"], range_ratio))
+    r = _ratio("the ratio", range_ratio, range_ratio)
+    return r, r
+
+
+def parse_range_ratio(text: str) -> RangeRatio:
+    """``--random-range-ratio TEXT`` as vLLM 0.32 parses it
+    (vllm/benchmarks/datasets/datasets.py ``_parse_range_ratio``): a float (``"0.3"``)
+    or a JSON dict (``'{"input": 0.3, "output": 0.5}'``), checked by
+    :func:`resolve_range_ratios`.  Raises ConfigError (field ``random_range_ratio``)
+    naming the text and what is valid."""
+    import json
+
+    value: Any
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigError(f"random_range_ratio must be a number in [0, 1) or a JSON "
+                              f"dict like '{{\"input\": 0.3, \"output\": 0.5}}', got "
+                              f"{text!r}", field="random_range_ratio", value=text) from None
+    resolve_range_ratios(value)
+    return value  # type: ignore[no-any-return]
+
+
 def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 128,
-                   prefix_len: int = 0, range_ratio: float = 0.0, seed: int = 0
+                   prefix_len: int = 0, range_ratio: RangeRatio = 0.0, seed: int = 0
                    ) -> list[TraceRequest]:
     """``num_prompts`` requests of vLLM's random dataset (module docstring), ids
     ``"0"``, ``"1"``, ... (vLLM's ``request_id_prefix + str(i)``), all arriving at 0.
 
-    Lengths in tokens; ``range_ratio`` in [0, 1).  Raises ConfigError naming the
-    field for a count below its minimum (or ``num_prompts`` above
-    :data:`MAX_NUM_PROMPTS`) or a ratio out of range, and when the shortest
-    possible prompt (``prefix_len + floor(input_len * (1 - range_ratio))``) is empty
-    (vLLM's check).
+    Lengths in tokens; ``range_ratio`` in [0, 1), or ``{"input": r_in, "output":
+    r_out}`` (:func:`resolve_range_ratios`).  Raises ConfigError naming the field for
+    a count below its minimum (or ``num_prompts`` above :data:`MAX_NUM_PROMPTS`) or a
+    ratio out of range, and when the shortest possible prompt (``prefix_len +
+    floor(input_len * (1 - r_in))``) is empty (vLLM's check).
     """
     _int("num_prompts", num_prompts, 1, MAX_NUM_PROMPTS)
     _int("random_input_len", input_len, 0)
     _int("random_output_len", output_len, 0)
     _int("random_prefix_len", prefix_len, 0)
     _int("seed", seed, 0)
-    if isinstance(range_ratio, bool) or not isinstance(range_ratio, (int, float)) \
-            or not 0.0 <= float(range_ratio) < 1.0:
-        raise ConfigError(f"random_range_ratio must be a number in [0, 1), got "
-                          f"{range_ratio!r}", field="random_range_ratio", value=range_ratio)
-    r = float(range_ratio)
+    r, r_out = resolve_range_ratios(range_ratio)
     in_low = math.floor(input_len * (1 - r))
     in_high = math.ceil(input_len * (1 + r))
-    out_low = max(math.floor(output_len * (1 - r)), 1)
-    out_high = max(math.ceil(output_len * (1 + r)), 1)
+    out_low = max(math.floor(output_len * (1 - r_out)), 1)
+    out_high = max(math.ceil(output_len * (1 + r_out)), 1)
     if prefix_len + in_low < 1:
         raise ConfigError(
             f"random_input_len {input_len} with random_range_ratio {r} and "
@@ -119,38 +178,112 @@ def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 12
     return out
 
 
-def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.0,
-                  seed: int = 0) -> list[float]:
-    """Send times of ``n`` requests, seconds from the start (module docstring).
+def check_ramp_up(strategy: str | None, start_rps: Any, end_rps: Any,
+                  request_rate: float = math.inf) -> None:
+    """vLLM 0.32's checks of the ramp-up flags (vllm/benchmarks/serve.py ``main``,
+    "Validate ramp-up arguments"; the rates are ``type=int`` there): with a strategy
+    (``linear`` | ``exponential``), no ``--request-rate`` (it must stay inf), both
+    rates given, integers >= 0, start <= end, and start > 0 for ``exponential``;
+    without one, no rates.  Raises ConfigError naming the field."""
+    if strategy is None:
+        for name, v in (("ramp_up_start_rps", start_rps), ("ramp_up_end_rps", end_rps)):
+            if v is not None:
+                raise ConfigError(f"--{name.replace('_', '-')} {v}: needs "
+                                  f"--ramp-up-strategy linear|exponential", field=name,
+                                  value=v)
+        return
+    if strategy not in RAMP_UP_STRATEGIES:
+        raise ConfigError(f"ramp_up_strategy {strategy!r}: valid: "
+                          f"{', '.join(RAMP_UP_STRATEGIES)}", field="ramp_up_strategy",
+                          value=strategy)
+    if request_rate is not None and not math.isinf(request_rate):
+        raise ConfigError(f"--request-rate {request_rate:g}: with --ramp-up-strategy the "
+                          f"rate is set by --ramp-up-start-rps / --ramp-up-end-rps; drop "
+                          f"--request-rate (vLLM refuses both)", field="request_rate",
+                          value=request_rate)
+    for name, v in (("ramp_up_start_rps", start_rps), ("ramp_up_end_rps", end_rps)):
+        if v is None:
+            raise ConfigError(f"--ramp-up-strategy {strategy}: give both "
+                              f"--ramp-up-start-rps and --ramp-up-end-rps", field=name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{name} must be an integer >= 0 (requests per second), got "
+                              f"{v!r}", field=name, value=v)
+    if start_rps > end_rps:
+        raise ConfigError(f"ramp_up_start_rps {start_rps} > ramp_up_end_rps {end_rps}: the "
+                          f"start must not exceed the end", field="ramp_up_start_rps",
+                          value=start_rps)
+    if strategy == "exponential" and start_rps == 0:
+        raise ConfigError("ramp_up_start_rps 0: an exponential ramp-up needs a start "
+                          "rate > 0", field="ramp_up_start_rps", value=0)
+    if end_rps == 0:  # every rate 0: vLLM's get_request asserts rate > 0
+        raise ConfigError("ramp_up_end_rps 0: every request rate would be 0 (vLLM's "
+                          "get_request asserts a rate > 0)", field="ramp_up_end_rps",
+                          value=0)
 
-    Raises ConfigError for ``request_rate`` or ``burstiness`` not > 0 (NaN included).
+
+def _ramp_rate(strategy: str, start: float, end: float, i: int, n: int) -> float:
+    progress = i / max(n - 1, 1)
+    if strategy == "linear":
+        return start + (end - start) * progress
+    return start * (end / start) ** progress
+
+
+def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.0,
+                  seed: int = 0, *, ramp_up_strategy: str | None = None,
+                  ramp_up_start_rps: int | None = None,
+                  ramp_up_end_rps: int | None = None) -> list[float]:
+    """Send times of ``n`` requests, seconds from the start (module docstring; with
+    ``ramp_up_strategy`` the rate of each gap follows the ramp and ``request_rate``
+    must be inf).
+
+    Raises ConfigError for ``request_rate`` or ``burstiness`` not > 0 (NaN included)
+    and for ramp-up settings vLLM refuses (:func:`check_ramp_up`); a linear ramp-up
+    from 0 whose first gap would have rate 0 is refused as vLLM's ``get_request``
+    asserts.
     """
     _int("num_prompts", n, 0, MAX_NUM_PROMPTS)
     for name, v in (("request_rate", request_rate), ("burstiness", burstiness)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ConfigError(f"{name} must be a number > 0 (inf allowed), got {v!r}",
                               field=name, value=v)
+    check_ramp_up(ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, request_rate)
     if n == 0:
         return []
-    if math.isinf(request_rate):
-        return [0.0] * n
-    if math.isinf(burstiness):
-        delays = [1.0 / request_rate] * n
+    if ramp_up_strategy is not None:
+        assert ramp_up_start_rps is not None and ramp_up_end_rps is not None
+        rates = [_ramp_rate(ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, i, n)
+                 for i in range(n)]
+        if rates[0] <= 0:
+            raise ConfigError("ramp_up_start_rps 0: the first request's rate is 0 (vLLM's "
+                              "get_request asserts a rate > 0); start at 1 or more",
+                              field="ramp_up_start_rps", value=ramp_up_start_rps)
     else:
-        theta = 1.0 / (request_rate * burstiness)
+        if math.isinf(request_rate):
+            return [0.0] * n
+        rates = [float(request_rate)] * n
+    if math.isinf(burstiness):
+        delays = [1.0 / r for r in rates]
+    else:
         np = _np()
         if np is not None:
-            delays = np.random.RandomState(seed).gamma(shape=burstiness, scale=theta,
-                                                      size=n).tolist()
+            # serve.py draws one np.random.gamma per request from the global generator
+            # seeded with --seed: RandomState(seed) gives the same stream
+            rs = np.random.RandomState(seed)
+            if ramp_up_strategy is None:
+                delays = rs.gamma(shape=burstiness, scale=1.0 / (rates[0] * burstiness),
+                                  size=n).tolist()
+            else:
+                delays = [float(rs.gamma(shape=burstiness, scale=1.0 / (r * burstiness)))
+                          for r in rates]
         else:  # pragma: no cover - numpy is optional
             prng = random.Random(seed)
-            delays = [prng.gammavariate(burstiness, theta) for _ in range(n)]
+            delays = [prng.gammavariate(burstiness, 1.0 / (r * burstiness)) for r in rates]
     t = 0.0
     cum: list[float] = []
     for d in delays:
         t += d
         cum.append(t)
-    if cum[-1] != 0:
+    if ramp_up_strategy is None and cum[-1] != 0:
         f = (n / request_rate) / cum[-1]
         cum = [c * f for c in cum]
     return cum

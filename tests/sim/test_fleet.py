@@ -484,8 +484,11 @@ def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
     state exists only where a step ended on a block boundary, so the shared 4,000-token
     prefix the attention group holds is mostly not servable.  The attention-only router
     predicts more hits than the replicas give; the group-aware one predicts exactly
-    what it gets (the manager's rule across all groups).  With mode none (vLLM: prefix
-    caching off for Mamba hybrids) nothing hits."""
+    what it gets (the manager's rule across all groups).  With prefix caching off
+    (vLLM then runs mode none) nothing hits; ``--mamba-cache-mode none`` with prefix
+    caching on runs align in vLLM 0.32 (model_executor/models/config.py
+    MambaModelConfig: none -> align when prefix caching is on), so it gives the align
+    rows."""
     pytest.importorskip("kvcore_mamba")
     from kvcore.cli import main
 
@@ -496,6 +499,10 @@ def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
     # the attention-only router piles the prefix's requests on one replica
     assert ao["busy_imbalance"] > ga["busy_imbalance"]
     assert main([*MAMBA, "--mamba-cache-mode", "none"]) == 0
+    rows = json.loads(capsys.readouterr().out)["sweep"]
+    assert [r["prefix_hit_ratio"] for r in rows] == [x["prefix_hit_ratio"]
+                                                     for x in (rr, ga, ao)]
+    assert main([*MAMBA, "--no-prefix-caching"]) == 0
     rows = json.loads(capsys.readouterr().out)["sweep"]
     assert all(r["prefix_hit_ratio"] == 0 for r in rows)
 

@@ -85,3 +85,49 @@ def test_chosen_layout_serves_no_slower_than_vllms(model, budget, length, mnbt):
     if s.gain_over_vllm == 0:  # vLLM's layout kept
         assert [g.layer_names for g in config.kv_cache_groups] == \
             [g.layer_names for g in vllm_config.kv_cache_groups]
+
+
+# ---- tester 2, finding 14: a workload nothing can serve ----------------------------------
+LONG_PROMPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                            "tester2_long_prompts.jsonl")  # 6 rows, prompts 2,000-2,185
+
+
+@pytest.mark.parametrize("model,mml", [("gemma-3-27b-it", "1024"), ("gpt-oss-20b", "1024"),
+                                       ("gemma-3-27b-it", "2048")])
+def test_f14_plan_sim_judge_on_a_workload_nothing_can_serve(capsys, model, mml):
+    """(Tester 2, finding 14.)  Every request of the workload is longer than
+    max_model_len: the judge reported "serving: 0 s against vLLM's layout's 0 s", time
+    0.000 s and prefix hits 100 %, exit 0.  kvcore simulate refuses the same case; so
+    does plan now (one line, exit 2, naming max_model_len)."""
+    from kvcore.cli import main
+
+    code = main(["plan", model, "--gpu", "H100", "--max-model-len", mml, "--judge", "sim",
+                 "--workload", LONG_PROMPTS])
+    err = capsys.readouterr().err
+    assert code == 2 and "max_model_len" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_simulate_plan_refuses_zero_served_and_times_the_rest(seed):
+    """Seeded workloads around a plan's max_model_len: with no request within it the
+    judge refuses (ConfigError naming max_model_len, as kvcore simulate); with some
+    within it the time is that of the servable ones (> 0)."""
+    import random
+
+    from kvcore.errors import ConfigError
+    from kvcore.plan_serving import simulate_plan
+    from kvcore.serving import workload_from_requests
+    from kvcore.sim.timing import ConstantTimeModel
+
+    rng = random.Random(seed)
+    mml = 1024
+    cfg = plan_model("llama-3.1-8b", kv_cache_memory_bytes=2 * GiB, max_model_len=mml)
+    long = [(rng.randint(mml, 3 * mml), rng.randint(1, 64), 0) for _ in range(4)]
+    wl = workload_from_requests(long, max_num_seqs=16, source="long")
+    with pytest.raises(ConfigError) as e:
+        simulate_plan(cfg, wl, ConstantTimeModel(step_s=0.01))
+    assert e.value.extra["field"] == "max_model_len"
+    short = [(rng.randint(1, mml // 2), rng.randint(1, 64), 0) for _ in range(3)]
+    wl = workload_from_requests(long + short, max_num_seqs=16, source="mixed")
+    t, info = simulate_plan(cfg, wl, ConstantTimeModel(step_s=0.01))
+    assert t > 0 and info["steps"] > 0

@@ -135,3 +135,16 @@ def test_fit_sees_only_fit_rows(rows, monkeypatch):
 def test_fit_reproduces_the_default(rows):
     got = accuracy.fit(rows, base=DATA, sim="fast")
     assert dataclasses.asdict(got) == pytest.approx(dataclasses.asdict(DEFAULT_EFFICIENCY))
+
+
+@pytest.mark.parametrize("only", ["qwen3-1.7b-a100-80gb-128-128-c1"])
+def test_cli_prints_a_dash_for_a_split_without_rows(capsys, only, rows):
+    """``python -m kvcore.sim.accuracy --only ID`` on one fit row: the holdout split has
+    no rows, so its medians are "-", not "nan %" (tester 2)."""
+    assert [r["split"] for r in accuracy.select_rows(rows, only)] == ["fit"]
+    assert accuracy.main(["--only", only]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    hold = next(ln for ln in lines if ln.startswith("holdout:"))
+    fit = next(ln for ln in lines if ln.startswith("fit:"))
+    assert "nan" not in hold and hold.count(" -") == 3, hold
+    assert "%" in fit and "nan" not in fit

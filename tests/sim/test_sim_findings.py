@@ -414,10 +414,15 @@ def test_dataset_flags_need_the_dataset(capsys: Any, tmp_path: Path, flag: list[
 def test_tune_accepts_output_len_zero_and_goodput_zero(capsys: Any) -> None:
     rc, out, err = _run(capsys, [*TUNE, "--random-output-len", "0", "--json"])
     assert rc == 0, err
+    # vLLM's check_goodput_args accepts 0 ms; no TTFT meets it, so tune says nothing
+    # meets the SLO (tester 2's finding 11), not that the flag is bad
     rc, out, err = _run(capsys, [*TUNE, "--random-output-len", "8", "--goodput",
                                  "ttft:0", "tpot:50", "--json"])
+    assert rc == 2 and "no candidate meets the SLO" in err + out, err + out
+    rc, out, err = _run(capsys, [*TUNE, "--random-output-len", "8", "--goodput",
+                                 "ttft:60000", "tpot:50", "--json"])
     assert rc == 0, err
-    assert json.loads(out)["goodput_slo_ms"] == {"ttft": 0.0, "tpot": 50.0}
+    assert json.loads(out)["goodput_slo_ms"] == {"ttft": 60000.0, "tpot": 50.0}
 
 
 # ---- 16. the printed vllm serve command names a loadable model -------------------------

@@ -22,7 +22,8 @@ from kvcore.sim.tune import parse_goodput, vllm_command
 
 VLLM_FLAGS = {"--tensor-parallel-size", "--max-num-batched-tokens", "--max-num-seqs",
               "--block-size", "--kv-cache-dtype", "--mamba-cache-mode",
-              "--no-enable-prefix-caching", "--max-model-len", "--pipeline-parallel-size"}
+              "--no-enable-prefix-caching", "--enable-prefix-caching", "--max-model-len",
+              "--pipeline-parallel-size"}
 
 ARGS = ["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
         "--random-input-len", "512", "--random-output-len", "32", "--num-prompts", "40",
@@ -71,11 +72,16 @@ def test_vllm_parses_the_command(tuned):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-    cmd = shlex.split(tuned["best"]["vllm_serve"])
-    ns = parser.parse_args(["--model", cmd[2], *cmd[3:]])
-    c = tuned["best"]["config"]
-    assert ns.max_num_seqs == c["max_num_seqs"]
-    assert ns.tensor_parallel_size == c["tensor_parallel_size"]
+    # every printed line, not only the best (generated candidates and Mamba models:
+    # integrations/vllm/tests/test_tune_lines_vs_vllm.py)
+    for e in [tuned["best"], *tuned["runner_ups"]]:
+        cmd = shlex.split(e["vllm_serve"])
+        ns = parser.parse_args(["--model", cmd[2], *cmd[3:]])
+        c = e["config"]
+        assert ns.max_num_seqs == c["max_num_seqs"]
+        assert ns.tensor_parallel_size == c["tensor_parallel_size"]
+        assert ns.max_num_batched_tokens == c["max_num_batched_tokens"]
+        assert ns.kv_cache_dtype == c["kv_cache_dtype"]
 
 
 def test_vllm_command_spelling():
@@ -125,3 +131,133 @@ def test_docs_example_runs(capsys):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["best"]["vllm_serve"].startswith("vllm serve meta-llama/Llama-3.1-8B ")
+
+
+# ---- tester 2, finding 10: block sizes the GPU's attention backends refuse --------------
+SMALL_TUNE = ["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+              "--num-prompts", "8", "--random-input-len", "64", "--random-output-len", "8",
+              "--max-model-len", "2048", "--tp", "1", "--max-num-seqs", "16",
+              "--max-num-batched-tokens", "2048"]
+
+
+@pytest.mark.parametrize("bs", ["7", "24"])
+def test_f10_tune_does_not_print_a_block_size_cuda_backends_refuse(capsys, bs):
+    """(Tester 2, finding 10.)  vLLM's CUDA attention backends take kernel block sizes
+    that are multiples of 16 (vllm/v1/attention/backends/flash_attn.py
+    ``get_supported_kernel_block_sizes`` -> ``[MultipleOf(16)]``);
+    ``select_common_block_size`` (vllm/v1/worker/utils.py:515) raises "No common block
+    size for 7", so the engine does not start.  tune ranked and printed ``--block-size
+    7``; now it refuses in one line naming block_size."""
+    rc = main([*SMALL_TUNE, "--block-size", f"{bs},16", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 2 and "block_size" in cap.err + cap.out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 4096), st.sampled_from(["H100", "A100-80GB", "MI300X", None]))
+def test_block_size_rule_is_multiple_of_16(bs, gpu):
+    """vllm/v1/worker/utils.py ``_block_size_is_supported``: a ``MultipleOf(16)``
+    backend takes block_size iff block_size % 16 == 0 (FlashInfer's 16 / 32 / 64 and
+    ROCm's 16 / 32 as kernel sizes dividing it: the same set)."""
+    from kvcore.deploy.gpus import check_attention_block_size
+
+    if bs % 16 == 0:
+        check_attention_block_size(bs, gpu)
+    else:
+        with pytest.raises(ConfigError) as e:
+            check_attention_block_size(bs, gpu)
+        assert e.value.extra["field"] == "block_size"
+
+
+@pytest.mark.parametrize("bs,ok", [(7, False), (8, False), (24, False), (32, True),
+                                   (48, True)])
+def test_simulate_and_plan_on_a_gpu_follow_the_block_size_rule(capsys, bs, ok):
+    """The same rule where a GPU is named: kvcore simulate --gpu, kvcore plan --gpu
+    (both plan through kvcore.deploy.plan_on_gpu); without a GPU there is no backend
+    and kvcore simulates any block size."""
+    for argv in (["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                  "--num-prompts", "2", "--random-input-len", "32", "--random-output-len",
+                  "2", "--max-model-len", "2048", "--block-size", str(bs)],
+                 ["plan", "llama-3.1-8b", "--gpu", "H100", "--max-model-len", "2048",
+                  "--block-size", str(bs)]):
+        rc = main(argv)
+        cap = capsys.readouterr()
+        if ok:
+            assert rc == 0, cap.err
+        else:
+            assert rc == 2 and "block_size" in cap.err
+            assert len(cap.err.strip().splitlines()) == 1
+    rc = main(["simulate", "llama-3.1-8b", "--dataset", "random", "--num-prompts", "2",
+               "--random-input-len", "32", "--random-output-len", "2", "--max-model-len",
+               "2048", "--kv-cache-memory", "4GiB", "--block-size", str(bs)])
+    assert rc == 0, capsys.readouterr().err
+
+
+# ---- tester 2, finding 11: no candidate meets the SLO --------------------------------------
+@pytest.mark.parametrize("slo", [["ttft:0.001"], ["tpot:0.0001"], ["e2el:0.01", "ttft:5000"],
+                                 ["ttft:0"]])
+def test_f11_tune_with_no_candidate_meeting_the_slo_is_an_error(capsys, slo):
+    """(Tester 2, finding 11.)  Every goodput 0.0: the "best" was an arbitrary tie,
+    printed as the command to run, exit 0.  Now one line, exit 2, naming goodput and
+    the best figure reached."""
+    rc = main(["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+               "--num-prompts", "8", "--random-input-len", "64", "--random-output-len", "8",
+               "--max-model-len", "2048", "--tp", "1,2", "--max-num-seqs", "16",
+               "--max-num-batched-tokens", "2048", "--goodput", *slo])
+    cap = capsys.readouterr()
+    assert rc == 2, cap.out[:300]
+    assert "goodput" in cap.err and len(cap.err.strip().splitlines()) == 1
+    assert "best reached: median" in cap.err and cap.out == ""
+
+
+# ---- runner-ups within the simulator's error ------------------------------------------------
+def _res(score, **cfg):
+    base = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+            "kv_cache_dtype": "auto", "enable_prefix_caching": True, "block_size": None}
+    return {"config": {**base, **cfg},
+            "figures": {"output_throughput": score, "num_gpus": cfg.get(
+                "tensor_parallel_size", 1)}}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 1000.0), st.sampled_from(["auto", "fp8"]),
+                          st.booleans(), st.sampled_from([None, 16, 32])),
+                min_size=1, max_size=8))
+def test_prefer_simpler_within_min_gain(rows):
+    """A gain within kvcore.serving.MIN_GAIN (1 %: the margin the planner's win rule
+    asks before a trade) never buys a non-default knob: the printed best is the
+    simplest configuration within the margin of the top score; outside it the top
+    stays first; nothing is dropped."""
+    from kvcore.serving import MIN_GAIN
+    from kvcore.sim.tune import _complexity, prefer_simpler
+
+    ranked = sorted([_res(s, kv_cache_dtype=d, enable_prefix_caching=pc, block_size=b)
+                     for s, d, pc, b in rows],
+                    key=lambda r: r["figures"]["output_throughput"], reverse=True)
+    out, near = prefer_simpler(ranked, "output_throughput")
+    top = ranked[0]["figures"]["output_throughput"]
+    within = [r for r in ranked if r["figures"]["output_throughput"] >= top * (1 - MIN_GAIN)]
+    assert near == len(within)
+    assert out[0]["figures"]["output_throughput"] >= top * (1 - MIN_GAIN)
+    assert _complexity(out[0]["config"]) == min(_complexity(r["config"]) for r in within)
+    assert sorted(map(id, out)) == sorted(map(id, ranked))
+
+
+def test_fp8_is_not_ranked_first_on_a_gain_within_the_margin(capsys):
+    """The tester's case: fp8 KV ranked first on 0.2 % more output tok/s.  Whatever
+    the figures, a best with fp8 KV must beat every auto candidate by more than
+    MIN_GAIN, and the output says when runner-ups are within the margin."""
+    from kvcore.serving import MIN_GAIN
+
+    rc = main([*SMALL_TUNE, "--kv-cache-dtype", "auto,fp8", "--backend", "serial",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    key = "output_throughput_per_gpu"
+    best = out["best"]
+    autos = [e["figures"][key] for e in [best, *out["runner_ups"]]
+             if e["config"]["kv_cache_dtype"] == "auto"]
+    if best["config"]["kv_cache_dtype"] == "fp8":
+        assert all(best["figures"][key] > a * (1 + MIN_GAIN) for a in autos)
+    assert out["min_gain"] == MIN_GAIN
+    assert (out["margin_note"] is not None) == (out["within_margin"] > 1)
