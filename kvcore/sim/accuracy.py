@@ -92,8 +92,9 @@ def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: in
 
 def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: int,
                     mml: int) -> dict[str, Any]:
-    """Figures of the vLLM-faithful engine (:mod:`kvcore.sim.engine`) for a row, with
-    the model's ``request_overhead_s`` added to every TTFT and E2E latency."""
+    """Figures of the vLLM-faithful engine (:mod:`kvcore.sim.engine`) for a row; the
+    model's ``request_overhead_s`` (the API server's share) is the time between a
+    request's send and the engine seeing it, inside every latency and the duration."""
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
     from kvcore.sim.metrics import serving_metrics
@@ -109,12 +110,7 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
     res = run_engine(mgr, [SimRequest(r) for r in reqs], model, max_num_seqs=mns,
                      max_num_batched_tokens=mnbt, max_model_len=mml,
                      max_concurrency=row.get("max_concurrency"), record_steps=False)
-    over = float(getattr(model, "request_overhead_s", 0.0) or 0.0)
-    if over:
-        for r in res.requests:
-            if r.token_times:
-                r.sent -= over  # the API server's share, before the engine sees it
-    return serving_metrics(res)
+    return serving_metrics(res)  # run_engine applies the model's request_overhead_s
 
 
 #: rows whose GPU plan kvcore refused at the row's max_model_len although vLLM ran

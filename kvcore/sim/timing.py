@@ -506,8 +506,11 @@ class Efficiency:
         bandwidth (fused-MoE kernels gather scattered experts and may reach less than a
         dense GEMM).
     request_overhead_s: per request, outside the engine steps: the API server's
-        tokenisation, queueing and streaming, added by the simulators to each TTFT and
-        end-to-end latency (not to step times), seconds.
+        tokenisation, queueing and streaming, seconds.  The simulators (engine, fleet,
+        fastsim) put it between the client sending a request and the engine seeing it
+        (the way back folded in), so it is inside every TTFT, end-to-end latency and
+        the run's duration, and a closed loop's slot stays taken until the reply is
+        back; never in step times.
     """
 
     compute: float = 0.55
