@@ -2,6 +2,7 @@
 finding, each asserting the behaviour vLLM 0.32 (or physics) requires.  Every test
 here FAILS on the branch it was written on (tester2 @ 7dfbb4d); see
 /work/wt/TESTER2_FINDINGS.md for the commands, what happened and the guessed causes.
+Finding 13 is an open accuracy fault (a strict xfail until the model is refitted).
 Findings 5, 6, 7, 9, 10, 11, 14 and 17 are fixed and their tests moved (branch
 fixtune5): tests/sim/test_sim_modes.py (5, 6, 7), tests/sim/test_sim_bench_flags.py
 (9, 17), tests/sim/test_tune.py (10, 11), tests/sim/test_plan_sim_judge.py (14).
@@ -56,6 +57,9 @@ def _sim_argv(model, extra, n, inp, out, seed):
 
 # ---- 13 -----------------------------------------------------------------------------
 
+@pytest.mark.xfail(strict=True, reason="open (issue 21): v2's moe_memory 0.5 stays the "
+                   "default by the pre-registered v5 rule (every v5 fit chose 1.0 but each "
+                   "was rejected); docs/SIM_ACCURACY.md, v5, 'what the errors say'")
 def test_f13_moe_prefill_that_reads_every_expert_matches_the_measurement(capsys):
     """tenstorrent/tt-inference-server#340 (Qwen3-30B-A3B, 1 x A100, vLLM benchmark_serving,
     random 128/128, concurrency 1; the row ``qwen3-30b-a3b-a100-80gb-128-128-c1`` of
