@@ -649,6 +649,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             print(json.dumps({"error": exc.to_dict()}))
         else:
+            ledger = (getattr(exc, "extra", None) or {}).get("ledger")
+            if ledger and getattr(args, "explain", False):
+                # the not-fit message points at --explain: itemise the budget it
+                # could not meet (stdout), then the one-line error (stderr)
+                from kvcore.deploy.sweep import print_ledger
+
+                print_ledger(ledger)
             print(f"kvcore {args.command}: error: {exc.message}", file=sys.stderr)
         return 2
     except RecursionError as exc:  # e.g. a pathological input nested too deeply

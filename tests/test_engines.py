@@ -505,3 +505,47 @@ def test_vllm_own_layout_is_the_planners_vllm_layout(model):
         sorted(set(base.figures.block_sizes))
     assert base.figures.guarantee is not None
     assert own["max_concurrency"] == pytest.approx(base.figures.guarantee, rel=1e-12)
+
+
+# ---- --explain on a plan that does not fit -------------------------------------------
+# The not-fit error says "--explain itemises it": with --explain the ledger it could not
+# meet is printed (stdout) before the one-line error (stderr, exit 2), and its lines add
+# up: usable memory - every term = the (negative) KV budget.
+
+@pytest.mark.parametrize("model, gpu, extra", [
+    ("gpt-oss-120b", "H100", ["--max-model-len", "32768", "--engine", "vllm==0.10.2"]),
+    ("llama-3.1-8b", "L4", ["--max-model-len", "131072"]),
+    ("qwen3-30b-a3b", "RTX-4090", ["--max-model-len", "8192"]),
+    ("deepseek-v3", "H200", ["--tp", "2", "--max-model-len", "8192"]),
+])
+def test_explain_itemises_the_budget_a_plan_could_not_meet(capsys, model, gpu, extra):
+    from kvcore.cli import main
+
+    code = main(["plan", model, "--gpu", gpu, *extra, "--explain"])
+    cap = capsys.readouterr()
+    assert code == 2
+    err = [ln for ln in cap.err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "does not" in err[0] and "Traceback" not in cap.err, cap.err
+    assert "memory ledger per rank" in cap.out
+    lines = [ln for ln in cap.out.splitlines() if ln.startswith("  ")]
+    assert lines[0].lstrip().startswith("usable memory")
+    assert lines[-1].lstrip().startswith("= KV budget")
+    # without --explain: the one line only
+    code = main(["plan", model, "--gpu", gpu, *extra])
+    cap = capsys.readouterr()
+    assert code == 2 and cap.out == "" and len(cap.err.strip().splitlines()) == 1
+
+
+def test_not_fit_error_carries_the_ledger_in_json(capsys):
+    import json
+
+    from kvcore.cli import main
+
+    code = main(["plan", "llama-3.1-8b", "--gpu", "L4", "--max-model-len", "131072",
+                 "--json"])
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and err["type"] == "NotEnoughMemoryError"
+    names = [ln["name"] for ln in err["ledger"]["lines"]]
+    assert names[0] == "usable memory" and names[-1] == "KV budget"
+    total = err["ledger"]["lines"]
+    assert total[-1]["bytes"] == total[0]["bytes"] - sum(x["bytes"] for x in total[1:-1])

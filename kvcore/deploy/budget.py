@@ -749,8 +749,10 @@ def plan_on_gpu(
                 else _no_tp_hint(cfg, cause, plan_kwargs, budget_kwargs))
         raise NotEnoughMemoryError(
             f"{cfg.name or cfg.source}: does not fit on {where} at tensor_parallel_size "
-            f"{tp}: {problem}" + (f"; {hint}" if hint else ""), fits=False, weights_bytes=b.weights.per_rank_bytes,
-            overhead_bytes=b.overhead_bytes, min_tensor_parallel_size_that_fits=min_tp)
+            f"{tp}: {problem}" + (f"; {hint}" if hint else ""), fits=False,
+            weights_bytes=b.weights.per_rank_bytes, overhead_bytes=b.overhead_bytes,
+            min_tensor_parallel_size_that_fits=min_tp,
+            **({"ledger": b.ledger.to_dict()} if b.ledger is not None else {}))
     assert config is not None
     config.stats.update({
         "weights_bytes": b.weights.per_rank_bytes,
@@ -794,7 +796,7 @@ def plan_on_gpu(
                     fits=False, weights_bytes=b.weights.per_rank_bytes,
                     overhead_bytes=b.overhead_bytes,
                     min_tensor_parallel_size_that_fits=min_tp,
-                    reason=fatal[0]["kind"], ceilings=fatal)
+                    reason=fatal[0]["kind"], ceilings=fatal, ledger=b.ledger.to_dict())
     notes = [hub_note] if hub_note else []
     if b.ledger is not None and user_mnbt is None:
         step_note = _default_step_note(b, usage, mml if isinstance(mml, int) else None)

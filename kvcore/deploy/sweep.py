@@ -802,6 +802,23 @@ def _whole_weights(stats: Any) -> str:
             f"decoding; --include-mtp counts them in both)")
 
 
+def print_ledger(ledger: dict[str, Any], file: Any = None) -> None:
+    """The per-rank memory ledger (``GPUBudget.ledger.to_dict()``: one line per term,
+    its rule and source) as ``kvcore plan --explain`` prints it; also printed before the
+    error of a plan that does not fit, which points at ``--explain``."""
+    from kvcore.planning import format_bytes
+
+    out = file or sys.stdout
+    print(f"memory ledger per rank ({ledger['engine']}; max_num_batched_tokens "
+          f"{ledger['max_num_batched_tokens']:,}, max_num_seqs "
+          f"{ledger['max_num_seqs']:,}):", file=out)
+    for i, line in enumerate(ledger["lines"]):
+        sign = "" if i == 0 or line["name"] == "KV budget" else "- "
+        eq = "= " if line["name"] == "KV budget" else ""
+        print(f"  {eq}{sign}{line['name']:<22} {format_bytes(line['bytes']):>11}  "
+              f"{line['rule']}  [{line['source']}]", file=out)
+
+
 def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> None:
     """The budget lines under a single plan made with --gpu / --gpu-memory: the verdict,
     the engine profile, the ceilings vLLM would hit, deployment-wide totals under --dp,
@@ -828,14 +845,7 @@ def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> No
           + f"; fits: {'yes' if fits else 'no'}", file=out)
     ledger = stats.get("ledger")
     if explain and ledger:
-        print(f"memory ledger per rank ({ledger['engine']}; max_num_batched_tokens "
-              f"{ledger['max_num_batched_tokens']:,}, max_num_seqs "
-              f"{ledger['max_num_seqs']:,}):", file=out)
-        for i, line in enumerate(ledger["lines"]):
-            sign = "" if i == 0 or line["name"] == "KV budget" else "- "
-            eq = "= " if line["name"] == "KV budget" else ""
-            print(f"  {eq}{sign}{line['name']:<22} {format_bytes(line['bytes']):>11}  "
-                  f"{line['rule']}  [{line['source']}]", file=out)
+        print_ledger(ledger, out)
     vl = stats.get("vllm_own_layout")
     if vl:
         gs = vl["groups"]
