@@ -291,14 +291,14 @@ def _score(res: dict[str, Any], objective: str) -> tuple[float, float]:
     return (value / f["num_gpus"], f["output_throughput"] / f["num_gpus"])
 
 
-def _complexity(cfg: dict[str, Any]) -> tuple[int, int]:
-    """How far a config is from ``vllm serve``'s defaults (fewer is simpler): GPUs
+def _complexity(cand: dict[str, Any]) -> tuple[int, int]:
+    """How far a candidate's config is from ``vllm serve``'s defaults (fewer is simpler): GPUs
     used, then the knobs set away from their default (``kv_cache_dtype`` not auto --
     lower KV precision --, prefix caching off, a block size given)."""
-    gpus = int(cfg.get("tensor_parallel_size", 1)) * int(cfg.get("pipeline_parallel_size", 1))
-    knobs = (int(cfg.get("kv_cache_dtype", "auto") != "auto")
-             + int(not cfg.get("enable_prefix_caching", True))
-             + int(cfg.get("block_size") is not None))
+    gpus = int(cand.get("tensor_parallel_size", 1)) * int(cand.get("pipeline_parallel_size", 1))
+    knobs = (int(cand.get("kv_cache_dtype", "auto") != "auto")
+             + int(not cand.get("enable_prefix_caching", True))
+             + int(cand.get("block_size") is not None))
     return gpus, knobs
 
 
