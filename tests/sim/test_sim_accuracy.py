@@ -215,3 +215,15 @@ def test_cli_prints_a_dash_for_a_split_without_rows(capsys, only, rows):
     fit = next(ln for ln in lines if ln.startswith("fit:"))
     assert "nan" not in hold and hold.count(" -") == 3, hold
     assert "%" in fit and "nan" not in fit
+
+
+def test_v6_rows_are_sealed_for_the_next_model(rows):
+    # collected blind and committed before any kvcore figure; kept outside
+    # measurements.json so nothing evaluates them until a new model version is fixed
+    # (tests/data/sim_accuracy/v5_protocol.md, "v6")
+    v6 = accuracy.load_measurements(DATA / "v6_rows.json")
+    assert len(v6) >= 10
+    assert {r["split"] for r in v6} == {"holdout"}
+    assert all(r["id"].startswith("v6-") and "pre-registered" in r["added"] for r in v6)
+    assert not {r["id"] for r in v6} & {r["id"] for r in rows}
+    assert not {r["url"] for r in v6} & {r["url"] for r in rows}
