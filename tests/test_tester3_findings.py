@@ -270,5 +270,44 @@ def test_f9_general_dataset_flags_accepted(capsys: Any, tmp_path: Path, dataset:
     assert d["completed"] >= 2
 
 
+# 10 --------------------------------------------------------------------------------
+ROWS = "".join(json.dumps({"timestamp": 1000 * i, "input_length": 64 + i,
+                           "output_length": 4, "hash_ids": [i]}) + "\n"
+               for i in range(5))
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "auto"])
+def test_f10_trace_from_a_pipe(tmp_path: Path, fmt: str) -> None:
+    """`kvcore simulate llama-3.1-8b --gpu H100 --trace <(head -n 5 mooncake.jsonl)`
+    -> "trace file '/dev/fd/63' does not exist" (and `--trace /dev/null` says the same):
+    read_trace refuses anything that is not a regular file (Path.is_file) and then says
+    it does not exist.  A pipe (process substitution, a FIFO) is a readable trace; at
+    the least the error must not claim an existing path is missing."""
+    import os
+    import threading
+
+    from kvcore.sim.traces import read_trace
+
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+
+    def writer() -> None:  # serve the rows to up to 3 openers (a reader may open twice)
+        for _ in range(3):
+            with open(fifo, "w") as fh:
+                fh.write(ROWS)
+
+    threading.Thread(target=writer, daemon=True).start()
+    reqs = read_trace(str(fifo), fmt)
+    assert [r.prompt_len for r in reqs] == [64, 65, 66, 67, 68]
+
+
+def test_f10b_existing_non_regular_path_is_not_called_missing() -> None:
+    from kvcore.sim.traces import read_trace
+
+    with pytest.raises(KVCoreError) as e:
+        read_trace("/dev/null")
+    assert "does not exist" not in str(e.value)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
