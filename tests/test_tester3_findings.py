@@ -1,7 +1,7 @@
 """Findings of the third fresh-eyes adversarial tester (issue 21 surfaces, what landed on
 2026-12-01 21:00-23:45 UTC), one test per finding, each asserting the behaviour vLLM 0.32
 (or the house rules, or the figures' own definitions) requires.  Every test here FAILS on
-the branch it was written on (tester3 @ e7e47bb); see /work/wt/TESTER3_FINDINGS.md for
+the branch it was written on (tester3 @ e7e47bb; the case of 12 with no draft accepted is a control that passes); see /work/wt/TESTER3_FINDINGS.md for
 the commands, what happened and the guessed causes.
 
 Expected values come from vLLM 0.32's code (paths relative to site-packages/vllm/ of
@@ -332,6 +332,31 @@ def test_f11_fastsim_duration_from_the_benchmark_start(first: float) -> None:
     # 4 steps of 10 ms per request, each alone: the last reply at first + 1 + 0.04
     assert fig["duration"] == pytest.approx(first + 1.04, rel=1e-6)
     assert fig["output_throughput"] == pytest.approx(8 / (first + 1.04), rel=1e-6)
+
+
+# 12 --------------------------------------------------------------------------------
+@pytest.mark.parametrize("pattern,itl", [([3, 0, 2, 3], [1.0, 1.0, 1.0, 1.0]),
+                                         ([1, 1, 1, 1, 1], [1.0, 1.0, 1.0, 1.0, 1.0]),
+                                         ([0] * 9, [1.0] * 9)])
+def test_f12_spec_decoding_itl_per_chunk(pattern: list[int], itl: list[float]) -> None:
+    """With speculative decoding a step yields accepted + 1 tokens, which vLLM streams
+    as ONE chunk (stream_interval 1: one delta per engine step); vllm bench serve
+    appends one ITL per chunk (benchmarks/lib/endpoint_request_func.py:262-272, and
+    serve.py:613-617 'multiple output tokens may be bundled together').  kvcore's
+    SimRequest.itl has one entry per token, the bundled ones 0.0: the hand case of
+    tests/sim/test_sim_engine.py (acceptance 3, 0, 2, 3; token times 1, 2x4, 3, 4x3,
+    5) gives itl [1, 0, 0, 0, 1, 1, 0, 0, 1] -> median_itl_ms 0.0, mean 444 ms, where
+    vLLM would print 1000 / 1000 (TPOT 444 ms either way)."""
+    from kvcore.sim.metrics import serving_metrics
+
+    r = _req("a", 40, 10)
+    res = run_engine(_manager(), [r], ConstantTimeModel(1.0), max_num_seqs=8,
+                     max_num_batched_tokens=64, num_speculative_tokens=3,
+                     spec_acceptance=lambda rid, k, n: pattern[k])
+    assert r.itl == pytest.approx(itl)
+    m = serving_metrics(res)
+    assert m["median_itl_ms"] == pytest.approx(1000.0)
+    assert m["mean_itl_ms"] == pytest.approx(1000.0)
 
 
 if __name__ == "__main__":  # pragma: no cover
