@@ -1,7 +1,7 @@
 """Findings of the third fresh-eyes adversarial tester (issue 21 surfaces, what landed on
 2026-12-01 21:00-23:45 UTC), one test per finding, each asserting the behaviour vLLM 0.32
 (or the house rules, or the figures' own definitions) requires.  Every test here FAILS on
-the branch it was written on (tester3 @ e7e47bb; the case of 12 with no draft accepted is a control that passes); see /work/wt/TESTER3_FINDINGS.md for
+the branch it was written on (tester3 @ e7e47bb; three controls pass: 1 without --fast and 12 with no draft accepted); see /work/wt/TESTER3_FINDINGS.md for
 the commands, what happened and the guessed causes.
 
 Expected values come from vLLM 0.32's code (paths relative to site-packages/vllm/ of
