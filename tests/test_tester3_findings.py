@@ -359,5 +359,30 @@ def test_f12_spec_decoding_itl_per_chunk(pattern: list[int], itl: list[float]) -
     assert m["mean_itl_ms"] == pytest.approx(1000.0)
 
 
+# 13 --------------------------------------------------------------------------------
+@pytest.mark.parametrize("shift", [-5.0, -1e-3, math.nan, math.inf, "x", None])
+def test_f13_engine_now_cannot_go_back(shift: Any) -> None:
+    """Engine.now (the public setter the fleet driver uses to move an engine's clock;
+    d6a93f1 made it move the clock on its epoch while requests run) takes any value:
+    after one step of a 100-token prompt (1 s a step), `eng.now = eng.now - 5` gives
+    token times [-3, -2, -1], TTFT -3 s and latency -1 s; NaN gives NaN latencies; a
+    str a raw TypeError.  A clock only moves forward: ConfigError naming now, the value
+    and 'a finite time >= the current one'."""
+    from kvcore.sim.engine import Engine
+
+    eng = Engine(_manager(), ConstantTimeModel(1.0), max_num_seqs=8,
+                 max_num_batched_tokens=64)
+    r = _req("a", 100, 3)
+    r.sent = 0.0
+    eng.add_request(r)
+    eng.step()
+    target = shift if not isinstance(shift, float) else eng.now + shift
+    with pytest.raises(KVCoreError) as e:
+        eng.now = target  # type: ignore[assignment]
+        while eng.has_work:
+            eng.step()
+    assert "now" in str(e.value)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
