@@ -274,19 +274,50 @@ def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
     return eff
 
 
+def _parser() -> Any:
+    """The argparse parser of ``python -m kvcore.sim.accuracy`` (one-line errors, exit 2)."""
+    import argparse
+
+    class _OneLine(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # type: ignore[override]
+            print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+            raise SystemExit(2)
+
+    p = _OneLine(prog="python -m kvcore.sim.accuracy",
+                 description="Compare the step-time model's simulated figures with the "
+                             "published vLLM measurements (the table of "
+                             "docs/SIM_ACCURACY.md).")
+    p.add_argument("--data", metavar="DIR", default=None,
+                   help="folder holding measurements.json (default: the repository's "
+                        "tests/data/sim_accuracy)")
+    p.add_argument("--only", metavar="ID,ID", default=None,
+                   help="evaluate only rows whose id contains one of these substrings")
+    p.add_argument("--added", metavar="TAG", default=None,
+                   help="evaluate only rows whose 'added' note starts with TAG (e.g. v3)")
+    p.add_argument("--fit", action="store_true",
+                   help="fit the Efficiency terms on the fit rows first (sees every fit "
+                        "row; --only / --added then do not filter)")
+    p.add_argument("--fast", action="store_true",
+                   help="replay with kvcore.sim.fastsim instead of the engine")
+    return p
+
+
 def _main(argv: list[str]) -> int:
-    base = Path(argv[argv.index("--data") + 1]) if "--data" in argv else \
-        Path(__file__).resolve().parents[2] / "tests" / "data" / "sim_accuracy"
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.data is not None:
+        base = Path(args.data)
+        if not (base / "measurements.json").is_file():
+            parser.error(f"argument --data: {args.data!r} holds no measurements.json; "
+                         "valid: a folder with measurements.json")
+    else:
+        base = Path(__file__).resolve().parents[2] / "tests" / "data" / "sim_accuracy"
     rows = load_measurements(base / "measurements.json")
-
-    def _opt(flag: str) -> str | None:
-        return argv[argv.index(flag) + 1] if flag in argv else None
-
-    if "--fit" not in argv:  # the fit always sees every fit row
-        rows = select_rows(rows, _opt("--only"), _opt("--added"))
-    sim = "fast" if "--fast" in argv else "engine"
+    if not args.fit:  # the fit always sees every fit row
+        rows = select_rows(rows, args.only, args.added)
+    sim = "fast" if args.fast else "engine"
     eff = DEFAULT_EFFICIENCY
-    if "--fit" in argv:
+    if args.fit:
         eff = fit(rows, base=base, sim=sim)
         print(f"fitted: {eff}")
     res = evaluate(rows, eff, base=base, sim=sim)
@@ -322,6 +353,8 @@ def main(argv: list[str]) -> int:
 
     try:
         return _main(argv)
+    except SystemExit as e:  # argparse: --help (0) or a one-line usage error (2)
+        return int(e.code or 0) if isinstance(e.code, int) or e.code is None else 2
     except KVCoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
