@@ -81,23 +81,30 @@ RangeRatio = float | dict[str, float]
 
 
 def _ratio(name: str, v: Any, given: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) < 1.0:
+    # vLLM reads each ratio with float() (benchmarks/datasets/utils.py
+    # _resolve_range_ratios): numeric strings such as "0.3" are accepted as well
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        f = math.nan
+    if not 0.0 <= f < 1.0:
         raise ConfigError(f"random_range_ratio: {name} must be a number in [0, 1), got "
                           f"{v!r} (in {given!r})", field="random_range_ratio",
                           value=repr(given))
-    return float(v)
+    return f
 
 
 def resolve_range_ratios(range_ratio: Any) -> tuple[float, float]:
     """``(input_ratio, output_ratio)`` of a range ratio: one number for both, or vLLM's
     dict ``{"input": r_in, "output": r_out}`` (vllm/benchmarks/datasets/utils.py
-    ``_resolve_range_ratios``; both keys required), each in [0, 1)
+    ``_resolve_range_ratios``: both keys required, other keys ignored, each value read
+    with ``float()`` so numeric strings count), each in [0, 1)
     (``get_sampling_params``).  Raises ConfigError (field ``random_range_ratio``)."""
     if isinstance(range_ratio, dict):
-        keys = set(range_ratio)
-        if keys != {"input", "output"}:
-            raise ConfigError(f"random_range_ratio: a dict must have exactly the keys "
-                              f"'input' and 'output' (vLLM's), got {sorted(map(str, keys))}",
+        missing = {"input", "output"} - set(range_ratio)
+        if missing:
+            raise ConfigError(f"random_range_ratio: a dict must contain the keys 'input' "
+                              f"and 'output' (vLLM's), got {sorted(map(str, range_ratio))}",
                               field="random_range_ratio", value=repr(range_ratio))
         return (_ratio("input", range_ratio["input"], range_ratio),
                 _ratio("output", range_ratio["output"], range_ratio))
@@ -125,7 +132,9 @@ def parse_range_ratio(text: str) -> RangeRatio:
             raise ConfigError(f"random_range_ratio must be a number in [0, 1) or a JSON "
                               f"dict like '{{\"input\": 0.3, \"output\": 0.5}}', got "
                               f"{text!r}", field="random_range_ratio", value=text) from None
-    resolve_range_ratios(value)
+    r_in, r_out = resolve_range_ratios(value)
+    if isinstance(value, dict):  # vLLM's float() reading; extra keys play no part
+        return {"input": r_in, "output": r_out}
     return value  # type: ignore[no-any-return]
 
 

@@ -276,14 +276,31 @@ def test_dict_lengths_are_numpys_draws_with_each_ratio(i: int, o: int, r_in: flo
 
 @pytest.mark.parametrize("bad", ['{"input": 0.3}', '{"input": 0.3, "output": 1.0}',
                                  '{"input": -0.1, "output": 0.2}', '[0.1, 0.2]', "abc",
-                                 '{"input": 0.1, "output": 0.2, "extra": 1}', "1.0",
-                                 '{"input": "x", "output": 0.2}'])
+                                 "1.0", '{"input": "x", "output": 0.2}',
+                                 '{"input": null, "output": 0.2}', '{"input": "nan", "output": 0.2}',
+                                 '{"input": [0.1], "output": 0.2}', "nan"])
 def test_bad_range_ratio_one_line(capsys: Any, bad: str) -> None:
     _one_line_error(*_run(capsys, [*BASE, "--random-range-ratio", bad]),
                     "random_range_ratio")
     with pytest.raises(ConfigError) as e:
         parse_range_ratio(bad)
     assert e.value.extra["field"] == "random_range_ratio"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0, 0.99), st.floats(0, 0.99), st.booleans(), st.booleans(),
+       st.dictionaries(st.text(min_size=1, max_size=5).filter(
+           lambda k: k not in ("input", "output")), st.integers(), max_size=2))
+def test_dict_ratio_read_with_float_as_vllm(r_in: float, r_out: float, s_in: bool,
+                                            s_out: bool, extra: dict[str, int]) -> None:
+    """vLLM reads the dict with ``float(rr["input"]), float(rr["output"])``
+    (benchmarks/datasets/utils.py _resolve_range_ratios): numeric strings are the numbers
+    and keys besides input / output are ignored (tester 3, finding 8)."""
+    given = {**extra, "input": repr(r_in) if s_in else r_in,
+             "output": repr(r_out) if s_out else r_out}
+    assert parse_range_ratio(json.dumps(given)) == {"input": r_in, "output": r_out}
+    assert random_dataset(5, 64, 8, 0, given, 3) == random_dataset(
+        5, 64, 8, 0, {"input": r_in, "output": r_out}, 3)
 
 
 def test_tune_takes_the_dict_and_ramp_up(capsys: Any) -> None:
