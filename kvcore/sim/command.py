@@ -716,9 +716,11 @@ def add_dataset_arguments(g: Any) -> None:
                    help="sharegpt: a local folder with the model's tokenizer.json (needs "
                         "transformers or tokenizers; default: the model's folder)")
     g.add_argument("--disable-shuffle", action="store_true", default=None,
-                   help="prefix_repetition, sharegpt: keep vLLM's generation / file order")
+                   help="prefix_repetition, sharegpt: keep vLLM's generation / file order "
+                        "(any dataset takes it, as vLLM's; random / burstgpt: no-op)")
     g.add_argument("--no-oversample", action="store_true", default=None,
-                   help="sharegpt: fewer requests than --num-prompts rather than repeats")
+                   help="sharegpt: fewer requests than --num-prompts rather than repeats "
+                        "(any dataset takes it, as vLLM's; elsewhere a no-op)")
 
 
 def add_clock_arguments(p: Any) -> None:

@@ -74,7 +74,8 @@ from kvcore.sim.workload import (
     random_dataset,
 )
 
-__all__ = ["DATASET_NAMES", "DATASET_FLAGS", "prefix_repetition_dataset",
+__all__ = ["DATASET_NAMES", "DATASET_FLAGS", "GENERAL_DATASET_FLAGS",
+           "prefix_repetition_dataset",
            "burstgpt_dataset", "read_burstgpt", "sharegpt_dataset", "load_tokenizer",
            "dataset_requests", "check_dataset_flags", "PREFIX_REPETITION_STREAM_BASE"]
 
@@ -101,6 +102,13 @@ DATASET_FLAGS: dict[str, tuple[tuple[str, Any], ...]] = {
                  ("sharegpt_output_len", None), ("disable_shuffle", False),
                  ("no_oversample", False)),
 }
+
+#: vLLM 0.32's general dataset flags (``add_dataset_parser``, datasets.py:1625-1643):
+#: ``get_samples`` passes them to every dataset, so any ``--dataset-name`` takes them; only
+#: the datasets listing them in :data:`DATASET_FLAGS` read them (vLLM's RandomDataset and
+#: BurstGPTDataset neither shuffle nor oversample: there they are no-ops, as in vLLM)
+GENERAL_DATASET_FLAGS: tuple[tuple[str, Any], ...] = (("disable_shuffle", False),
+                                                      ("no_oversample", False))
 
 #: the BurstGPT columns kvcore reads
 BURSTGPT_COLUMNS = ("Model", "Request tokens", "Response tokens")
@@ -394,6 +402,8 @@ def check_dataset_flags(args: Any, *, defaults: dict[str, Any] | None = None) ->
     """
     name = getattr(args, "dataset", None)
     mine = {k for k, _ in DATASET_FLAGS.get(name or "", ())}
+    if name is not None:  # vLLM's general dataset flags: every dataset takes them
+        mine |= {k for k, _ in GENERAL_DATASET_FLAGS}
     owners: dict[str, list[str]] = {}
     for ds_name, flags in DATASET_FLAGS.items():
         for k, _ in flags:
@@ -418,7 +428,8 @@ def check_dataset_flags(args: Any, *, defaults: dict[str, Any] | None = None) ->
                               f"trace has its own requests, --limit takes its first N)",
                               field="num_prompts", value=args.num_prompts)
         return
-    fill = dict(DATASET_FLAGS[name])
+    fill = dict(GENERAL_DATASET_FLAGS)
+    fill.update(DATASET_FLAGS[name])
     fill["num_prompts"] = 1000
     fill.update(defaults or {})
     for k, default in fill.items():

@@ -308,8 +308,10 @@ def _csv(tmp_path: Path, text: str) -> str:
      ["--prefix-repetition-prefix-len", "--dataset-name"]),
     (["--prefix-repetition-num-prefixes", "3", "--trace", "t.jsonl"],
      ["--prefix-repetition-num-prefixes", "--dataset-name prefix_repetition"]),
-    (["--dataset-name", "burstgpt", "--dataset-path", "b.csv", "--disable-shuffle"],
-     ["--disable-shuffle"]),
+    # vLLM's --disable-shuffle / --no-oversample are general dataset flags (any
+    # --dataset-name takes them, datasets.py:1625-1643); a trace is no vLLM dataset
+    (["--disable-shuffle", "--trace", "t.jsonl"], ["--disable-shuffle", "--dataset-name"]),
+    (["--no-oversample", "--trace", "t.jsonl"], ["--no-oversample", "--dataset-name"]),
     (["--dataset-name", "prefix_repetition", "--num-prompts", "5"],
      ["--num-prompts 5", "--prefix-repetition-num-prefixes 10"]),
     (["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", "0",
@@ -408,3 +410,26 @@ def test_sharegpt_tokenizer_defaults_to_the_models_folder(
     with pytest.raises(ConfigError) as e:
         dataset_requests(argparse.Namespace(**base, model="llama-3.1-8b"))
     assert e.value.extra["field"] == "tokenizer" and "--tokenizer PATH" in e.value.message
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 30), st.integers(0, 2**20), st.booleans(), st.booleans())
+def test_general_dataset_flags_are_noops_where_vllm_ignores_them(
+        n: int, seed: int, shuffle_off: bool, no_over: bool) -> None:
+    """vLLM's get_samples passes --disable-shuffle / --no-oversample to every dataset
+    (datasets.py:2315-2335), but RandomDataset and BurstGPTDataset read neither (no
+    shuffle, exact counts / pandas sampling with replacement): accepted, same requests
+    (tester 3, finding 9)."""
+    import argparse
+
+    from kvcore.sim.datasets import check_dataset_flags, dataset_requests
+
+    def reqs(**flags: Any) -> list[Any]:
+        ns = argparse.Namespace(dataset="random", num_prompts=n, seed=seed,
+                                random_input_len=32, random_output_len=4, **flags)
+        check_dataset_flags(ns)
+        return dataset_requests(ns)[0]
+
+    given_flags = {k: True for k, on in (("disable_shuffle", shuffle_off),
+                                          ("no_oversample", no_over)) if on}
+    assert reqs(**given_flags) == reqs()
