@@ -1195,7 +1195,11 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     report: dict[str, Any] = {
         "model": str(args.model),
         ("dataset" if args.dataset else "trace"): workload,
-        "num_prompts": len(reqs),
+        # vLLM writes result_json["num_prompts"] = args.num_prompts (serve.py:2264),
+        # the flag's value even where the dataset makes fewer requests
+        # (prefix_repetition, sharegpt --no-oversample); a trace: its request count
+        "num_prompts": args.num_prompts if args.dataset and args.num_prompts is not None
+        else len(reqs),
         "request_rate": "inf" if rate is not None and math.isinf(rate) else rate,
         "burstiness": args.burstiness if args.burstiness is not None else 1.0,
         "max_concurrency": args.max_concurrency,

@@ -433,3 +433,29 @@ def test_general_dataset_flags_are_noops_where_vllm_ignores_them(
     given_flags = {k: True for k, on in (("disable_shuffle", shuffle_off),
                                           ("no_oversample", no_over)) if on}
     assert reqs(**given_flags) == reqs()
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(0, 99))
+def test_result_num_prompts_is_the_flag(n: int, prefixes: int, seed: int) -> None:
+    """vLLM writes result_json["num_prompts"] = args.num_prompts (benchmarks/serve.py
+    :2264) while prefix_repetition makes num_prefixes * (n // num_prefixes) requests
+    (datasets.py:4210-4251): completed is the requests made, num_prompts the flag
+    (tester 3, finding 6)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        rc = main([*SIM, "--gpu", "H100", "--dataset-name", "prefix_repetition",
+                   "--num-prompts", str(n), "--prefix-repetition-num-prefixes",
+                   str(prefixes), "--prefix-repetition-prefix-len", "16",
+                   "--prefix-repetition-suffix-len", "4", "--prefix-repetition-output-len",
+                   "2", "--seed", str(seed), "--json"])
+    if n < prefixes:  # vLLM: num_prompts // num_prefixes == 0 prompts per prefix
+        assert rc == 2
+        return
+    assert rc == 0, out.getvalue()
+    d = json.loads(out.getvalue())
+    assert d["num_prompts"] == n
+    assert d["completed"] == prefixes * (n // prefixes)
