@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import math
 import re
@@ -157,8 +158,50 @@ def _time_field(path: Path, line: int, name: str, value: Any) -> float:
     return float(value)
 
 
+#: the bytes of traces read from a pipe, FIFO or character device (``<(cmd)``,
+#: ``/dev/fd/N``, ``mkfifo``), keyed by the path and its (st_dev, st_ino): such a path
+#: can be read once only, and auto-detection plus the reader (or tune's check plus its
+#: candidates in this process) read a trace more than once
+_SPOOLED: dict[tuple[str, int, int], bytes] = {}
+
+
+def _spool_key(path: Path) -> tuple[str, int, int] | None:
+    """The :data:`_SPOOLED` key of an existing non-regular, non-directory path, else
+    None."""
+    import stat
+
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return str(path), st.st_dev, st.st_ino
+
+
+def _spool(path: Path) -> None:
+    """Read a non-regular trace path (a pipe, FIFO, /dev/null) once into
+    :data:`_SPOOLED`, as vLLM's loaders ``open()`` any path.  Raises ConfigError when
+    it cannot be read."""
+    key = _spool_key(path)
+    if key is None or key in _SPOOLED:
+        return
+    try:
+        with path.open("rb") as f:
+            _SPOOLED[key] = f.read()
+    except OSError as exc:
+        raise _err(path, None, f"cannot read the trace file ({exc.strerror or exc})") from exc
+
+
 def _open_binary(path: Path) -> IO[bytes]:
-    """Binary handle of a trace file; gzip data (by its magic bytes) is decompressed."""
+    """Binary handle of a trace file; gzip data (by its magic bytes) is decompressed.
+    A spooled pipe / FIFO (:func:`_spool`) is served from memory."""
+    key = _spool_key(path)
+    if key is not None and key in _SPOOLED:
+        buf = io.BytesIO(_SPOOLED[key])
+        if buf.getvalue()[:2] == b"\x1f\x8b":
+            return gzip.GzipFile(fileobj=buf, mode="rb")  # type: ignore[return-value]
+        return buf
     try:
         raw = path.open("rb")
         magic = raw.read(2)
@@ -477,9 +520,11 @@ def read_trace(path: str | Path, fmt: str = "auto") -> list[TraceRequest]:
     if p.is_dir():
         raise ConfigError(f"trace file {str(p)!r} is a directory, not a trace file",
                           field="trace", value=str(p))
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"trace file {str(p)!r} does not exist", field="trace",
                           value=str(p))
+    if not p.is_file():  # a pipe, FIFO or device: readable once, so read it into memory
+        _spool(p)
     if fmt == "auto":
         fmt = _detect(p)
     out = readers[fmt](p)

@@ -522,8 +522,31 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
         from kvcore.sim.traces import read_trace
 
         read_trace(args.trace, "auto")  # fail here, once, on a bad file
-        d.update(trace=str(args.trace), trace_format="auto", limit=args.limit)
+        d.update(trace=_regular_trace(str(args.trace)), trace_format="auto",
+                 limit=args.limit)
     return d
+
+
+def _regular_trace(path: str) -> str:
+    """``path``, or for a pipe / FIFO (``--trace <(cmd)``, read once by
+    :func:`kvcore.sim.traces.read_trace`) a temporary regular file holding its bytes, so
+    that every candidate (worker processes, Ray tasks on this machine) reads the same
+    requests; removed at exit."""
+    import atexit
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from kvcore.sim.traces import _SPOOLED, _spool_key
+
+    key = _spool_key(Path(path))
+    if key is None or key not in _SPOOLED:
+        return path
+    fd, tmp = tempfile.mkstemp(prefix="kvcore-trace-", suffix=".trace")
+    with os.fdopen(fd, "wb") as f:
+        f.write(_SPOOLED[key])
+    atexit.register(lambda: os.path.exists(tmp) and os.remove(tmp))
+    return tmp
 
 
 def _fmt(v: Any) -> str:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvcore.cli import main as cli_main
 from kvcore.sim.command import simulate
@@ -215,3 +217,73 @@ def test_cli_simulate_errors_are_json_with_exit_2(capsys, tmp_path):
                      "0", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and out["error"]["field"] == "max_num_seqs"
+
+
+# ---- traces from pipes (tester 3, finding 10) ----------------------------------------
+# vLLM's dataset loaders open() any path; a shell's `--trace <(cmd)` is /dev/fd/N (a
+# pipe), readable once.  The rows' expected lengths are the generated ones.
+
+def _mooncake_rows(lens: list[int]) -> str:
+    out, nxt = [], 0
+    for i, n in enumerate(lens):  # one hash id per 512-token block (Mooncake's)
+        k = -(-n // MOONCAKE_BLOCK_TOKENS)
+        out.append(json.dumps({"timestamp": 1000 * i, "input_length": n,
+                               "output_length": 4,
+                               "hash_ids": list(range(nxt, nxt + k))}) + "\n")
+        nxt += k
+    return "".join(out)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=20),
+       st.sampled_from(["auto", "mooncake"]), st.booleans())
+def test_trace_from_a_pipe_fd(lens: list[int], fmt: str, gz: bool) -> None:
+    """/dev/fd/N of an os.pipe (what process substitution passes): read once, also
+    under auto-detection (which reads the first line, then the reader reads all)."""
+    import os
+
+    data = _mooncake_rows(lens).encode()
+    if gz:
+        data = gzip.compress(data)
+    r, w = os.pipe()
+    try:
+        if len(data) > 60_000:  # stay within the pipe's buffer (no writer thread)
+            return
+        os.write(w, data)
+        os.close(w)
+        reqs = read_trace(f"/dev/fd/{r}", fmt)
+    finally:
+        os.close(r)
+    assert [q.prompt_len for q in reqs] == lens
+
+
+def test_trace_from_a_fifo_served_once(tmp_path: Path) -> None:
+    """A FIFO whose writer serves a single opener (as a pipe does)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    rows = _mooncake_rows([64, 65, 66])
+
+    def writer() -> None:
+        with open(fifo, "w") as fh:
+            fh.write(rows)
+
+    threading.Thread(target=writer, daemon=True).start()
+    assert [q.prompt_len for q in read_trace(str(fifo))] == [64, 65, 66]
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "llama-3.1-8b", "--gpu", "H100", "--trace", "/dev/null"],
+    ["plan", "llama-3.1-8b", "--gpu", "H100", "--judge", "sim", "--workload", "/dev/null"],
+    ["tune", "llama-3.1-8b", "--gpu", "H100", "--trace", "/dev/null", "--fast",
+     "--backend", "serial"],
+])
+def test_dev_null_is_an_empty_trace_not_missing(capsys: pytest.CaptureFixture[str],
+                                                argv: list[str]) -> None:
+    """/dev/null exists: the error says the trace is empty, not that it is missing."""
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no requests" in err and "does not exist" not in err, err
+    assert len(err.splitlines()) == 1
