@@ -598,9 +598,11 @@ def _ratio_arg(text: str) -> Any:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-#: ``--percentile-metrics`` names kvcore computes (vllm/benchmarks/serve.py also knows
-#: client_queue_time and e2el_including_client_queue, which need a client-side queue)
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+#: ``--percentile-metrics`` names (vllm/benchmarks/serve.py:1800-1808); the last two
+#: are reported under --max-concurrency only (the client's semaphore wait,
+#: :func:`kvcore.sim.metrics.client_queue_metrics`), as vLLM's
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
+                      "e2el_including_client_queue")
 
 
 def _metrics_arg(text: str) -> list[str]:
@@ -612,10 +614,8 @@ def _metrics_arg(text: str) -> list[str]:
     for item in str(text).split(","):
         name = item.strip()
         if name not in PERCENTILE_METRICS:
-            why = (" (kvcore simulates no client-side queue)" if name in (
-                "client_queue_time", "e2el_including_client_queue") else "")
             raise argparse.ArgumentTypeError(
-                f"percentile_metrics: unknown metric {name!r}{why}; valid: "
+                f"percentile_metrics: unknown metric {name!r}; valid: "
                 f"{', '.join(PERCENTILE_METRICS)} (comma list, e.g. ttft,tpot,itl)")
         if name not in out:
             out.append(name)
@@ -779,15 +779,17 @@ def add_clock_arguments(p: Any) -> None:
                                          "report (comma list, default 99, vLLM's)")
     g.add_argument("--percentile-metrics", type=_metrics_arg, default=None,
                    metavar="M[,M]", help="metrics to report (mean, median, std and "
-                                         "--metric-percentiles): ttft, tpot, itl, e2el "
-                                         "(vLLM's flag; default: all four, vLLM's "
+                                         "--metric-percentiles): ttft, tpot, itl, e2el, "
+                                         "client_queue_time, e2el_including_client_queue "
+                                         "(the last two under --max-concurrency; vLLM's "
+                                         "flag; default: ttft, tpot, itl, e2el, vLLM's "
                                          "ttft,tpot,itl plus e2el)")
     g.add_argument("--save-result", action="store_true",
                    help="also write the report to a JSON file named as vllm bench serve "
                         "names it ({label}-{rate}qps[-concurrency{N}]-{model}-{date}.json)")
     g.add_argument("--save-detailed", action="store_true",
                    help="with --save-result: per-request input_lens, output_lens, ttfts, "
-                        "itls, start_times too")
+                        "itls, start_times, queue_times too")
     g.add_argument("--result-dir", default=None, help="folder for --save-result")
     g.add_argument("--result-filename", default=None, help="file name for --save-result")
     g.add_argument("--label", default="kvcore-simulate",
@@ -929,6 +931,10 @@ def _save_result(args: argparse.Namespace, path: str, report: dict[str, Any],
         out["ttfts"] = [r.ttft if r.token_times else 0.0 for r in reqs]
         out["itls"] = [r.itl for r in reqs]
         out["start_times"] = [r.sent for r in reqs]
+        # vLLM's "queue_times" (serve.py:1296): start_time - request_arrival_time, the
+        # client semaphore's wait under --max-concurrency, else 0.0 (its default)
+        out["queue_times"] = [max(0.0, r.sent - r.arrival) if r.sent >= 0 else 0.0
+                              for r in reqs]
     try:
         if args.result_dir:
             os.makedirs(args.result_dir, exist_ok=True)
@@ -1088,7 +1094,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     from kvcore.errors import ConfigError, NotEnoughMemoryError
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
-    from kvcore.sim.metrics import parse_goodput, serving_metrics
+    from kvcore.sim.metrics import client_queue_metrics, parse_goodput, serving_metrics
 
     goodput = parse_goodput(args.goodput)
     note: str | None = None
@@ -1205,6 +1211,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         "max_concurrency": args.max_concurrency,
         "seed": args.seed,
         **select_percentile_metrics(m, getattr(args, "percentile_metrics", None)),
+        **client_queue_metrics(res.requests, max_concurrency=args.max_concurrency,
+                               request_rate=rate,
+                               percentiles=args.metric_percentiles,
+                               selected=getattr(args, "percentile_metrics", None)),
         "time_model": time_model_note(args, time_model),
         "gpu": gpu_info.name if gpu_info else None,
         "tensor_parallel_size": args.tensor_parallel_size,

@@ -120,6 +120,33 @@ def _stats(prefix: str, xs: list[float], percentiles: Sequence[float]
     return out
 
 
+def client_queue_metrics(requests: Sequence[Any], *, max_concurrency: int | None,
+                         request_rate: float | None = math.inf,
+                         percentiles: Sequence[float] = (99.0,),
+                         selected: Sequence[str] | None = None) -> dict[str, float]:
+    """vLLM 0.32's client-side queue figures (benchmarks/serve.py:975-985, 1318-1327,
+    1398-1410): under ``max_concurrency`` each request's ``client_queue_time`` is
+    ``start_time - request_arrival_time``, the wait for the client's semaphore (here
+    ``sent - arrival``, s); ``e2el_including_client_queue`` is ``latency +
+    client_queue_time`` and exists only with a finite ``request_rate`` (``None``: a
+    trace's own arrivals, finite).  Over the finished requests, as
+    ``{mean,median,std,pNN}_{metric}_ms`` (ms), each metric only when it is in
+    ``selected`` (vLLM's ``process_one_metric``; ``None``: neither, as vLLM's default
+    ``ttft,tpot,itl``).  Without ``max_concurrency``: ``{}`` (vLLM reports neither)."""
+    if max_concurrency is None or not selected:
+        return {}
+    done = [r for r in requests if not r.rejected and r.finish >= 0]
+    queue = [max(0.0, r.sent - r.arrival) for r in done]
+    out: dict[str, float] = {}
+    if "client_queue_time" in selected:
+        out.update(_stats("client_queue_time", queue, percentiles))
+    if "e2el_including_client_queue" in selected and (
+            request_rate is None or not math.isinf(request_rate)):
+        out.update(_stats("e2el_including_client_queue",
+                          [r.latency + q for r, q in zip(done, queue)], percentiles))
+    return out
+
+
 def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
                     percentiles: Sequence[float] = (99.0,)) -> dict[str, Any]:
     """The figures of the module docstring for an
@@ -260,7 +287,11 @@ def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,
     for key, name, header in (("ttft", "TTFT", "Time to First Token"),
                               ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
                               ("itl", "ITL", "Inter-token Latency"),
-                              ("e2el", "E2EL", "End-to-end Latency")):
+                              ("e2el", "E2EL", "End-to-end Latency"),
+                              ("client_queue_time", "Client Queue Time",
+                               "Client-side Queueing"),
+                              ("e2el_including_client_queue", "E2EL incl. Client Queue",
+                               "Queue-inclusive End-to-end Latency")):
         if f"mean_{key}_ms" not in fig:  # not among --percentile-metrics (vLLM's)
             continue
         lines.append("{s:{c}^{n}}".format(s=header, n=50, c="-"))

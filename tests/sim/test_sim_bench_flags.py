@@ -103,10 +103,79 @@ def test_text_summary_prints_only_the_selected_blocks(capsys: Any) -> None:
     assert "Mean E2EL" not in out and "Mean ITL" not in out
 
 
-@pytest.mark.parametrize("bad", ["ttft,foo", "", "TTFT", "client_queue_time", "ttft,,tpot"])
+@pytest.mark.parametrize("bad", ["ttft,foo", "", "TTFT", "client_queue", "ttft,,tpot",
+                                 "e2el_including_queue"])
 def test_bad_percentile_metrics_one_line(capsys: Any, bad: str) -> None:
     _one_line_error(*_run(capsys, [*BASE, "--percentile-metrics", bad]),
                     "percentile_metrics")
+
+
+def _semaphore_starts(latencies: list[float], c: int) -> list[float]:
+    """vLLM's client at --request-rate inf: every request arrives at 0 and waits for one
+    of ``c`` semaphore slots, FIFO (serve.py limited_request_func), so request i >= c
+    starts when the earliest running request finishes."""
+    import heapq
+
+    running: list[float] = []
+    starts = []
+    for lat in latencies:
+        start = heapq.heappop(running) if len(running) >= c else 0.0
+        starts.append(start)
+        heapq.heappush(running, start + lat)
+    return starts
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(2, 14), st.integers(1, 4), st.integers(0, 999))
+def test_client_queue_time_is_the_semaphore_wait(n: int, c: int, seed: int) -> None:
+    """--percentile-metrics client_queue_time / e2el_including_client_queue and
+    --save-detailed queue_times as vLLM 0.32 defines them (serve.py:975-985,
+    1296, 1318-1327): queue = start_time - arrival under --max-concurrency; e2el incl.
+    queue = latency + queue (finite --request-rate only).  Expected starts follow the
+    semaphore from the simulated latencies (tester 3, finding 7)."""
+    import contextlib
+    import io
+    import tempfile
+
+    from kvcore.sim.metrics import mean, percentile
+
+    argv = ["simulate", "llama-3.1-8b", *SMALL, "--num-prompts", str(n),
+            "--random-input-len", "48", "--random-output-len", "3", "--seed", str(seed),
+            "--max-concurrency", str(c), "--percentile-metrics",
+            "client_queue_time,e2el_including_client_queue,e2el", "--save-result",
+            "--save-detailed", "--json"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli_main([*argv, "--result-dir", tmp]) == 0
+        d = json.loads(out.getvalue())
+        saved = json.loads(Path(next(Path(tmp).glob("*.json"))).read_text())
+    q = saved["queue_times"]
+    exp = _semaphore_starts(saved["latencies"], c)
+    assert q == pytest.approx(exp, abs=1e-6)
+    assert sum(1 for x in q if x > 0) == max(0, n - c)
+    assert d["mean_client_queue_time_ms"] == pytest.approx(1000 * mean(q))
+    assert d["p99_client_queue_time_ms"] == pytest.approx(1000 * percentile(q, 99))
+    # request rate inf: vLLM reports no e2el_including_client_queue (serve.py:1323)
+    assert "mean_e2el_including_client_queue_ms" not in d
+    assert "mean_e2el_ms" in d
+
+
+def test_client_queue_metrics_need_max_concurrency_and_a_finite_rate(capsys: Any) -> None:
+    """Without --max-concurrency vLLM reports neither (queue_times is None,
+    serve.py:1318-1320); with it and a finite rate, e2el incl. queue = e2el + queue."""
+    sel = ["--percentile-metrics", "e2el,client_queue_time,e2el_including_client_queue"]
+    code, out, err = _run(capsys, [*BASE, *sel, "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert not any("client_queue" in k for k in d)
+    code, out, err = _run(capsys, [*BASE, *sel, "--max-concurrency", "2",
+                                   "--request-rate", "50", "--json"])
+    d = json.loads(out)
+    assert d["mean_e2el_including_client_queue_ms"] == pytest.approx(
+        d["mean_e2el_ms"] + d["mean_client_queue_time_ms"])
+    code, out, err = _run(capsys, [*BASE, "--max-concurrency", "2", "--json"])
+    assert not any("client_queue" in k for k in json.loads(out))  # not by default
 
 
 # ---- 9: ramp-up -------------------------------------------------------------------------
