@@ -185,7 +185,12 @@ class GPUBudget:
 
     @property
     def usable_bytes(self) -> int:
-        """``gpu_memory_bytes x gpu_memory_utilization`` (rounded up, as vLLM does)."""
+        """The cap weights + overhead + KV must fit in, bytes: with an engine ledger its
+        ``usable memory`` line (CUDA's device total x ``gpu_memory_utilization``, vLLM's
+        ``requested_memory``, gpu_worker.py@0.32), else ``gpu_memory_bytes x
+        gpu_memory_utilization`` (rounded up, as vLLM does)."""
+        if self.ledger is not None:
+            return int(self.ledger.usable_bytes)
         return math.ceil(self.gpu_memory_bytes * self.gpu_memory_utilization)
 
     def shortfall_bytes(self) -> int:
@@ -342,7 +347,9 @@ def compute_budget(
                               f"{overhead_bytes!r}", field="overhead",
                               value=repr(overhead_bytes))
         overhead = overhead_bytes
-    usable = math.ceil(memory * util)
+    # with a ledger, its usable line (CUDA total x utilization) and its itemised
+    # overhead: the cap and overhead the not-fit error and --explain both print
+    usable = ledger.usable_bytes if ledger is not None else math.ceil(memory * util)
     stages = tuple(usable - s - overhead for s in w.per_stage_bytes)
     if kv_cache_memory_bytes is not None:
         given = kv_cache_memory_bytes if isinstance(kv_cache_memory_bytes, list) \
@@ -552,6 +559,13 @@ def _default_step_note(b: GPUBudget, usage: str, max_model_len: int | None) -> s
             f"on a smaller GPU; compare GPUs at a fixed --max-num-batched-tokens")
 
 
+def _cap_words(b: GPUBudget) -> str:
+    """How the not-fit error names its cap: the ledger's usable line where there is one."""
+    if b.ledger is not None:
+        return f"usable memory: CUDA total x {b.gpu_memory_utilization:g}"
+    return f"GPU memory x {b.gpu_memory_utilization:g}"
+
+
 def _override_problem(config: Any, override: int, stage_budget: int) -> str:
     """Why ``num_gpu_blocks_override`` blocks do not fit the KV budget the GPU leaves
     (``""`` when they do).
@@ -717,8 +731,7 @@ def plan_on_gpu(
                 given, (list, tuple)) else format_bytes(given)
             problem = (f"weights {format_bytes(max(b.weights.per_stage_bytes))} + overhead "
                        f"{format_bytes(b.overhead_bytes)} + the given KV budget {shown} "
-                       f"exceed {format_bytes(b.usable_bytes)} per GPU (GPU memory x "
-                       f"{b.gpu_memory_utilization:g})")
+                       f"exceed {format_bytes(b.usable_bytes)} per GPU ({_cap_words(b)})")
             if cause != "weights":
                 cause = "budget"
         else:
@@ -727,8 +740,7 @@ def plan_on_gpu(
                        + (f" ({b.ledger.engine.name}; --explain itemises it)"
                           if b.ledger is not None else "")
                        + f" = {format_bytes(used)} per GPU "
-                       f"exceed {format_bytes(b.usable_bytes)} (GPU memory x "
-                       f"{b.gpu_memory_utilization:g}) by "
+                       f"exceed {format_bytes(b.usable_bytes)} ({_cap_words(b)}) by "
                        f"{format_bytes(b.shortfall_bytes())}")
         if not raise_if_not_fits:
             config = plan_model(cfg, **dict(plan_kwargs, kv_cache_memory_bytes=None))

@@ -269,9 +269,12 @@ class EngineLedger:
 
     ``usable_bytes`` = CUDA total x utilization; ``kv_cache_memory_bytes`` = usable minus
     every other line (may be negative: vLLM then refuses to start); ``overhead_bytes`` =
-    everything between the catalog's ``memory x utilization`` and weights + KV, so that
-    :func:`kvcore.deploy.budget.compute_budget`'s arithmetic stays
-    ``memory x utilization - weights - overhead``.
+    the sum of the itemised lines between the weights and the KV budget (padding,
+    activations, sampler, non-torch, transients, CUDA graphs in the budget), i.e.
+    ``usable - weights - KV``: the figure --explain prints, and the one
+    :func:`kvcore.deploy.budget.compute_budget` reports with ``usable_bytes`` as the cap
+    (one source of truth; the catalog's nvidia-smi total plays no part past the CUDA
+    total).
     """
 
     engine: EngineProfile
@@ -523,7 +526,7 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
                 f"gpu_memory_utilization {gpu_memory_utilization:g} leaves: the start may "
                 f"fail with an OOM during capture; lower --gpu-memory-utilization or use "
                 f"--enforce-eager")
-    overhead = math.ceil(gpu_memory_bytes * gpu_memory_utilization) - w - kv
+    overhead = usable - w - kv  # the itemised lines above, summed
     return EngineLedger(engine=p, lines=tuple(lines), usable_bytes=usable, weights_bytes=w,
                         padding_bytes=pad, activation_bytes=act, sampler_bytes=sampler,
                         non_torch_bytes=non_torch, cuda_graph_bytes=graphs,

@@ -835,7 +835,11 @@ def print_gpu_summary(stats: Any, file: Any = None, explain: bool = False) -> No
     fatal = [c for c in stats.get("ceilings") or [] if c.get("fatal")]
     fits = bool(stats.get("fits")) and not fatal
     engine = stats.get("engine")
+    usable = next((ln["bytes"] for ln in (stats.get("ledger") or {}).get("lines", ())
+                   if ln.get("name") == "usable memory"), None)
     print(f"GPU: {name}, {format_bytes(g['memory_bytes'])} x {util:g} per GPU"
+          + (f" (usable {format_bytes(usable)}: CUDA total x {util:g})"
+             if usable is not None else "")
           + (f", {gpus} GPUs (TP x PP x DP)" if gpus and gpus > 1 else "") + "; weights "
           f"per rank {format_bytes(stats['weights_bytes'])} (whole model "
           f"{_whole_weights(stats)}, from the {stats['weights_source']}); overhead per rank "
