@@ -549,3 +549,46 @@ def test_not_fit_error_carries_the_ledger_in_json(capsys):
     assert names[0] == "usable memory" and names[-1] == "KV budget"
     total = err["ledger"]["lines"]
     assert total[-1]["bytes"] == total[0]["bytes"] - sum(x["bytes"] for x in total[1:-1])
+
+
+# ---- one source of truth: the not-fit error / --json / --explain (tester 3, finding 4) --
+
+_ITEMISED_EXCLUDED = ("usable memory", "weights per rank", "KV budget")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(["llama-3.1-8b", "deepseek-v3", "gpt-oss-120b", "qwen3-8b",
+                        "mixtral-8x7b"]),
+       st.sampled_from(["H100", "L40S", "A100-80GB", "RTX-4090"]),
+       st.sampled_from([0.2, 0.5, 0.9, 0.95]), st.sampled_from([1, 2, 8]))
+def test_overhead_and_cap_are_the_ledgers_lines(model: str, gpu: str, util: float,
+                                                tp: int) -> None:
+    """vLLM's cap is requested_memory = CUDA total x gpu_memory_utilization
+    (gpu_worker.py@0.32) and its KV budget that cap minus weights and the profiled
+    overhead: kvcore's overhead_bytes (JSON, error) must be the ledger's itemised lines
+    summed, its cap the ledger's usable line, whether or not the plan fits."""
+    import contextlib
+    import io
+    import json
+
+    from kvcore.cli import main as cli_main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(["plan", model, "--gpu", gpu, "--tp", str(tp),
+                         "--gpu-memory-utilization", str(util), "--explain", "--json"])
+    text = out.getvalue() or err.getvalue()
+    if code == 2 and '"ledger"' not in text:
+        return  # refused before any ledger (e.g. TP does not divide the heads)
+    d = json.loads(text)
+    src = d["error"] if code == 2 else d
+    ledger = src["ledger"]
+    lines = {ln["name"]: ln["bytes"] for ln in ledger["lines"]}
+    itemised = sum(b for n, b in lines.items() if n not in _ITEMISED_EXCLUDED)
+    assert src["overhead_bytes"] == itemised
+    assert lines["KV budget"] == lines["usable memory"] - lines["weights per rank"] - itemised
+    if code == 2 and "exceed" in src["message"]:
+        from kvcore.planning import format_bytes
+
+        assert f"overhead {format_bytes(itemised)}" in src["message"]
+        assert f"exceed {format_bytes(lines['usable memory'])}" in src["message"]
