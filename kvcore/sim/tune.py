@@ -340,8 +340,46 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
     ok = [r for r in results if "figures" in r]
     failed = [r for r in results if "figures" not in r]
     ok.sort(key=lambda r: _score(r, objective), reverse=True)
+    ok = merge_same_runs(ok)
     ok, near = prefer_simpler(ok, objective)
     return {"ranked": ok, "failed": failed, "within_margin": near}
+
+
+def merge_same_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidates that are one run, once, as vLLM runs it.
+
+    On hybrid attention / Mamba models vLLM raises a ``--block-size`` below the size
+    whose attention page holds a Mamba state (``_align_hybrid_block_size``,
+    platforms/interface.py@0.32: qwen3-next at TP 4 runs 272 for 16 and for no flag, 288
+    for 32), as kvcore's planner does (``figures["block_size"]``, the attention block
+    size planned).  A result whose requested block size differs from the planned one
+    gets the planned one (so the command line and the table show what runs); results
+    with the same configuration after that and the same figures are merged, keeping the
+    simplest (no ``--block-size``: :func:`_complexity`), else the first.  Order kept."""
+    def key(r: dict[str, Any]) -> str:
+        cfg = {k: v for k, v in r["config"].items()
+               if k not in ("block_size", "requested_block_size")}
+        fig = {k: v for k, v in r["figures"].items() if "wall" not in k}
+        return json.dumps([cfg, fig], sort_keys=True, default=str)
+
+    out: list[dict[str, Any]] = []
+    where: dict[str, int] = {}
+    for r in results:
+        planned = r["figures"].get("block_size")
+        req = r["config"].get("block_size")
+        if req is not None and planned is not None and req != planned:
+            r = {**r, "config": {**r["config"], "block_size": planned,
+                                 "requested_block_size": req}}
+        k = key(r) if planned is not None else None
+        if k is not None and k in where:
+            i = where[k]
+            if _complexity(r["config"]) < _complexity(out[i]["config"]):
+                out[i] = r
+            continue
+        if k is not None:
+            where[k] = len(out)
+        out.append(r)
+    return out
 
 
 def serve_model(model: Any) -> str:

@@ -261,3 +261,46 @@ def test_fp8_is_not_ranked_first_on_a_gain_within_the_margin(capsys):
         assert all(best["figures"][key] > a * (1 + MIN_GAIN) for a in autos)
     assert out["min_gain"] == MIN_GAIN
     assert (out["margin_note"] is not None) == (out["within_margin"] > 1)
+
+
+# ---- hybrid block sizes: what vLLM runs (tester 3, suspicion 2) ------------------------
+
+def _vllm_hybrid_block_size(block_size: int) -> int:
+    """vLLM 0.32 ``_align_hybrid_block_size`` (platforms/interface.py), transcribed for
+    qwen3-next-80b-a3b at TP 4 in bf16 on a FlashAttention GPU (smallest kernel block
+    16): attention page per token 2 x 1 KV head x 256 x 2 B = 1024 B; the Mamba page
+    conv (4 - 1) x (2 x 16 x 128 + 32 x 128) / 4 x 2 B + SSM 32 / 4 x 128 x 128 x 2 B =
+    274,432 B; alignment a = max(16, block_size); block = a x cdiv(mamba, a x page),
+    raised only (a larger block_size stays)."""
+    mamba, page = 274_432, 1024
+    a = max(16, block_size)
+    need = a * -(-mamba // (a * page))
+    return max(block_size, need)
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.lists(st.sampled_from([16, 32, 64, 272, 288, 320]), min_size=2, max_size=4,
+                unique=True))
+def test_tune_hybrid_ranks_the_block_size_vllm_runs(sizes: list[int]) -> None:
+    """tune on a hybrid lists each run once, with the block size vLLM runs: 16 and 272
+    are one run (272), 32 another (288)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["tune", "qwen3-next-80b-a3b-thinking", "--gpu", "H100", "--tp", "4",
+                     "--dataset", "random", "--num-prompts", "4", "--random-input-len",
+                     "64", "--random-output-len", "2", "--max-model-len", "2048",
+                     "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
+                     "--block-size", ",".join(map(str, sizes)), "--kv-cache-dtype",
+                     "auto", "--prefix-caching", "on", "--mamba-cache-mode", "none",
+                     "--fast", "--backend", "serial", "--top", "10", "--json"])
+    assert code == 0
+    d = json.loads(out.getvalue())
+    got = [e["config"]["block_size"] for e in [d["best"], *d["runner_ups"]]]
+    assert sorted(got) == sorted({_vllm_hybrid_block_size(b) for b in sizes})
+    for e in [d["best"], *d["runner_ups"]]:
+        bs = e["config"]["block_size"]
+        assert f"--block-size {bs}" in e["vllm_serve"]
+        assert e["figures"]["planned_block_size"] == bs
