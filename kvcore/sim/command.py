@@ -1081,6 +1081,31 @@ def _clocked_requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     return reqs, name
 
 
+def prefix_repetition_arrivals_note(args: argparse.Namespace) -> str | None:
+    """The note of a prefix_repetition run whose send times are gamma draws (a finite
+    --request-rate or a ramp-up, finite --burstiness), else None.
+
+    vLLM seeds numpy's global stream with --seed (serve.py:2013), then
+    PrefixRepetitionRandomDataset reseeds it and draws every prefix and suffix with
+    ``np.random.randint(0, tokenizer.vocab_size, ...)`` plus the re-tokenisation
+    top-ups of ``gen_prompt_decode_to_target_len`` (datasets.py:4194-4221, 536), and
+    ``get_request``'s ``np.random.gamma`` draws continue that stream.  How far it
+    advanced depends on the tokenizer (its vocab_size and how random ids re-encode),
+    which kvcore does not run for this dataset, so kvcore draws from a fresh
+    ``RandomState(seed)``: the same gamma process (rate, burstiness, rescaled to
+    n / rate), another realisation of it."""
+    if getattr(args, "dataset", None) != "prefix_repetition":
+        return None
+    burst = 1.0 if args.burstiness is None else args.burstiness
+    gamma = (getattr(args, "ramp_up_strategy", None) is not None
+             or (args.request_rate is not None and not math.isinf(args.request_rate)))
+    if not gamma or math.isinf(burst):
+        return None
+    return ("send times: the same gamma process as vLLM's, another draw (vLLM draws "
+            "them after prefix_repetition's np.random prompt tokens, which depend on the "
+            "tokenizer)")
+
+
 def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                      progress: Any = None) -> tuple[dict[str, Any], Any]:
     """Plan (on ``--gpu`` when given), run :func:`kvcore.sim.engine.run_engine` and return
@@ -1101,6 +1126,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     reqs, workload = _clocked_requests(args)
     if not reqs:
         raise ConfigError("the workload has no requests", field="trace", value=args.trace)
+    note = prefix_repetition_arrivals_note(args)
     gpu_info = None
     if args.gpu is not None:
         from kvcore.deploy.gpus import get_gpu
@@ -1155,9 +1181,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                 raise
             plan_kw["max_model_len"] = int(fits)
             cfg = kvcore.plan_model(args.model, kv_cache_memory_bytes=budget, **plan_kw)
-            note = (f"max_model_len capped at {int(fits)}: the longest the default "
-                    f"16 GiB KV budget holds (give --max-model-len, --kv-cache-memory or "
-                    f"--gpu to choose)")
+            cap_note = (f"max_model_len capped at {int(fits)}: the longest the default "
+                        f"16 GiB KV budget holds (give --max-model-len, --kv-cache-memory "
+                        f"or --gpu to choose)")
+            note = f"{cap_note}; {note}" if note else cap_note
     if cfg.num_blocks is None:
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
                           "--num-blocks or --gpu", field="kv_cache_memory")

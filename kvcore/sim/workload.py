@@ -276,7 +276,11 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
         np = _np()
         if np is not None:
             # serve.py draws one np.random.gamma per request from the global generator
-            # seeded with --seed: RandomState(seed) gives the same stream
+            # seeded with --seed: RandomState(seed) gives the same stream for random,
+            # burstgpt and sharegpt (their samplers leave numpy's global stream alone);
+            # prefix_repetition draws its prompt tokens from it first (tokenizer-
+            # dependent), so there this is another draw of the same process
+            # (kvcore.sim.command.prefix_repetition_arrivals_note)
             rs = np.random.RandomState(seed)
             if ramp_up_strategy is None:
                 delays = rs.gamma(shape=burstiness, scale=1.0 / (rates[0] * burstiness),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 import sys
 from collections import Counter
@@ -459,3 +460,28 @@ def test_result_num_prompts_is_the_flag(n: int, prefixes: int, seed: int) -> Non
     d = json.loads(out.getvalue())
     assert d["num_prompts"] == n
     assert d["completed"] == prefixes * (n // prefixes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["random", "prefix_repetition", "burstgpt", "sharegpt", None]),
+       st.sampled_from([None, 0.5, 4.0, math.inf]),
+       st.sampled_from([None, 0.5, 1.0, math.inf]),
+       st.sampled_from([None, "linear"]))
+def test_prefix_repetition_send_times_note(dataset: str | None, rate: float | None,
+                                           burst: float | None, ramp: str | None) -> None:
+    """vLLM's get_request draws np.random.gamma from the global stream that
+    PrefixRepetitionRandomDataset has advanced by its tokenizer-dependent
+    np.random.randint prompt draws (datasets.py:4194-4221; serve.py:2013, 491); the
+    other datasets leave that stream alone (RandomDataset: default_rng; BurstGPT:
+    pandas random_state; ShareGPT: random).  So only prefix_repetition with gamma gaps
+    (finite rate or a ramp-up, finite burstiness) is another draw: noted (suspicion 1)."""
+    import argparse
+
+    from kvcore.sim.command import prefix_repetition_arrivals_note
+
+    ns = argparse.Namespace(dataset=dataset, request_rate=rate, burstiness=burst,
+                            ramp_up_strategy=ramp)
+    gamma = (ramp is not None or (rate is not None and not math.isinf(rate))) and \
+        not (burst is not None and math.isinf(burst))
+    note = prefix_repetition_arrivals_note(ns)
+    assert (note is not None) == (dataset == "prefix_repetition" and gamma)
