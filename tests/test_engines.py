@@ -6,7 +6,9 @@ from vLLM's own logs, or from vLLM's rules restated (one Mamba block per sequenc
 
 from __future__ import annotations
 
+import json
 import statistics
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from kvcore_plugin_needs import skip_unless_served
 from vllm_logs import error, load_cases, predict
 
+from kvcore.cli import main as cli_main
 from kvcore.deploy.budget import compute_budget, plan_on_gpu
 from kvcore.deploy.ceilings import logged_figures
 from kvcore.deploy.engines import PROFILES, batch_defaults, get_engine
@@ -592,3 +595,45 @@ def test_overhead_and_cap_are_the_ledgers_lines(model: str, gpu: str, util: floa
 
         assert f"overhead {format_bytes(itemised)}" in src["message"]
         assert f"exceed {format_bytes(lines['usable memory'])}" in src["message"]
+
+
+# ---- moved from tests/test_tester3_findings.py (tester 3's findings, fixed) -----------
+
+def _t3_run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
+    code = cli_main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _t3_json(capsys: Any, argv: list[str]) -> dict[str, Any]:
+    code, out, err = _t3_run(capsys, [*argv, "--json"])
+    assert code == 0, err + out
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+T3_BASE = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+           "--num-prompts", "8", "--random-input-len", "64", "--random-output-len", "4"]
+
+
+# 4 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["plan", "deepseek-v3", "--gpu", "H100"],
+    ["plan", "llama-3.1-8b", "--gpu", "H100", "--gpu-memory-utilization", "0.2"],
+    ["plan", "gpt-oss-120b", "--gpu", "L40S"],
+])
+def test_f4_explain_not_fit_error_matches_its_ledger(capsys: Any, argv: list[str]) -> None:
+    """`kvcore plan M --explain` on a plan that does not fit prints the ledger and the
+    error "weights W + overhead O (--explain itemises it) = T per GPU exceed C (GPU
+    memory x u)".  The itemised overhead (activations + sampler + non-torch + CUDA
+    graphs) must sum to O and C must be the ledger's 'usable memory'; on deepseek-v3 the
+    ledger says 4.60 GiB / 71.27 GiB while the error says 5.02 GiB / 71.68 GiB (the
+    ~0.41 GiB between the CUDA total vLLM logs and the catalog's is added to both
+    sides of the error only)."""
+    code, out, err = _t3_run(capsys, [*argv, "--explain", "--json"])
+    assert code == 2
+    e = json.loads(out or err)["error"]
+    lines = {ln["name"]: ln["bytes"] for ln in e["ledger"]["lines"]}
+    itemised = sum(b for n, b in lines.items()
+                   if n not in ("usable memory", "weights per rank", "KV budget"))
+    assert e["overhead_bytes"] == itemised
+    assert e["weights_bytes"] == lines["weights per rank"]

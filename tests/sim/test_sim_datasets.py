@@ -485,3 +485,66 @@ def test_prefix_repetition_send_times_note(dataset: str | None, rate: float | No
         not (burst is not None and math.isinf(burst))
     note = prefix_repetition_arrivals_note(ns)
     assert (note is not None) == (dataset == "prefix_repetition" and gamma)
+
+
+# ---- moved from tests/test_tester3_findings.py (tester 3's findings, fixed) -----------
+
+def _t3_run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _t3_json(capsys: Any, argv: list[str]) -> dict[str, Any]:
+    code, out, err = _t3_run(capsys, [*argv, "--json"])
+    assert code == 0, err + out
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+T3_BASE = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+           "--num-prompts", "8", "--random-input-len", "64", "--random-output-len", "4"]
+
+
+# 6 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n,prefixes", [(25, 10), (7, 3), (11, 2)])
+def test_f6_result_num_prompts_is_the_flag(capsys: Any, tmp_path: Path, n: int,
+                                           prefixes: int) -> None:
+    """vLLM writes result_json["num_prompts"] = args.num_prompts (benchmarks/serve.py
+    :2264) even when prefix_repetition makes num_prefixes * (n // num_prefixes) requests
+    (datasets.py:4210-4251).  kvcore's --json and --save-result report the requests
+    made (20 for --num-prompts 25 --prefix-repetition-num-prefixes 10), so a simulated
+    result does not carry the command line's value."""
+    argv = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset-name",
+            "prefix_repetition", "--num-prompts", str(n),
+            "--prefix-repetition-num-prefixes", str(prefixes),
+            "--prefix-repetition-prefix-len", "32", "--prefix-repetition-suffix-len", "8",
+            "--prefix-repetition-output-len", "2", "--save-result", "--result-dir",
+            str(tmp_path)]
+    d = _t3_json(capsys, argv)
+    assert d["completed"] == prefixes * (n // prefixes)  # vLLM's request count
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert saved["num_prompts"] == n
+    assert d["num_prompts"] == n
+
+
+# 9 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra", [["--disable-shuffle"], ["--no-oversample"]])
+@pytest.mark.parametrize("dataset", ["random", "burstgpt"])
+def test_f9_general_dataset_flags_accepted(capsys: Any, tmp_path: Path, dataset: str,
+                                           extra: list[str]) -> None:
+    """--disable-shuffle and --no-oversample are general flags of vLLM 0.32's dataset
+    parser (benchmarks/datasets/datasets.py:1625-1643), passed to every dataset
+    (get_samples: RandomDataset(..., disable_shuffle=...), BurstGPTDataset(...),
+    .sample(no_oversample=...)).  kvcore refuses them outside prefix_repetition /
+    sharegpt ('shapes the prefix_repetition / sharegpt dataset ...; drop it'), so a
+    vllm bench serve line carrying them is refused."""
+    if dataset == "random":
+        argv = [*T3_BASE, *extra]
+    else:
+        csv = tmp_path / "b.csv"
+        csv.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,"
+                       "Log Type\n1,GPT-4,100,5,105,x\n2,GPT-4,120,4,124,x\n")
+        argv = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset-name",
+                "burstgpt", "--dataset-path", str(csv), "--num-prompts", "2", *extra]
+    d = _t3_json(capsys, argv)
+    assert d["completed"] >= 2
