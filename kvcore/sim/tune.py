@@ -583,7 +583,11 @@ def _regular_trace(path: str) -> str:
     fd, tmp = tempfile.mkstemp(prefix="kvcore-trace-", suffix=".trace")
     with os.fdopen(fd, "wb") as f:
         f.write(_SPOOLED[key])
-    atexit.register(lambda: os.path.exists(tmp) and os.remove(tmp))
+    def _remove() -> None:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+    atexit.register(_remove)
     return tmp
 
 
