@@ -52,7 +52,8 @@ from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
            "time_model_note", "vllm_serve_defaults", "select_percentile_metrics",
-           "PERCENTILE_METRICS", "DEFAULT_KV_CACHE_MEMORY_BYTES"]
+           "PERCENTILE_METRICS", "DEFAULT_KV_CACHE_MEMORY_BYTES",
+           "prefix_repetition_arrivals_note"]
 
 #: budget per rank when neither --kv-cache-memory nor --num-blocks is given (16 GiB)
 DEFAULT_KV_CACHE_MEMORY_BYTES = 16 << 30

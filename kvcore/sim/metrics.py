@@ -32,7 +32,8 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 
-__all__ = ["GOODPUT_METRICS", "parse_goodput", "serving_metrics", "format_summary",
+__all__ = ["GOODPUT_METRICS", "parse_goodput", "serving_metrics", "client_queue_metrics",
+           "format_summary",
            "mean", "median", "std", "percentile"]
 
 #: SLO names ``--goodput`` accepts (vLLM's VALID_NAMES)

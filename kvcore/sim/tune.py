@@ -34,7 +34,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
 
-__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
+__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune", "merge_same_runs",
            "vllm_command", "serve_model", "parse_goodput", "prefer_simpler", "OBJECTIVES"]
 
 OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
