@@ -516,7 +516,8 @@ def test_vllm_own_layout_is_the_planners_vllm_layout(model):
     ("gpt-oss-120b", "H100", ["--max-model-len", "32768", "--engine", "vllm==0.10.2"]),
     ("llama-3.1-8b", "L4", ["--max-model-len", "131072"]),
     ("qwen3-30b-a3b", "RTX-4090", ["--max-model-len", "8192"]),
-    ("deepseek-v3", "H200", ["--tp", "2", "--max-model-len", "8192"]),
+    ("qwen3-8b", "L4", ["--max-model-len", "40960"]),
+    ("llama-3.1-8b", "A10", ["--max-model-len", "131072", "--engine", "vllm==0.11.0"]),
 ])
 def test_explain_itemises_the_budget_a_plan_could_not_meet(capsys, model, gpu, extra):
     from kvcore.cli import main
