@@ -253,6 +253,11 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     in_flight = 0
+    # when each free slot of the client's semaphore was freed (offsets of the clock,
+    # oldest first; -inf: free from the start): a request is sent at its arrival or,
+    # all slots taken then, when one frees (vLLM's get_request + semaphore), even when
+    # that falls inside an engine step (the engine sees it at the step's end)
+    freed: deque[float] = deque([-math.inf] * min(limit, len(reqs)))
     used = 0  # KV tokens held
     prefix_cached = False
     # the clock: base + now, base rebased on the next arrival whenever nothing is in
@@ -266,7 +271,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     while n_done < len(reqs):
         while pending and in_flight < limit and arrivals[pending[0]] - base <= now:
             r = reqs[pending.popleft()]
-            r.sent = max(arrivals[r.idx] - base, now)
+            r.sent = max(arrivals[r.idx] - base, freed.popleft())
             r.seen = r.sent + overhead
             transit.append(r)
             in_flight += 1
@@ -277,6 +282,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                 a = arrivals[pending[0]]
                 if a - base > now:
                     base, now = a, 0.0
+                    freed = deque([-math.inf] * len(freed))  # all before the arrival
                 continue
             nxt = transit[0].seen
             if pending and in_flight < limit:
@@ -349,6 +355,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                 finished = True
                 n_done += 1
                 in_flight -= 1
+                freed.append(now)
         if w.prefix_len and not prefix_cached:
             prefix_cached = any(r.computed >= w.prefix_len for r, _ in sched)
         if finished:
