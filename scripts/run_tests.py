@@ -125,6 +125,8 @@ def run_stage(stage: str, python: str, pytest_args: list[str],
     if stage == "core":
         target, exclude = ROOT / "tests", "packaging"
         cmd = [python, "-m", "pytest", "tests", "--ignore=tests/packaging"]
+        # make install-test installs the ray extra: the Ray equality tests must run
+        env = {**env, "KVCORE_REQUIRE_RAY": "1"}
     elif stage == "packaging":
         target, exclude = ROOT / "tests" / "packaging", None
         cmd = [python, "-m", "pytest", "tests/packaging"]

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -108,6 +109,9 @@ class SimRequest:
     token_times: when each output token reached the client (the end of the step that
     produced it), **seconds after** ``sent`` (so ``token_times[0]`` is the TTFT and
     ``token_times[-1]`` the E2EL).
+    bundled: indices ``i`` of the tokens that reached the client in the same streamed
+    chunk as token ``i - 1`` (speculative decoding: a step's accepted + 1 tokens are one
+    delta); empty without speculative decoding.
     finish: time of the last output token, s (absolute; -1 while unfinished).
     num_cached_tokens: prefix-cache hit of its first admission, tokens (-1: never).
     """
@@ -115,7 +119,7 @@ class SimRequest:
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
                  "preemptions", "rejected", "num_out", "route_est", "t0", "sref",
-                 "junction", "spec", "sched_spec", "n_verify", "prefill_chunk")
+                 "junction", "spec", "sched_spec", "n_verify", "prefill_chunk", "bundled")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -148,6 +152,7 @@ class SimRequest:
         self.sched_spec = 0
         self.n_verify = 0
         self.prefill_chunk = False
+        self.bundled: list[int] = []
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -170,9 +175,18 @@ class SimRequest:
 
     @property
     def itl(self) -> list[float]:
-        """Gaps between consecutive output tokens, s (vLLM's ``itl``)."""
+        """Gaps between consecutive streamed chunks, s (vLLM's ``itl``): one entry per
+        chunk after the first, as ``vllm bench serve`` appends them
+        (``vllm/benchmarks/lib/endpoint_request_func.py``, one ``output.itl.append``
+        per SSE chunk; ``serve.py`` ``calculate_metrics``: "multiple output tokens may
+        be bundled together").  vLLM streams one delta per engine step (stream_interval
+        1), so without speculative decoding that is one gap per token; with it the
+        accepted + 1 tokens of a step are one chunk (``bundled``)."""
         tt = self.token_times
-        return [b - a for a, b in zip(tt, tt[1:])]
+        if not self.bundled:
+            return [b - a for a, b in zip(tt, tt[1:])]
+        same = set(self.bundled)
+        return [tt[i] - tt[i - 1] for i in range(1, len(tt)) if i not in same]
 
 
 @dataclass
@@ -456,6 +470,14 @@ class Engine:
 
     @now.setter
     def now(self, t: float) -> None:
+        """Move the clock to ``t`` (s, absolute).  Raises ConfigError (field ``now``)
+        unless ``t`` is a finite number >= the current time: a clock only moves forward
+        (token times, TTFTs and latencies are offsets of it)."""
+        cur = self.epoch + self.clock
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
+                or t < cur:
+            raise ConfigError(f"now {t!r}: must be a finite time >= the current one "
+                              f"({cur!r} s)", field="now", value=repr(t))
         if self.waiting or self.running:  # requests hold offsets of this epoch: keep it
             self.clock = t - self.epoch
         else:  # idle: a rebase (exact times from here, module docstring)
@@ -743,14 +765,25 @@ class Engine:
                 if s_:  # verify the drafts: the rejected ones are rolled back
                     r.sched_spec = 0
                     acc = self.spec_acceptance(r.request_id, r.n_verify, s_)  # type: ignore[misc]
-                    acc = 0 if acc < 0 else (s_ if acc > s_ else int(acc))
+                    if isinstance(acc, bool) or not isinstance(acc, numbers.Integral) \
+                            or not 0 <= int(acc) <= s_:
+                        raise ConfigError(
+                            f"spec_acceptance returned {acc!r} for request "
+                            f"{r.request_id!r} (verification {r.n_verify}); it must be "
+                            f"an integer in [0, {s_}] (the drafts verified)",
+                            field="spec_acceptance", value=repr(acc))
+                    acc = int(acc)
                     r.n_verify += 1
                     req.num_computed_tokens = nc - (s_ - acc)
                     ntok = acc + 1
                 else:
                     ntok = 1
+                first = True
                 while True:  # append the tokens, vLLM's check_stop after each
                     req.append_output_token_ids(r.outputs[num_out])  # type: ignore[index]
+                    if not first:  # streamed in the same delta as the one before
+                        r.bundled.append(num_out)
+                    first = False
                     r.num_out = num_out = num_out + 1
                     r.token_times.append(clock - r.t0)
                     if num_out >= r.output_len or r.prompt_len + num_out >= mml:

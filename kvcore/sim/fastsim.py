@@ -5,11 +5,15 @@ a token-level loop, without a block manager, that follows the same rules closely
 enough for steady-state figures, and runs fast enough to fit coefficients and to
 search configurations:
 
-* **Arrivals** as ``vllm bench serve`` sends them: every request at once
+* **Arrivals** as ``vllm bench serve`` sends them, the very send times of
+  :func:`kvcore.sim.workload.arrival_times` (the engine path's): every request at once
   (``request_rate=inf``) or Poisson / gamma arrivals of ``request_rate`` per second
-  with vLLM's ``burstiness`` (gamma shape; intervals of mean ``1 / request_rate``);
-  at most ``max_concurrency`` requests in flight (the client's semaphore: a request is
-  sent when a slot frees, and its TTFT counts from then).
+  with vLLM's ``burstiness`` (gamma shape; inf: constant gaps), a ramp-up, numpy's
+  stream of ``--seed`` and vLLM's rescale to ``num_prompts / request_rate``; at most
+  ``max_concurrency`` requests in flight (the client's semaphore: a request is sent
+  when a slot frees, and its TTFT counts from then).
+* **Duration** from the benchmark's start (time 0, before the first send's delay) to
+  the last reply, as vLLM's ``benchmark_duration`` and :mod:`kvcore.sim.engine`.
 * **Each step** (vLLM v1 ``Scheduler.schedule``): running requests first, in admission
   order, each taking 1 token (decode) or its next prefill chunk, within
   ``max_num_batched_tokens``; then waiting requests first come first served while
@@ -33,7 +37,6 @@ Figures are named as ``vllm bench serve --save-result`` names them.
 from __future__ import annotations
 
 import math
-import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,7 +60,9 @@ class Workload:
     burstiness: gamma shape of the inter-arrival times (1 = Poisson).
     prefix_len: ``--random-prefix-len`` tokens shared by every prompt (before the
         ``input_len`` random ones).
-    seed: of the arrival process.
+    seed: of the arrival process (``--seed``).
+    ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps: ``--ramp-up-strategy``
+        (``linear`` / ``exponential``, with ``request_rate`` inf) and its rates.
     requests: per-request ``(prompt_len, output_len, arrival_s)`` (a trace); when
         given it replaces ``input_len`` / ``output_len`` / ``num_prompts`` and the
         rate (arrivals are the trace's, still capped by ``max_concurrency``).
@@ -72,6 +77,9 @@ class Workload:
     prefix_len: int = 0
     seed: int = 0
     requests: tuple[tuple[int, int, float], ...] = ()
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: int | None = None
+    ramp_up_end_rps: int | None = None
 
     @classmethod
     def from_trace(cls, traces: Sequence[Any], *, max_concurrency: int | None = None,
@@ -102,24 +110,34 @@ class Workload:
                               f"{self.request_rate!r}", field="request_rate",
                               value=self.request_rate)
         if not (self.burstiness > 0):
-            raise ConfigError(f"burstiness must be > 0, got {self.burstiness!r}",
-                              field="burstiness", value=self.burstiness)
+            raise ConfigError(f"burstiness must be > 0 (inf: constant gaps), got "
+                              f"{self.burstiness!r}", field="burstiness",
+                              value=self.burstiness)
+        if not self.requests:
+            from kvcore.sim.workload import check_ramp_up
+
+            check_ramp_up(self.ramp_up_strategy, self.ramp_up_start_rps,
+                          self.ramp_up_end_rps, self.request_rate)
 
     def arrival_times(self) -> list[float]:
-        """Send times before the concurrency cap (seconds), as vLLM's
-        ``get_request`` draws them: gamma(shape=burstiness, scale=1/(rate*burstiness))."""
+        """Send times before the concurrency cap (seconds from the benchmark start), as
+        vLLM's ``get_request`` (``benchmarks/serve.py``) draws them: exactly
+        :func:`kvcore.sim.workload.arrival_times` (the engine path's), so ``tune --fast``
+        and the accuracy harness send the traffic ``kvcore simulate`` and vLLM send:
+        request 0 after the first gamma(shape=burstiness, scale=1/(rate*burstiness))
+        gap, numpy's RandomState(seed) stream, the cumulative delays rescaled so the
+        last send is at ``num_prompts / request_rate``; burstiness inf: constant gaps
+        of 1 / rate; a ramp-up: one rate per gap.  A trace's own arrivals otherwise.
+
+        Raises ConfigError for ramp-up settings vLLM refuses."""
         if self.requests:
             return [a for _, _, a in self.requests]
-        if math.isinf(self.request_rate):
-            return [0.0] * self.num_prompts
-        rng = random.Random(self.seed)
-        theta = 1.0 / (self.request_rate * self.burstiness)
-        t = 0.0
-        out = []
-        for _ in range(self.num_prompts):
-            out.append(t)
-            t += rng.gammavariate(self.burstiness, theta)
-        return out
+        from kvcore.sim.workload import arrival_times
+
+        return arrival_times(self.num_prompts, self.request_rate, self.burstiness,
+                             self.seed, ramp_up_strategy=self.ramp_up_strategy,
+                             ramp_up_start_rps=self.ramp_up_start_rps,
+                             ramp_up_end_rps=self.ramp_up_end_rps)
 
 
 @dataclass
@@ -235,6 +253,11 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     in_flight = 0
+    # when each free slot of the client's semaphore was freed (offsets of the clock,
+    # oldest first; -inf: free from the start): a request is sent at its arrival or,
+    # all slots taken then, when one frees (vLLM's get_request + semaphore), even when
+    # that falls inside an engine step (the engine sees it at the step's end)
+    freed: deque[float] = deque([-math.inf] * min(limit, len(reqs)))
     used = 0  # KV tokens held
     prefix_cached = False
     # the clock: base + now, base rebased on the next arrival whenever nothing is in
@@ -242,15 +265,13 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     # at any absolute time, as kvcore.sim.engine)
     base = 0.0
     now = 0.0
-    first_sent = math.inf  # absolute
     steps = 0
     step_time = time_model.step_time
     n_done = 0
     while n_done < len(reqs):
         while pending and in_flight < limit and arrivals[pending[0]] - base <= now:
             r = reqs[pending.popleft()]
-            r.sent = max(arrivals[r.idx] - base, now)
-            first_sent = min(first_sent, base + r.sent)
+            r.sent = max(arrivals[r.idx] - base, freed.popleft())
             r.seen = r.sent + overhead
             transit.append(r)
             in_flight += 1
@@ -261,6 +282,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                 a = arrivals[pending[0]]
                 if a - base > now:
                     base, now = a, 0.0
+                    freed = deque([-math.inf] * len(freed))  # all before the arrival
                 continue
             nxt = transit[0].seen
             if pending and in_flight < limit:
@@ -333,10 +355,14 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                 finished = True
                 n_done += 1
                 in_flight -= 1
+                freed.append(now)
         if w.prefix_len and not prefix_cached:
             prefix_cached = any(r.computed >= w.prefix_len for r, _ in sched)
         if finished:
             running = [r for r in running if r.done < 0]
-    fig = summarize(reqs, (base + now) - first_sent, 0.0, goodput)
+    # vLLM's benchmark_duration runs from the benchmark's start (serve.py: get_request
+    # sleeps each delay from start_ts), so it holds the wait before the first send, as
+    # kvcore.sim.engine's does
+    fig = summarize(reqs, base + now, 0.0, goodput)
     fig["steps"] = steps
     return fig

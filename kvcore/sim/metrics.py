@@ -5,7 +5,8 @@
 Per completed request (one that was not rejected): ``ttft`` = first token time - send
 time; ``latency`` (E2EL) = last token time - send time; ``tpot`` = (latency - ttft) /
 (output_len - 1) for output_len > 1 (requests of one token have no TPOT, and count as
-TPOT 0 for goodput); ``itl`` = every gap between consecutive output tokens.  Mean,
+TPOT 0 for goodput); ``itl`` = every gap between consecutive streamed chunks (one per
+token, or one per engine step under speculative decoding, ``SimRequest.itl``).  Mean,
 median, std (population, numpy's default) and percentiles (numpy's linear
 interpolation) in milliseconds; an empty list counts as ``[0]`` (vLLM's ``np.mean(x or
 0)``).  ``duration`` is the benchmark duration (time of the last finish, s);
@@ -180,7 +181,7 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
         if n > 1:
             tpot = (lat - ttft) / (n - 1)
             tpots.append(tpot)
-            itls.extend(b - a for a, b in zip(tt, tt[1:]))
+            itls.extend(r.itl)  # per streamed chunk (SimRequest.itl)
         all_tpots.append(tpot)
         ttfts.append(ttft)
         e2els.append(lat)

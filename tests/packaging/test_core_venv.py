@@ -73,7 +73,10 @@ def test_core_tests_pass_in_core_only_venv(core_venv: Venv,
         pytest.skip("the core has no tests outside tests/packaging yet")
     work = copy_tests(src, tmp_path_factory.mktemp("core-tests"), exclude=("packaging",),
                       siblings=("benchmarks",))
-    proc = run_pytest(core_venv, work, "core tests in the core-only venv")
+    # the step-time model's accuracy table (~2.5 min of CPU simulating 158 published
+    # runs) is no property of the install: the core stage runs it once
+    proc = run_pytest(core_venv, work, "core tests in the core-only venv",
+                      "--ignore=tests/sim/test_sim_accuracy.py")
     assert " passed" in proc.stdout
 
 

@@ -5,10 +5,13 @@ integrations/vllm/tests/test_sim_schedule_vs_vllm.py.)"""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvcore
 from kvcore.errors import ConfigError
@@ -287,3 +290,144 @@ def test_speculative_decoding_bad_settings_name_the_field(kw: dict[str, Any]) ->
         run_engine(_manager(), [_req("a", 10, 2)], ConstantTimeModel(1.0),
                    max_num_seqs=8, max_num_batched_tokens=64, **kw)
     assert e.value.extra["field"] == field and field in str(e.value)
+
+
+# ---- third tester's findings 5, 12, 13 (issue 21) ---------------------------------------
+
+_BAD_ACCEPTANCE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),  # a count is an int, 2.0 included
+    st.integers(max_value=-1), st.integers(min_value=4), st.booleans(),
+    st.text(max_size=3), st.none(), st.lists(st.integers(0, 3), max_size=2))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_BAD_ACCEPTANCE)
+def test_spec_acceptance_bad_return_is_a_config_error(bad: Any) -> None:
+    """spec_acceptance(request_id, k, drafts) returns the drafts accepted: an integer in
+    [0, drafts] (vLLM's rejection sampler accepts a prefix of the drafts).  Anything else
+    (NaN, '2', None, 1.5, inf, a list, a bool, a negative count, more than the drafts)
+    is a ConfigError naming spec_acceptance, not a raw ValueError / TypeError nor a
+    silent floor / clamp (tester3 finding 5).  Drafts here: 3 (k = 3, 1 + 3 tokens a
+    decode step within the budget of 64)."""
+    with pytest.raises(ConfigError) as e:
+        run_engine(_manager(), [_req("a", 40, 10)], ConstantTimeModel(1.0),
+                   max_num_seqs=8, max_num_batched_tokens=64, num_speculative_tokens=3,
+                   spec_acceptance=lambda rid, k, n: bad)
+    assert e.value.extra["field"] == "spec_acceptance" and "spec_acceptance" in str(e.value)
+    assert repr(bad)[:20] in str(e.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.lists(st.integers(0, 5), min_size=1, max_size=12),
+       st.integers(2, 30), st.booleans())
+def test_spec_decoding_itl_one_per_streamed_chunk(k: int, pattern: list[int], out: int,
+                                                  np_int: bool) -> None:
+    """vLLM streams one delta per engine step (stream_interval 1): the accepted + 1
+    tokens of a speculative step are ONE chunk, and vllm bench serve appends one ITL
+    per chunk (vllm/benchmarks/lib/endpoint_request_func.py, ``output.itl.append`` once
+    per SSE chunk; serve.py calculate_metrics: "multiple output tokens may be bundled
+    together"), while TPOT stays (latency - ttft) / (output_len - 1) (tester3 finding
+    12).  A lone request, 1 s a step: every chunk after the first comes 1 s after the
+    one before, so every ITL is 1 s and there is one per decode step; TPOT is the
+    decode time over the tokens."""
+    from kvcore.sim.metrics import serving_metrics
+
+    np = pytest.importorskip("numpy") if np_int else None
+
+    def accept(rid: str, j: int, n: int) -> Any:
+        a = min(pattern[j % len(pattern)], n)
+        return np.int64(a) if np is not None else a  # numpy's ints count as ints
+
+    r = _req("a", 40, out)
+    res = run_engine(_manager(), [r], ConstantTimeModel(1.0), max_num_seqs=8,
+                     max_num_batched_tokens=64, num_speculative_tokens=k,
+                     spec_acceptance=accept)
+    assert len(r.token_times) == out
+    chunks = sorted(set(r.token_times))  # one chunk per step that produced tokens
+    assert r.itl == pytest.approx([1.0] * (len(chunks) - 1))
+    m = serving_metrics(res)
+    if out > 1 and len(chunks) > 1:
+        assert m["median_itl_ms"] == pytest.approx(1000.0)
+        assert m["mean_itl_ms"] == pytest.approx(1000.0)
+    assert m["mean_tpot_ms"] == pytest.approx(
+        1000 * (r.token_times[-1] - r.token_times[0]) / (out - 1))
+
+
+def test_spec_decoding_itl_hand_case() -> None:
+    """The hand case above (acceptance 3, 0, 2, 3; token times 1, 2 x 4, 3, 4 x 3, 5):
+    chunks at 1, 2, 3, 4, 5 -> itl [1, 1, 1, 1] (vLLM: median / mean ITL 1000 ms), TPOT
+    (5 - 1) / 9 s = 444 ms either way."""
+    from kvcore.sim.metrics import serving_metrics
+
+    pattern = [3, 0, 2, 3]
+    r = _req("a", 40, 10)
+    res = run_engine(_manager(), [r], ConstantTimeModel(1.0), max_num_seqs=8,
+                     max_num_batched_tokens=64, num_speculative_tokens=3,
+                     spec_acceptance=lambda rid, k, n: pattern[k])
+    assert r.itl == [1.0, 1.0, 1.0, 1.0]
+    m = serving_metrics(res)
+    assert m["median_itl_ms"] == pytest.approx(1000.0)
+    assert m["mean_tpot_ms"] == pytest.approx(4000 / 9)
+
+
+def test_itl_without_spec_decoding_is_per_token() -> None:
+    """Without drafts every step streams one token: one ITL per token gap, even when a
+    step takes 0 s (two chunks at the same time are still two chunks)."""
+    r = _req("a", 10, 5)
+    run_engine(_manager(), [r], ConstantTimeModel(0.0), max_num_seqs=8,
+               max_num_batched_tokens=64)
+    assert r.itl == [0.0] * 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(st.floats(max_value=-1e-9), st.just(math.nan), st.just(math.inf),
+                 st.just(-math.inf), st.text(max_size=2), st.none(), st.booleans()),
+       st.booleans())
+def test_engine_now_cannot_go_back(shift: Any, busy: bool) -> None:
+    """Engine.now (the clocked driver moves idle engines forward with it) only moves
+    forward: a time before the current one, NaN, inf or a non-number is a ConfigError
+    naming now and 'a finite time >= the current one' (tester3 finding 13: token times
+    [-3, -2, -1], a negative TTFT), busy or idle."""
+    from kvcore.sim.engine import Engine
+
+    eng = Engine(_manager(), ConstantTimeModel(1.0), max_num_seqs=8,
+                 max_num_batched_tokens=64)
+    r = _req("a", 100, 3)
+    r.sent = 0.0
+    eng.add_request(r)
+    eng.step()
+    if not busy:
+        while eng.has_work:
+            eng.step()
+    before = eng.now
+    target = shift if not isinstance(shift, float) or isinstance(shift, bool) \
+        else before + shift
+    with pytest.raises(ConfigError) as e:
+        eng.now = target
+    assert e.value.extra["field"] == "now"
+    assert "a finite time >= the current one" in str(e.value)
+    assert eng.now == before
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.0, 1e7), st.booleans())
+def test_engine_now_forward_keeps_latencies(skip: float, busy: bool) -> None:
+    """Moving the clock forward is allowed (busy: the skip is in the next tokens'
+    times; idle: a rebase) and token times never go backwards."""
+    from kvcore.sim.engine import Engine
+
+    eng = Engine(_manager(), ConstantTimeModel(1.0), max_num_seqs=8,
+                 max_num_batched_tokens=64)
+    r = _req("a", 100, 3)
+    r.sent = 0.0
+    eng.add_request(r)
+    eng.step()
+    if not busy:
+        while eng.has_work:
+            eng.step()
+    t = eng.now + skip
+    eng.now = t
+    assert eng.now == pytest.approx(t, rel=1e-12)
+    while eng.has_work:
+        eng.step()
+    assert r.token_times == sorted(r.token_times) and r.token_times[0] >= 0

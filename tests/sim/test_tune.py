@@ -287,6 +287,9 @@ def test_tune_hybrid_ranks_the_block_size_vllm_runs(sizes: list[int]) -> None:
     import contextlib
     import io
 
+    from kvcore_plugin_needs import skip_unless_served
+
+    skip_unless_served("qwen3-next-80b-a3b-thinking")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["tune", "qwen3-next-80b-a3b-thinking", "--gpu", "H100", "--tp", "4",
