@@ -4,6 +4,7 @@ references, and the Triton kernels (interpreted) equal to the references byte fo
 from __future__ import annotations
 
 import importlib.util
+import zlib
 
 import pytest
 
@@ -165,7 +166,9 @@ def test_copy_blocks_ref_by_hand():
 @pytest.mark.parametrize("kv_dtype", list(CACHE_DTYPES))
 @pytest.mark.parametrize("head_major", [False, True])
 def test_triton_store_gather_copy_equal_reference(kv_dtype, head_major):
-    torch.manual_seed(hash((kv_dtype, head_major)) % 1000)
+    # a seed fixed across processes (str hashes are salted per process by PYTHONHASHSEED,
+    # so hash() gave every run other inputs)
+    torch.manual_seed(zlib.crc32(f"{kv_dtype}-{head_major}".encode()) % 1000)
     heads, d, dv, nb, bs, t = 3, 20, 12, 6, 4, 11
     in_dtype = torch.float32 if kv_dtype == "float32" else (
         torch.float16 if kv_dtype == "float16" else torch.bfloat16)
@@ -183,8 +186,11 @@ def test_triton_store_gather_copy_equal_reference(kv_dtype, head_major):
         got_k, got_v = gather_cache(kc, vc, table, torch.tensor([10, 9]), kv_dtype, ks,
                                     vs, impl=impl)
         copy_blocks(blocks, [[1, 0], [5, 3]], impl=impl)
-        results.append([kc.view(torch.uint8) if kc.element_size() == 1 else kc,
-                        vc.view(torch.uint8) if vc.element_size() == 1 else vc,
+        # 1-byte caches compared by value (decoded to float32), not by byte: TRITON_INTERPRET's
+        # fp8 emulation stores a negative value that rounds to zero as +0 (0x00) where
+        # torch's cast keeps the sign (0x80, -0); both decode to 0 (seed 511 of 0..1000)
+        results.append([kc.float() if kc.element_size() == 1 else kc,
+                        vc.float() if vc.element_size() == 1 else vc,
                         got_k, got_v] + ([ks, vs] if torch.is_tensor(ks) and ks.dim() == 3
                                          else []))
     for r, tr in zip(*results):
