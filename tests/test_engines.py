@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_cli_support import run_cli as _t3_run  # noqa: E402
 from kvcore_plugin_needs import skip_unless_served
 from vllm_logs import error, load_cases, predict
 
@@ -577,7 +578,6 @@ def test_overhead_and_cap_are_the_ledgers_lines(model: str, gpu: str, util: floa
 
     from kvcore_plugin_needs import missing_distributions
 
-    from kvcore.cli import main as cli_main
 
     if missing_distributions(model):  # the core-only venv: a plugin's model
         return
@@ -603,22 +603,6 @@ def test_overhead_and_cap_are_the_ledgers_lines(model: str, gpu: str, util: floa
 
 
 # ---- moved from tests/test_tester3_findings.py (tester 3's findings, fixed) -----------
-
-def _t3_run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    code = cli_main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def _t3_json(capsys: Any, argv: list[str]) -> dict[str, Any]:
-    code, out, err = _t3_run(capsys, [*argv, "--json"])
-    assert code == 0, err + out
-    return json.loads(out)  # type: ignore[no-any-return]
-
-
-T3_BASE = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
-           "--num-prompts", "8", "--random-input-len", "64", "--random-output-len", "4"]
-
 
 # 4 ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [

@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_cli_support import run_cli as _run  # noqa: E402
+from kvcore_cli_support import run_json as _json
+from kvcore_cli_support import run_json as _t3_json
 
 from kvcore.cli import main as cli_main
 from kvcore.errors import ConfigError
@@ -31,18 +34,6 @@ SMALL = ["--gpu", "H100", "--dataset", "random"]
 BASE = ["simulate", "llama-3.1-8b", *SMALL, "--num-prompts", "6", "--random-input-len",
         "64", "--random-output-len", "8"]
 METRICS = ("ttft", "tpot", "itl", "e2el")
-
-
-def _run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    code = cli_main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def _json(capsys: Any, argv: list[str]) -> dict[str, Any]:
-    code, out, err = _run(capsys, [*argv, "--json"])
-    assert code == 0, err + out
-    return json.loads(out)  # type: ignore[no-any-return]
 
 
 def _one_line_error(code: int, out: str, err: str, word: str) -> None:
@@ -402,17 +393,6 @@ def test_percentile_metrics_on_fleets_and_sweeps(capsys: Any) -> None:
 
 
 # ---- moved from tests/test_tester3_findings.py (tester 3's findings, fixed) -----------
-
-def _t3_run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    code = cli_main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def _t3_json(capsys: Any, argv: list[str]) -> dict[str, Any]:
-    code, out, err = _t3_run(capsys, [*argv, "--json"])
-    assert code == 0, err + out
-    return json.loads(out)  # type: ignore[no-any-return]
 
 
 T3_BASE = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",

@@ -23,6 +23,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_cli_support import assert_clean_error as _clean_error  # noqa: E402
+from kvcore_cli_support import run_cli as _run
+from kvcore_cli_support import run_json as _t3_json
 
 from kvcore.cli import build_parser, main
 from kvcore.errors import ConfigError
@@ -38,20 +41,6 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 BURST = DATA / "burstgpt_sample.csv"
 SHARE = DATA / "sharegpt_sample.json"
 SIM = ["simulate", "llama-3.1-8b"]
-
-
-def _run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _clean_error(rc: int, err: str, *words: str) -> None:
-    assert rc == 2, err
-    assert "Traceback" not in err and "kvcore bug" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 # ---- 1. --dataset-name, --dataset an alias --------------------------------------------
@@ -488,17 +477,6 @@ def test_prefix_repetition_send_times_note(dataset: str | None, rate: float | No
 
 
 # ---- moved from tests/test_tester3_findings.py (tester 3's findings, fixed) -----------
-
-def _t3_run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def _t3_json(capsys: Any, argv: list[str]) -> dict[str, Any]:
-    code, out, err = _t3_run(capsys, [*argv, "--json"])
-    assert code == 0, err + out
-    return json.loads(out)  # type: ignore[no-any-return]
 
 
 T3_BASE = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",

@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_cli_support import assert_clean_error as _clean_error  # noqa: E402
+from kvcore_cli_support import run_cli as _run
 
 import kvcore
-from kvcore.cli import build_parser, main
+from kvcore.cli import build_parser
 from kvcore.errors import ConfigError
 
 SIM = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
@@ -31,20 +33,6 @@ TUNE = ["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
         "--random-input-len", "128", "--num-prompts", "8", "--backend", "serial",
         "--max-model-len", "4096", "--tp", "1", "--kv-cache-dtype", "auto",
         "--max-num-batched-tokens", "2048", "--max-num-seqs", "16"]
-
-
-def _run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _clean_error(rc: int, err: str, *words: str) -> None:
-    assert rc == 2, err
-    assert "kvcore bug" not in err and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 # ---- 1. peak buckets: only the seconds that hold events ---------------------------------

@@ -28,26 +28,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_cli_support import run_cli as _run  # noqa: E402
+from kvcore_cli_support import run_json as _json
 
-from kvcore.cli import main as cli_main
 from kvcore.errors import ConfigError
 from kvcore.sim.modes import resolve_mamba_cache_mode
 
 pytest.importorskip("kvcore_mamba")
 
 SMALL = ["--gpu", "H100", "--dataset", "random"]
-
-
-def _run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    code = cli_main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def _json(capsys: Any, argv: list[str]) -> dict[str, Any]:
-    code, out, err = _run(capsys, [*argv, "--json"])
-    assert code == 0, err + out
-    return json.loads(out)  # type: ignore[no-any-return]
 
 
 def _vllm_rule(mode: str | None, prefix_caching: bool) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -292,22 +291,6 @@ def test_dev_null_is_an_empty_trace_not_missing(capsys: pytest.CaptureFixture[st
 
 
 # ---- moved from tests/test_tester3_findings.py (tester 3's findings, fixed) -----------
-
-def _t3_run(capsys: Any, argv: list[str]) -> tuple[int, str, str]:
-    code = cli_main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def _t3_json(capsys: Any, argv: list[str]) -> dict[str, Any]:
-    code, out, err = _t3_run(capsys, [*argv, "--json"])
-    assert code == 0, err + out
-    return json.loads(out)  # type: ignore[no-any-return]
-
-
-T3_BASE = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
-           "--num-prompts", "8", "--random-input-len", "64", "--random-output-len", "4"]
-
 
 # 10 --------------------------------------------------------------------------------
 ROWS = "".join(json.dumps({"timestamp": 1000 * i, "input_length": 64 + i,
