@@ -29,7 +29,7 @@ from kvcore.errors import KVCoreError, NotEnoughMemoryError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
 
 __all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
-           "select_rows", "summary", "fit", "METRICS"]
+           "select_rows", "summary", "fit", "source_family", "METRICS", "V2_EFFICIENCY"]
 
 #: the compared figures: measured key -> simulated key (the simulated statistic follows
 #: the row's: mean rows compare means, median rows medians)
@@ -77,14 +77,21 @@ def engine_of(row: dict[str, Any]) -> str | None:
 
 @lru_cache(maxsize=64)
 def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int,
-          kv_gib: float | None = None, engine: str | None = None) -> Any:
+          kv_gib: float | None = None, engine: str | None = None, pp: int = 1,
+          kv_cache_dtype: str = "auto") -> Any:
     import kvcore
 
+    extra: dict[str, Any] = {}
+    if pp != 1:
+        extra["pipeline_parallel_size"] = pp
+    if kv_cache_dtype != "auto":
+        extra["kv_cache_dtype"] = kv_cache_dtype
     if kv_gib is not None:  # the KV budget the run's own log reports, per rank
         return kvcore.plan_model(config, kv_cache_memory_bytes=int(kv_gib * (1 << 30)),
                                  tensor_parallel_size=tp, max_model_len=max_model_len,
-                                 max_num_batched_tokens=mnbt)
-    extra: dict[str, Any] = {"engine": engine} if engine else {}
+                                 max_num_batched_tokens=mnbt, **extra)
+    if engine:
+        extra["engine"] = engine
     return kvcore.plan_model(config, gpu=gpu, tensor_parallel_size=tp,
                              max_model_len=max_model_len, max_num_batched_tokens=mnbt,
                              max_num_seqs=mns, **extra)
@@ -129,6 +136,8 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     cfg_path = _config_path(row, base)
     gpu = row["gpu"]
     tp = int(row.get("tensor_parallel_size", 1))
+    pp = int(row.get("pipeline_parallel_size", 1))
+    kvd = str(row.get("kv_cache_dtype", "auto"))
     mnbt, mns = vllm_serve_defaults(gpu)
     mnbt = int(row.get("max_num_batched_tokens", mnbt))
     mns = int(row.get("max_num_seqs", mns))
@@ -136,7 +145,7 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     mml = int(row.get("max_model_len") or 1 << max(11, math.ceil(math.log2(isl + osl))))
     try:
         kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"),
-                   engine_of(row))
+                   engine_of(row), pp, kvd)
     except KVCoreError as e:
         # the run was published, so vLLM started it: kvcore's fit verdict refused a
         # deployment that runs.  Recorded (``_REFUSALS``, printed by the table) and
@@ -145,14 +154,16 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
         if row.get("kv_cache_memory_gib") is not None or not isinstance(
                 e, NotEnoughMemoryError):
             raise
-        big = _plan(cfg_path, gpu, tp, mml, mnbt, mns, float(1 << 14))  # 16 TiB
+        big = _plan(cfg_path, gpu, tp, mml, mnbt, mns, float(1 << 14), None, pp,
+                    kvd)  # 16 TiB
         need = big.stats.kv_cache_memory_bytes_for_one_request
         _REFUSALS[row["id"]] = f"{e} (simulated with {need / (1 << 30):.2f} GiB of KV)"
-        kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, need / (1 << 30))
+        kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, need / (1 << 30), None, pp, kvd)
     g0 = kv.kv_cache_groups[0].spec
     cap = (kv.num_blocks - 1) * g0.block_size if kv.num_blocks else None
     model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,
-                         tensor_parallel_size=tp, efficiency=efficiency)
+                         tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                         kv_cache_dtype=kvd, efficiency=efficiency)
     rate = row.get("request_rate", "inf")
     if sim == "engine":
         fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml))
@@ -167,14 +178,51 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
             "ttft_ms": fig[f"{stat}_ttft_ms"], "tpot_ms": fig[f"{stat}_tpot_ms"]}
 
 
+def _simulate_one(args: tuple[dict[str, Any], Efficiency, Path | None, str]
+                  ) -> tuple[dict[str, float], str | None]:
+    row, eff, base, sim = args
+    got = simulate_row(row, eff, base=base, sim=sim)
+    return got, _REFUSALS.get(row["id"])
+
+
+_POOL: list[Any] = []
+
+
+def _pool(workers: int) -> Any:
+    """A process pool of ``workers`` kept across the fit's evaluations (each worker
+    keeps its plans cached)."""
+    if _POOL and _POOL[0][0] == workers:
+        return _POOL[0][1]
+    import concurrent.futures
+    import multiprocessing
+
+    for _, old in _POOL:
+        old.shutdown()
+    _POOL.clear()
+    ctx = multiprocessing.get_context("spawn")
+    ex = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    _POOL.append((workers, ex))
+    return ex
+
+
 def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
-             base: Path | None = None, sim: str = "engine") -> list[dict[str, Any]]:
+             base: Path | None = None, sim: str = "engine", workers: int = 1
+             ) -> list[dict[str, Any]]:
     """Per row: id, split, and per metric the measured and simulated value and the
     relative error ``simulated / measured - 1`` (metrics the row does not quote are
-    left out)."""
+    left out).  ``workers`` > 1: the rows are replayed in a process pool of that many
+    (the same figures: each replay is deterministic)."""
+    args = [(row, efficiency, base, sim) for row in rows]
+    if workers > 1 and len(rows) > 1:
+        done = list(_pool(workers).map(_simulate_one, args, chunksize=1))
+        for row, (_, why) in zip(rows, done):
+            if why is not None:
+                _REFUSALS[row["id"]] = why
+        figs = [g for g, _ in done]
+    else:
+        figs = [simulate_row(row, efficiency, base=base, sim=sim) for row in rows]
     out = []
-    for row in rows:
-        got = simulate_row(row, efficiency, base=base, sim=sim)
+    for row, got in zip(rows, figs):
         rec: dict[str, Any] = {"id": row["id"], "split": row["split"]}
         for m in METRICS:
             if m in row["measured"]:
@@ -221,8 +269,8 @@ def summary(results: list[dict[str, Any]], split: str) -> dict[str, float]:
     return out
 
 
-#: the grid of each fitted term
-_GRID: dict[str, tuple[float, ...]] = {
+#: the grid of each fitted term in v5 (tests/data/sim_accuracy/v5_protocol.md)
+_GRID_V5: dict[str, tuple[float, ...]] = {
     "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
     "memory_hbm3": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
     "memory_gddr": (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
@@ -237,16 +285,75 @@ _GRID: dict[str, tuple[float, ...]] = {
     "allreduce_latency_s": (1e-5, 2e-5, 5e-5, 1e-4, 2e-4),
 }
 
+#: the grid of each fitted term (v6, tests/data/sim_accuracy/v6_protocol.md): v5's, the
+#: efficiencies' upper edges at 1.0 (the physical bound), and the two new terms
+_GRID: dict[str, tuple[float, ...]] = {
+    **_GRID_V5,
+    "memory": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0),
+    "memory_hbm3": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0),
+    "memory_gddr": (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0),
+    "compute": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "api_server_s": (0.0, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 8e-3, 1.2e-2, 2e-2, 3e-2),
+    "moe_compute": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+}
+
+#: v2's coefficients (docs/SIM_ACCURACY.md), where the v6 fit starts
+V2_EFFICIENCY = Efficiency(
+    compute=0.8, memory=0.6, memory_hbm3=0.6, memory_gddr=0.9, roofline_p=3.0,
+    step_s=1.5e-3, per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
+    prefill_token_s=0.0, moe_memory=0.5, request_overhead_s=0.02)
+
+
+def source_family(row: dict[str, Any]) -> str:
+    """The deployment a row's figures come from, for the fit's weights (v6 protocol):
+    every GPUStack Performance Lab page is one lab's deployment, as are the
+    tenstorrent/tt-inference-server threads, the dennislee22 README and the
+    SemiAnalysis InferenceX runs; any other source is its own family."""
+    src = str(row.get("source", ""))
+    for key, fam in (("GPUStack", "gpustack"), ("tenstorrent/tt-inference-server",
+                                               "tenstorrent"),
+                     ("dennislee22", "dennislee22"), ("InferenceX", "inferencex")):
+        if key in src:
+            return fam
+    return src.split(" '")[0] or row["id"]
+
+
+def _weighted_median(pairs: list[tuple[float, float]]) -> float:
+    """The smallest value whose cumulative weight reaches half the total."""
+    pairs = sorted(pairs)
+    half = sum(w for _, w in pairs) / 2.0
+    acc = 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= half - 1e-12:
+            return v
+    return pairs[-1][0]
+
 
 def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
-          sim: str = "engine") -> float:
+          sim: str = "engine", weighted: bool = False, workers: int = 1) -> float:
     """The fit's loss: the median plus a quarter of the mean absolute log error over
     every quoted figure of the rows, pooled (each figure counts the same; v2's loss, kept
     in v5: a loss weighing each metric the same (v4, v5b) let the seven noisy
     concurrency-1 TTFTs set the compute efficiency to its grid's lowest value, 0.3, and
-    broke the large-batch rows; docs/SIM_ACCURACY.md)."""
+    broke the large-batch rows; docs/SIM_ACCURACY.md).  ``weighted`` (v6): each figure
+    weighs 1 / sqrt(n), n the fit rows of its :func:`source_family`; weighted median
+    and mean."""
+    if weighted:
+        count: dict[str, int] = {}
+        for row in rows:
+            f = source_family(row)
+            count[f] = count.get(f, 0) + 1
+        wt = {row["id"]: 1.0 / math.sqrt(count[source_family(row)]) for row in rows}
+        pairs = []
+        for r in evaluate(rows, eff, base=base, sim=sim, workers=workers):
+            for m in METRICS:
+                if m in r:
+                    pairs.append((abs(math.log1p(r[m]["error"])), wt[r["id"]]))
+        tot = sum(w for _, w in pairs)
+        return _weighted_median(pairs) + 0.25 * sum(v * w for v, w in pairs) / tot
     errs = []
-    for r in evaluate(rows, eff, base=base, sim=sim):
+    for r in evaluate(rows, eff, base=base, sim=sim, workers=workers):
         for m in METRICS:
             if m in r:
                 errs.append(abs(math.log1p(r[m]["error"])))
@@ -254,21 +361,31 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
 
 
 def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
-        base: Path | None = None, rounds: int = 2, sim: str = "engine") -> Efficiency:
-    """Coordinate descent over :data:`_GRID` on the ``fit`` rows of ``rows`` but those
-    with a ``fit_excluded`` reason (loss:
-    :func:`_loss`, the median plus a quarter of the mean absolute log error over every
-    quoted figure),
-    from ``start`` (default: the class defaults of :class:`Efficiency`, so the result
-    does not depend on the current :data:`DEFAULT_EFFICIENCY`)."""
+        base: Path | None = None, rounds: int = 2, sim: str = "engine",
+        grid: dict[str, tuple[float, ...]] | None = None, weighted: bool = True,
+        workers: int = 1, log: Any = None) -> Efficiency:
+    """Coordinate descent over ``grid`` (default :data:`_GRID`, v6's) on the ``fit``
+    rows of ``rows`` but those with a ``fit_excluded`` reason (loss: :func:`_loss`, the
+    median plus a quarter of the mean absolute log error over every quoted figure,
+    ``weighted`` by source family as the v6 protocol fixes; v5's fit: ``grid=_GRID_V5,
+    weighted=False``), from ``start`` (default: the class defaults of
+    :class:`Efficiency`, so the result does not depend on the current
+    :data:`DEFAULT_EFFICIENCY`; the v6 fit starts from :data:`V2_EFFICIENCY`).
+    ``workers``: processes replaying the rows; ``log(name, value, loss, best)``: called
+    per candidate."""
     fit_rows = [r for r in rows if r["split"] == "fit" and not r.get("fit_excluded")]
     eff = start if start is not None else Efficiency()
-    best = _loss(fit_rows, eff, base, sim)
+    grid = _GRID if grid is None else grid
+    best = _loss(fit_rows, eff, base, sim, weighted, workers)
     for _ in range(rounds):
-        for name, grid in _GRID.items():
-            for v in grid:
+        for name, values in grid.items():
+            for v in values:
                 cand = dataclasses.replace(eff, **{name: v})
-                loss = _loss(fit_rows, cand, base, sim)
+                if cand == eff:
+                    continue  # the current point: its loss is ``best``
+                loss = _loss(fit_rows, cand, base, sim, weighted, workers)
+                if log is not None:
+                    log(name, v, loss, best)
                 if loss < best - 1e-12:
                     best, eff = loss, cand
     return eff
@@ -299,6 +416,8 @@ def _parser() -> Any:
                         "row; --only / --added then do not filter)")
     p.add_argument("--fast", action="store_true",
                    help="replay with kvcore.sim.fastsim instead of the engine")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="replay the rows in N processes (the same figures)")
     return p
 
 
@@ -316,11 +435,18 @@ def _main(argv: list[str]) -> int:
     if not args.fit:  # the fit always sees every fit row
         rows = select_rows(rows, args.only, args.added)
     sim = "fast" if args.fast else "engine"
+    if args.workers < 1:
+        parser.error(f"argument --workers: {args.workers} is not a process count; valid: "
+                     "an integer >= 1")
     eff = DEFAULT_EFFICIENCY
     if args.fit:
-        eff = fit(rows, base=base, sim=sim)
+        def log(name: str, v: float, loss: float, best: float) -> None:
+            print(f"fit: {name}={v:g} loss {loss:.5f} (best {best:.5f})", file=sys.stderr,
+                  flush=True)
+
+        eff = fit(rows, V2_EFFICIENCY, base=base, sim=sim, workers=args.workers, log=log)
         print(f"fitted: {eff}")
-    res = evaluate(rows, eff, base=base, sim=sim)
+    res = evaluate(rows, eff, base=base, sim=sim, workers=args.workers)
     print("| row | split | output tok/s meas / sim (err) | TTFT ms meas / sim (err) | "
           "TPOT ms meas / sim (err) |")
     print("|---|---|---|---|---|")

@@ -51,7 +51,12 @@ request and the engine seeing it: a request joins the waiting queue at ``sent +
 request_overhead_s``.  The way back (detokenisation, streaming) is folded into that
 share: a constant per request shifts only where the sum falls, and the sum is what every
 figure sees (TTFT, E2EL, ``duration``, the closed loop's gaps), so a token reaches the
-client at the end of the step that produced it.  Each step advances ``now`` by
+client at the end of the step that produced it.  **The API server as a serial stage**
+(``api_server_s``, by default the time model's attribute of that name, 0 if none): one
+request at a time passes it, so the engine sees request ``i`` (in send order) at
+``max(sent_i + request_overhead_s, seen_(i-1) + api_server_s)``: a burst of ``N``
+reaches the engine over ``(N - 1) x api_server_s``, a request alone is not delayed
+beyond ``request_overhead_s`` (its extra wait is ``SimRequest.api_wait``).  Each step advances ``now`` by
 ``time_model.step_time(describe_batch(kv_cache_config, scheduled))``.  With nothing
 waiting or running the clock jumps to the next request the engine will see.
 
@@ -119,7 +124,8 @@ class SimRequest:
     __slots__ = ("trace", "request_id", "request", "outputs", "prompt_len", "output_len",
                  "arrival", "sent", "token_times", "finish", "num_cached_tokens",
                  "preemptions", "rejected", "num_out", "route_est", "t0", "sref",
-                 "junction", "spec", "sched_spec", "n_verify", "prefill_chunk", "bundled")
+                 "junction", "spec", "sched_spec", "n_verify", "prefill_chunk", "bundled",
+                 "api_wait")
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
@@ -153,6 +159,9 @@ class SimRequest:
         self.n_verify = 0
         self.prefill_chunk = False
         self.bundled: list[int] = []
+        #: seconds it waited for the API server's serial stage beyond
+        #: ``request_overhead_s`` (module docstring; 0 without ``api_server_s``)
+        self.api_wait = 0.0
 
     def materialize(self, manager: Any) -> None:
         t = self.trace
@@ -226,20 +235,20 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
-def resolve_request_overhead(time_model: Any, request_overhead_s: float | None = None
-                             ) -> float:
+def resolve_request_overhead(time_model: Any, request_overhead_s: float | None = None,
+                             name: str = "request_overhead_s") -> float:
     """The API server's share of a request, s (module docstring): ``request_overhead_s``
-    when given, else the time model's attribute of that name (0 without one).
+    when given, else the time model's attribute ``name`` (0 without one; ``name``
+    ``api_server_s``: the serial stage's time per request).
 
-    Raises ConfigError (field ``request_overhead_s``) unless it is a finite number
-    >= 0."""
-    v = getattr(time_model, "request_overhead_s", 0.0) if request_overhead_s is None \
+    Raises ConfigError (field ``name``) unless it is a finite number >= 0."""
+    v = getattr(time_model, name, 0.0) if request_overhead_s is None \
         else request_overhead_s
     if v is None:
         v = 0.0
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < math.inf:
-        raise ConfigError(f"request_overhead_s must be a finite number of seconds >= 0, "
-                          f"got {v!r}", field="request_overhead_s", value=repr(v))
+        raise ConfigError(f"{name} must be a finite number of seconds >= 0, "
+                          f"got {v!r}", field=name, value=repr(v))
     return float(v)
 
 
@@ -372,7 +381,9 @@ class Engine:
     points, halving them (every other point) when reached (None: every step); the
     exact time-weighted usage is then :attr:`usage_area` / :attr:`now` and its peak
     :attr:`peak_usage`.  request_overhead_s: the API server's share of every request,
-    s (module docstring; None: the time model's ``request_overhead_s``, 0 without one).
+    s (module docstring; None: the time model's ``request_overhead_s``, 0 without one);
+    api_server_s: the API server's serial stage, s per request (None: the time
+    model's ``api_server_s``, 0 without one).
     Raises ConfigError for a count out of range or an overhead that is not a finite
     number >= 0 (naming it).
     """
@@ -385,7 +396,8 @@ class Engine:
                  result: EngineResult | None = None, max_samples: int | None = None,
                  num_speculative_tokens: int = 0,
                  spec_acceptance: SpecAcceptance | None = None,
-                 request_overhead_s: float | None = None) -> None:
+                 request_overhead_s: float | None = None,
+                 api_server_s: float | None = None) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
         _check_int("num_speculative_tokens", num_speculative_tokens, 0)
         if num_speculative_tokens and not callable(spec_acceptance):
@@ -409,6 +421,11 @@ class Engine:
         self.step_time = time_model.step_time
         #: seconds between a request's send and the engine seeing it (module docstring)
         self.request_overhead_s = resolve_request_overhead(time_model, request_overhead_s)
+        #: the API server's serial time per request, s (module docstring)
+        self.api_server_s = resolve_request_overhead(time_model, api_server_s,
+                                                     "api_server_s")
+        #: the earliest time (absolute, s) the serial stage hands over the next request
+        self._api_next = -math.inf
         self.kvcfg = manager.kv_cache_config if kv_cache_config is None \
             else kv_cache_config
         self.max_num_seqs = max_num_seqs
@@ -497,30 +514,56 @@ class Engine:
             return self.now
         if self.transit:
             r = self.transit[0]
-            return max(self.now, r.sent + self.request_overhead_s)
+            return max(self.now, r.sent + self.request_overhead_s + r.api_wait)
         return float("inf")
+
+    def _api_stage(self, r: SimRequest) -> float:
+        """Pass ``r`` through the API server's serial stage (module docstring): sets and
+        returns ``r.api_wait``, its wait beyond ``request_overhead_s``, s."""
+        api = self.api_server_s
+        if not api:
+            return 0.0
+        seen = r.sent + self.request_overhead_s
+        nxt = self._api_next
+        r.api_wait = nxt - seen if nxt > seen else 0.0
+        self._api_next = seen + r.api_wait + api
+        return r.api_wait
+
+    def _to_transit(self, r: SimRequest) -> None:
+        tr = self.transit
+        if tr and r.sent < tr[-1].sent:  # a slot freed early (a rejection's reply)
+            i = len(tr)
+            while i and tr[i - 1].sent > r.sent:
+                i -= 1
+            tr.insert(i, r)
+        else:
+            tr.append(r)
 
     def send(self, r: SimRequest) -> None:
         """The client sent ``r`` at ``r.sent`` (>= the sends before it): the engine
-        sees it ``request_overhead_s`` later (at the first step from then)."""
-        if self.request_overhead_s:
-            tr = self.transit
-            if tr and r.sent < tr[-1].sent:  # a slot freed early (a rejection's reply)
-                i = len(tr)
-                while i and tr[i - 1].sent > r.sent:
-                    i -= 1
-                tr.insert(i, r)
-            else:
-                tr.append(r)
+        sees it ``request_overhead_s`` (plus its wait for the API server's serial
+        stage) later, at the first step from then."""
+        wait = self._api_stage(r)
+        if self.request_overhead_s or wait:
+            self._to_transit(r)
         else:
-            self.arrive(r)
+            self._arrive(r)
 
     def arrive(self, r: SimRequest) -> None:
-        """The engine sees ``r`` now: at ``r.sent + request_overhead_s``, which the
-        caller has reached (a fleet routes then).  Idle and behind that time, the clock
-        is first rebased on ``r.sent`` (exact times, module docstring); busy, ``r``
-        joins the waiting queue for the next step."""
-        over = self.request_overhead_s
+        """``r`` reaches this engine's API server at ``r.sent + request_overhead_s``,
+        which the caller has reached (a fleet routes then); the engine sees it now,
+        or, with the serial stage busy (``api_server_s``), after its wait."""
+        if self._api_stage(r):
+            self._to_transit(r)
+        else:
+            self._arrive(r)
+
+    def _arrive(self, r: SimRequest) -> None:
+        """The engine sees ``r`` now: at ``r.sent + request_overhead_s + r.api_wait``,
+        which the caller has reached.  Idle and behind that time, the clock is first
+        rebased on ``r.sent`` (exact times, module docstring); busy, ``r`` joins the
+        waiting queue for the next step."""
+        over = self.request_overhead_s + r.api_wait
         if not (self.waiting or self.running) and self._sent_off(r) + over > self.clock:
             sr = r.sref
             if sr is None:
@@ -542,10 +585,10 @@ class Engine:
         tr = self.transit
         over = self.request_overhead_s
         if not (self.waiting or self.running):
-            self.arrive(tr.popleft())
+            self._arrive(tr.popleft())
         clock = self.clock
         off = self._sent_off
-        while tr and off(tr[0]) + over <= clock:
+        while tr and off(tr[0]) + over + tr[0].api_wait <= clock:
             self.add_request(tr.popleft())
 
     def add_request(self, r: SimRequest) -> None:
@@ -843,7 +886,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                max_steps: int | None = None, reserve_full_prompt: bool = True,
                num_speculative_tokens: int = 0,
                spec_acceptance: SpecAcceptance | None = None,
-               request_overhead_s: float | None = None) -> EngineResult:
+               request_overhead_s: float | None = None,
+               api_server_s: float | None = None) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion: an
     :class:`Engine` fed the requests as they arrive.
 
@@ -862,6 +906,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     request_overhead_s: seconds between the client sending a request and the engine
     seeing it (the way back folded in; module docstring); None: the time model's
     ``request_overhead_s`` (0 without one), as every kvcore path uses it.
+    api_server_s: the API server's serial stage, s per request (module docstring);
+    None: the time model's ``api_server_s`` (0 without one).
 
     Raises ConfigError for a count out of range (naming it), requests that are not
     SimRequests, a time model without ``step_time``, settings vLLM refuses
@@ -891,7 +937,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                  kv_cache_config=kv_cache_config, record_steps=record_steps,
                  keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
                  result=res, num_speculative_tokens=num_speculative_tokens,
-                 spec_acceptance=spec_acceptance, request_overhead_s=request_overhead_s)
+                 spec_acceptance=spec_acceptance, request_overhead_s=request_overhead_s,
+                 api_server_s=api_server_s)
     over = eng.request_overhead_s
     mml = eng.max_model_len
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)

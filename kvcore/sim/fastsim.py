@@ -245,6 +245,13 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                           f"the KV cache of {kv_capacity_tokens} tokens", field="kv_cache",
                           value=kv_capacity_tokens)
     overhead = float(getattr(time_model, "request_overhead_s", 0.0) or 0.0)
+    # the API server's serial stage (kvcore.sim.engine's module docstring): the engine
+    # sees a request at max(sent + overhead, the previous one's + api)
+    api = float(getattr(time_model, "api_server_s", 0.0) or 0.0)
+    api_next = -math.inf
+    # pipeline parallelism: a step is a round of that many batches (as the engine)
+    bif = getattr(time_model, "batches_in_flight", 1)
+    bif = bif if isinstance(bif, int) and not isinstance(bif, bool) and bif >= 1 else 1
     arrivals = w.arrival_times()
     limit = w.max_concurrency or len(reqs)
     order = sorted(range(len(reqs)), key=lambda i: arrivals[i])
@@ -267,12 +274,17 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     now = 0.0
     steps = 0
     step_time = time_model.step_time
+    decodes: dict[int, ScheduledRequest] = {}
     n_done = 0
     while n_done < len(reqs):
         while pending and in_flight < limit and arrivals[pending[0]] - base <= now:
             r = reqs[pending.popleft()]
             r.sent = max(arrivals[r.idx] - base, freed.popleft())
             r.seen = r.sent + overhead
+            if api:
+                if api_next > r.seen:
+                    r.seen = api_next
+                api_next = r.seen + api
             transit.append(r)
             in_flight += 1
         while transit and transit[0].seen <= now:
@@ -281,6 +293,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             if not transit:  # nothing in flight: rebase on the next arrival
                 a = arrivals[pending[0]]
                 if a - base > now:
+                    api_next -= a - base
                     base, now = a, 0.0
                     freed = deque([-math.inf] * len(freed))  # all before the arrival
                 continue
@@ -289,12 +302,12 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                 nxt = min(nxt, arrivals[pending[0]] - base)
             now = max(now, nxt)
             continue
-        budget = max_num_batched_tokens
+        budget = max_num_batched_tokens * bif
         sched: list[tuple[_Req, int]] = []
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            n = min(r.prompt + r.generated - r.computed, budget)
+            n = min(r.prompt + r.generated - r.computed, budget, max_num_batched_tokens)
             while used + n > cap and running[-1] is not r:
                 victim = running.pop()  # preempt the newest (recompute)
                 used -= victim.computed
@@ -318,7 +331,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             if enable_prefix_caching and prefix_cached and r.computed == 0 and w.prefix_len:
                 hit = (w.prefix_len // 16) * 16
             total = r.prompt + r.generated
-            n = min(total - hit, budget)
+            n = min(total - hit, budget, max_num_batched_tokens)
             if used + hit + n > cap:
                 break
             waiting.popleft()
@@ -333,8 +346,16 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                 continue
             raise ConfigError("the KV cache cannot hold any waiting request",
                               field="kv_cache", value=kv_capacity_tokens)
-        batch = describe_batch(kv_cache_config, [
-            ScheduledRequest(n, r.computed, n > 1 or r.generated == 0) for r, n in sched])
+        srs = []
+        for r, n in sched:
+            if n == 1 and r.generated:  # a decode: one frozen object per context length
+                sr = decodes.get(r.computed)
+                if sr is None:
+                    sr = decodes[r.computed] = ScheduledRequest(1, r.computed, False)
+            else:
+                sr = ScheduledRequest(n, r.computed, True)
+            srs.append(sr)
+        batch = describe_batch(kv_cache_config, srs)
         now += step_time(batch)
         steps += 1
         if steps > max_steps:

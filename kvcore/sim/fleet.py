@@ -504,7 +504,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               enable_caching: bool = True, reserve_full_prompt: bool = True,
               manager_kw: dict[str, Any] | None = None, progress: Any = None,
               keep_requests: bool = True, on_done: Any = None,
-              request_overhead_s: float | None = None) -> FleetResult:
+              request_overhead_s: float | None = None,
+              api_server_s: float | None = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -517,6 +518,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     ``request_overhead_s``: the API server's share of each request, as
     :func:`~kvcore.sim.engine.run_engine` takes it (None: the time model's); the
     router routes at the client's send, the replica sees the request that much later.
+    ``api_server_s``: each replica's API server as a serial stage, s per request
+    (:mod:`kvcore.sim.engine`; None: the time model's): after the router.
 
     ``keep_requests=False`` streams: ``requests`` may be any iterable (a generator) in
     arrival order, and no request is kept past ``on_done`` (``FleetResult.requests``,
@@ -550,6 +553,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                           f"{max_concurrency!r}", field="max_concurrency",
                           value=max_concurrency)
     over = resolve_request_overhead(time_model, request_overhead_s)
+    api = resolve_request_overhead(time_model, api_server_s, "api_server_s")
     rt = load_router(router) if isinstance(router, str) else router
     if not callable(getattr(rt, "route", None)):
         raise ConfigError(f"router must be a router name ({', '.join(router_names())}) or "
@@ -574,7 +578,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                       long_prefill_token_threshold=long_prefill_token_threshold,
                       max_model_len=mg.max_model_len if mml is None else mml,
                       reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES,
-                      request_overhead_s=over)
+                      request_overhead_s=over, api_server_s=api)
 
     # replicas are built when first routed to (a pool per replica costs MBs and
     # ~0.1 s: a fleet of 1,000 with 8 requests builds 8)

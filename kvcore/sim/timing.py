@@ -20,6 +20,7 @@ point names a callable ``factory(**options) -> StepTimeModel`` (see
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -505,12 +506,21 @@ class Efficiency:
     moe_memory: the routed experts' weights stream at ``memory x moe_memory`` of the
         bandwidth (fused-MoE kernels gather scattered experts and may reach less than a
         dense GEMM).
+    moe_compute: the routed experts' FLOPs run at ``compute x moe_compute`` of the peak
+        (fused-MoE GEMMs, and the dequantising ones of MXFP4 / FP8 / int4 experts, reach
+        less than a dense GEMM: docs/SIM_ACCURACY.md, v5 point 2).
     request_overhead_s: per request, outside the engine steps: the API server's
         tokenisation, queueing and streaming, seconds.  The simulators (engine, fleet,
         fastsim) put it between the client sending a request and the engine seeing it
         (the way back folded in), so it is inside every TTFT, end-to-end latency and
         the run's duration, and a closed loop's slot stays taken until the reply is
         back; never in step times.
+    api_server_s: the API server as one serial stage, seconds per request: the engine
+        sees request ``i`` at ``max(sent_i + request_overhead_s, seen_(i-1) +
+        api_server_s)`` (one request at a time is tokenised and handed over, so a burst
+        of ``N`` reaches the engine over ``(N - 1) x api_server_s``; a request alone
+        only waits ``request_overhead_s``).  One server per replica (in a fleet, after
+        the router); 0: no such stage.  Never in step times.
     """
 
     compute: float = 0.55
@@ -527,6 +537,21 @@ class Efficiency:
     request_overhead_s: float = 0.0
     layer_s: float = 0.0
     moe_layer_s: float = 0.0
+    moe_compute: float = 1.0
+    api_server_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Raises ConfigError naming the field: an efficiency or ``roofline_p`` that is
+        not a finite number > 0, or a time that is not a finite number >= 0."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            positive = not f.name.endswith("_s")
+            ok = (not isinstance(v, bool) and isinstance(v, (int, float))
+                  and math.isfinite(v) and (v > 0 if positive else v >= 0))
+            if not ok:
+                what = "a finite number > 0" if positive else "a finite number of seconds >= 0"
+                raise ConfigError(f"Efficiency.{f.name} must be {what}, got {v!r}",
+                                  field=f.name, value=repr(v))
 
 
 @dataclass(frozen=True)
@@ -554,7 +579,9 @@ class RooflineTimeModel:
       (qk_dim_g + v_dim_g) x q_heads_per_rank`` (2 x active params per token; the LM
       head only for the sampled token of each request, as vLLM computes logits; QK and
       PV over the keys each query attends to, :func:`describe_batch`);
-      ``compute_s = FLOPs / (peak_flops x compute)``.
+      ``compute_s = (FLOPs - expert FLOPs) / (peak_flops x compute) + expert FLOPs /
+      (peak_flops x compute x moe_compute)`` (expert FLOPs: ``expert_flops_per_token x
+      T``, the routed experts' share of the 2 x active params).
     * bytes = ``dense_weight_bytes + expert_bytes x touched / num_experts + KV read +
       KV written``; ``touched = E x (1 - (1 - k / E) ** T)``, the expected distinct
       experts ``T`` tokens routed top-``k`` among ``E`` reach (all of them for large
@@ -598,6 +625,7 @@ class RooflineTimeModel:
     num_experts: int = 0
     experts_per_token: int = 0
     flops_per_token: float = 0.0
+    expert_flops_per_token: float = 0.0
     lm_head_flops: float = 0.0
     q_heads_per_rank: float = 0.0
     hidden_size: int = 0
@@ -655,6 +683,10 @@ class RooflineTimeModel:
             expert = self.expert_bytes * touched / e
             weights += expert
         compute_s = flops / (self.peak_flops * eff.compute)
+        if self.expert_flops_per_token and eff.moe_compute != 1.0:
+            ef = self.expert_flops_per_token * m_tokens
+            compute_s += ef * (1.0 / eff.moe_compute - 1.0) / (self.peak_flops
+                                                                * eff.compute)
         bw = self.hbm_bytes_per_s * {"gddr": eff.memory_gddr,
                                      "hbm3": eff.memory_hbm3}.get(self.memory_type,
                                                                   eff.memory)
@@ -698,6 +730,11 @@ class RooflineTimeModel:
     def request_overhead_s(self) -> float:
         """Seconds each request spends outside the steps (``Efficiency``)."""
         return self.efficiency.request_overhead_s
+
+    @property
+    def api_server_s(self) -> float:
+        """The API server's serial time per request, s (``Efficiency.api_server_s``)."""
+        return self.efficiency.api_server_s
 
 
 _TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k",
@@ -824,6 +861,8 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
         "num_experts": n_exp,
         "experts_per_token": topk,
         "flops_per_token": 2.0 * active / (tp * pp),
+        "expert_flops_per_token": (2.0 * params.get("moe_experts", 0) * min(1.0, topk / n_exp)
+                                   / (tp * pp)) if n_exp else 0.0,
         "lm_head_flops": 2.0 * head_params / tp,
         "q_heads_per_rank": heads / tp if heads else 0.0,
         "hidden_size": cfg.hidden_size or 0,

@@ -141,6 +141,7 @@ class _Share(ConstantTimeModel):
     """A constant step time with an API server share (as the roofline carries one)."""
 
     request_overhead_s: float = 0.0
+    api_server_s: float = 0.0
 
 
 _CFG: list[Any] = []
@@ -159,16 +160,18 @@ def _cfg() -> Any:
        st.integers(1, 16), st.sampled_from([None, 1, 3, 8]),
        st.sampled_from(["rate", "inf", "linear", "exponential"]),
        st.sampled_from([0.5, 1.0, 4.0, math.inf]),
-       st.sampled_from([0.5, 4.0, 25.0, 200.0]), st.sampled_from([0.0, 0.013]))
+       st.sampled_from([0.5, 4.0, 25.0, 200.0]), st.sampled_from([0.0, 0.013]),
+       st.sampled_from([0.0, 0.004, 0.03]))
 def test_fastsim_figures_are_the_engines(seed: int, n: int, isl: int, osl: int,
                                          conc: int | None, mode: str, burst: float,
-                                         rate: float, share: float) -> None:
+                                         rate: float, share: float, api: float) -> None:
     """Generated rate-driven workloads (Poisson / gamma / constant gaps, ramp-ups, all
-    at once; with and without --max-concurrency and an API server share): fastsim's
-    arrivals equal the engine path's and its figures equal the engine's (no preemption,
-    no shared prefix: the same steps) to rel 1e-9."""
+    at once; with and without --max-concurrency, an API server share and its serial
+    stage): fastsim's arrivals equal the engine path's and its figures equal the
+    engine's (no preemption, no shared prefix: the same steps) to rel 1e-9."""
     tm = _Share(0.01, 2e-5)
     object.__setattr__(tm, "request_overhead_s", share)
+    object.__setattr__(tm, "api_server_s", api)
     ramp: dict[str, Any] = {}
     r = math.inf
     if mode == "rate":
