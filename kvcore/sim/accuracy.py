@@ -201,6 +201,9 @@ def _pool(workers: int) -> Any:
     _POOL.clear()
     ctx = multiprocessing.get_context("spawn")
     ex = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    import atexit
+
+    atexit.register(ex.shutdown)  # before the interpreter tears its modules down
     _POOL.append((workers, ex))
     return ex
 
