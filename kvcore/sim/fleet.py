@@ -504,7 +504,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               enable_caching: bool = True, reserve_full_prompt: bool = True,
               manager_kw: dict[str, Any] | None = None, progress: Any = None,
               keep_requests: bool = True, on_done: Any = None,
-              request_overhead_s: float | None = None) -> FleetResult:
+              request_overhead_s: float | None = None,
+              engine_kw: dict[str, Any] | None = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -517,6 +518,9 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     ``request_overhead_s``: the API server's share of each request, as
     :func:`~kvcore.sim.engine.run_engine` takes it (None: the time model's); the
     router routes at the client's send, the replica sees the request that much later.
+    ``engine_kw``: more keyword arguments of every replica's
+    :class:`~kvcore.sim.engine.Engine` (speculative decoding: ``num_speculative_tokens``,
+    ``spec_acceptance``, ``num_lookahead_tokens``).
 
     ``keep_requests=False`` streams: ``requests`` may be any iterable (a generator) in
     arrival order, and no request is kept past ``on_done`` (``FleetResult.requests``,
@@ -566,6 +570,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                                                                 False))
     mkw = dict(manager_kw or {})
     mkw.setdefault("max_num_batched_tokens", max_num_batched_tokens)
+    ekw = dict(engine_kw or {})
     def build(_k: int) -> Engine:
         mg = KVCacheManager(kv_cache_config, max_model_len=max_model_len,
                             enable_caching=enable_caching, enable_events=feed, **mkw)
@@ -574,7 +579,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                       long_prefill_token_threshold=long_prefill_token_threshold,
                       max_model_len=mg.max_model_len if mml is None else mml,
                       reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES,
-                      request_overhead_s=over)
+                      request_overhead_s=over, **ekw)
 
     # replicas are built when first routed to (a pool per replica costs MBs and
     # ~0.1 s: a fleet of 1,000 with 8 requests builds 8)
