@@ -488,3 +488,45 @@ def test_cli_eagle_and_mtp_run(capsys: Any, method: str) -> None:
                           "--kv-cache-memory", "8GiB", "--max-model-len", "4096"])
     assert a["completed"] == 6 and a["spec_decode_num_drafts"] > 0
     assert "prefill lookahead" in a["note"]
+
+
+# ---- kvcore tune -----------------------------------------------------------------------
+
+TUNE = ["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+        "--random-input-len", "128", "--random-output-len", "16", "--num-prompts", "8",
+        "--max-concurrency", "4", "--tp", "1", "--max-num-batched-tokens", "2048",
+        "--max-num-seqs", "16", "--kv-cache-dtype", "auto", "--backend", "serial"]
+
+
+def test_tune_keeps_the_config_fixed_and_prints_it(capsys: Any) -> None:
+    import shlex
+
+    cfg = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    out = run_json(capsys, [*TUNE, "--speculative-config", json.dumps(cfg),
+                            "--spec-acceptance-rate", "1"])
+    line = shlex.split(out["best"]["vllm_serve"])
+    i = line.index("--speculative-config")
+    assert json.loads(line[i + 1]) == cfg
+    assert "--spec-acceptance-rate" not in line  # kvcore's, not a vLLM flag
+    assert out["speculative_config"] == cfg
+    assert out["best"]["figures"]["spec_decode_acceptance_rate"] == 100.0
+    assert out["best"]["figures"]["spec_decode_acceptance_length"] == 4.0
+    plain = run_json(capsys, TUNE)
+    assert "--speculative-config" not in plain["best"]["vllm_serve"]
+    assert out["best"]["figures"]["median_tpot_ms"] < plain["best"]["figures"][
+        "median_tpot_ms"]
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}',
+      "--spec-acceptance-rate", "0.5", "--fast"], ["--fast", "speculative"]),
+    (["--spec-acceptance-rate", "0.5"], ["--speculative-config"]),
+    (["--speculative-config", '{"method": "ngram"}', "--spec-acceptance-rate", "0.5"],
+     ["num_speculative_tokens"]),
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}'],
+     ["--spec-acceptance-rate"]),
+])
+def test_tune_bad_speculative_input(capsys: Any, extra: list[str], words: list[str]
+                                    ) -> None:
+    rc, _, err = run_cli(capsys, [*TUNE, *extra])
+    assert_clean_error(rc, err, *words)

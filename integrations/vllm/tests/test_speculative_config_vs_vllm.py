@@ -188,3 +188,30 @@ def test_length_schedule_is_vllms(k: int, length: float) -> None:
         return
     assert list(length_rates(length, k)) == SpeculativeConfig._acceptance_length_to_rates(
         length, k)
+
+
+@settings(max_examples=30)
+@given(st.sampled_from(SCHEDULED_METHODS), st.integers(1, 6),
+       st.sampled_from([None, 2, 5]), st.text(alphabet="ab '\"$", max_size=6))
+def test_tune_line_carries_the_config_to_vllm(parser: Any, method: str, k: int,
+                                              lookup: Any, name: str) -> None:
+    """``kvcore tune``'s ``vllm serve`` line with a fixed ``--speculative-config``:
+    vLLM's parser reads back the object kvcore simulated (shell quoting included)."""
+    import shlex
+
+    from kvcore.sim.tune import vllm_command
+
+    cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
+    if method in ("eagle", "eagle3"):
+        cfg["model"] = "head/" + name
+    if lookup is not None:
+        cfg["prompt_lookup_max"] = lookup
+    line = vllm_command("llama-3.1-8b", {"tensor_parallel_size": 1,
+                                         "max_num_batched_tokens": 2048,
+                                         "max_num_seqs": 16, "kv_cache_dtype": "auto",
+                                         "speculative": {"config": cfg, "rates": [0.5] * k,
+                                                         "seed": 0}})
+    argv = shlex.split(line)
+    ns = parser.parse_args(["--model", argv[2], *argv[3:]])
+    assert ns.speculative_config == cfg
+    assert parse_speculative_config(ns.speculative_config).config == cfg
