@@ -1240,6 +1240,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     if args.num_blocks is not None:
         plan_kw["num_gpu_blocks_override"] = args.num_blocks
     if spec is not None:  # vLLM sizes Mamba's speculative state blocks by k
+        from kvcore.sim.speculative import check_model_supports
+
+        check_model_supports(spec, _model_config(args.model), str(args.model))
         plan_kw["num_speculative_tokens"] = spec.num_speculative_tokens
         if spec.include_mtp_layers:
             plan_kw["include_mtp_layers"] = True

@@ -69,7 +69,7 @@ from typing import Any
 from kvcore.errors import ConfigError, shorten
 
 __all__ = ["SpeculativeSettings", "SpecAcceptanceModel", "parse_speculative_config",
-           "iid_rates", "length_rates", "expected_acceptance_length",
+           "check_model_supports", "iid_rates", "length_rates", "expected_acceptance_length",
            "SCHEDULED_METHODS", "VLLM_FIELDS"]
 
 #: the methods whose scheduling kvcore models (see the module docstring)
@@ -332,6 +332,27 @@ def parse_speculative_config(text: str | dict[str, Any]) -> SpeculativeSettings:
         use_eagle=eagle and not d.get("disable_eagle_block_drop", False),
         num_lookahead_tokens=k if eagle else 0, include_mtp_layers=method == "mtp",
         synthetic_acceptance_rates=rates, ignored=ignored, config=d)
+
+
+def check_model_supports(spec: SpeculativeSettings, model_config: Any, model: str) -> None:
+    """Refuse ``method: mtp`` on a model without MTP layers (vLLM loads the draft from
+    the target checkpoint's ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``
+    layers, Qwen3-Next's ``mtp.*``, and fails without them).  ``model_config``: a
+    :class:`kvcore.models.config.ModelConfig`.  Raises ConfigError naming
+    ``speculative_config.method``."""
+    if spec.method != "mtp":
+        return
+    raw = getattr(model_config, "raw", {}) or {}
+    n = 0
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        v = raw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            n = v
+    if n or getattr(model_config, "model_type", None) == "qwen3_next":
+        return
+    raise _bad(f"method 'mtp': {model} has no MTP layers (num_nextn_predict_layers / "
+               f"mtp_num_hidden_layers 0 in its config), which vLLM's mtp method drafts "
+               f"with; use ngram, eagle or eagle3", "method", "mtp")
 
 
 class SpecAcceptanceModel:

@@ -702,6 +702,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--fast: the token-level loop does not model speculative "
                               "decoding; drop --fast to simulate --speculative-config",
                               field="fast", value=True)
+        from kvcore.models.config import load_model_config
+        from kvcore.sim.speculative import check_model_supports
+
+        check_model_supports(spec, load_model_config(args.model), str(args.model))
         sp = {"config": spec.config, "rates": list(acceptance.rates), "seed": args.seed}
         for c in configs:
             c["speculative"] = sp

@@ -530,3 +530,14 @@ def test_tune_bad_speculative_input(capsys: Any, extra: list[str], words: list[s
                                     ) -> None:
     rc, _, err = run_cli(capsys, [*TUNE, *extra])
     assert_clean_error(rc, err, *words)
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "tune"])
+def test_mtp_needs_mtp_layers(capsys: Any, cmd: str) -> None:
+    """vLLM's mtp method drafts with the checkpoint's MTP layers: llama-3.1-8b's config
+    has none (no num_nextn_predict_layers / mtp_num_hidden_layers)."""
+    argv = TUNE if cmd == "tune" else BASE
+    rc, _, err = run_cli(capsys, [*argv, "--speculative-config",
+                                  '{"method": "mtp", "num_speculative_tokens": 1}',
+                                  "--spec-acceptance-rate", "0.5"])
+    assert_clean_error(rc, err, "mtp", "MTP layers", "llama-3.1-8b")
