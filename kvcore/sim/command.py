@@ -542,7 +542,7 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "percentile_metrics",
                "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
                "result_dir", "result_filename", "replicas", "router", "event_delay",
-               "speculative_config", "spec_acceptance_rate")
+               "speculative_config", "spec_acceptance_rate", "spec_draft_cost")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 #: flags the clockless replay does not read (an error there, not silently ignored)
@@ -551,11 +551,12 @@ REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurren
                   "ramp_up_end_rps", "percentile_metrics", "gpu", "gpu_memory_utilization",
                   "time_model", "long_prefill_token_threshold", "result_dir",
                   "result_filename", "backend", "workers", "address",
-                  "speculative_config", "spec_acceptance_rate")
+                  "speculative_config", "spec_acceptance_rate", "spec_draft_cost")
 
 
-def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
-    """An argparse ``type=``: a number > 0 (``inf`` allowed if ``allow_inf``)."""
+def _float_arg(field: str, *, allow_inf: bool = True, allow_zero: bool = False) -> Any:
+    """An argparse ``type=``: a number > 0 (``inf`` allowed if ``allow_inf``, 0 if
+    ``allow_zero``)."""
     import argparse
 
     def convert(text: str) -> float:
@@ -563,10 +564,11 @@ def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
             v = float(text)
         except ValueError:
             v = float("nan")
-        if not v > 0 or (math.isinf(v) and not allow_inf):
+        if not (v >= 0 if allow_zero else v > 0) or (math.isinf(v) and not allow_inf):
             inf = " or inf" if allow_inf else ""
             raise argparse.ArgumentTypeError(
-                f"{field} must be a number > 0{inf}, got {text!r}")
+                f"{field} must be a number {'>=' if allow_zero else '>'} 0{inf}, got "
+                f"{text!r}")
         return v
 
     convert.__name__ = field
@@ -613,6 +615,11 @@ def speculative_setup(args: argparse.Namespace) -> tuple[Any, Any]:
     spec = getattr(args, "speculative_config", None)
     p = getattr(args, "spec_acceptance_rate", None)
     if spec is None:
+        cost = getattr(args, "spec_draft_cost", None)
+        if cost is not None:
+            raise ConfigError(f"--spec-draft-cost {cost:g}: the time of "
+                              f"--speculative-config's drafter; give --speculative-config "
+                              f"too", field="spec_draft_cost", value=cost)
         if p is not None:
             raise ConfigError(f"--spec-acceptance-rate {p:g}: the acceptance of "
                               f"--speculative-config's drafts; give --speculative-config "
@@ -636,10 +643,13 @@ def speculative_setup(args: argparse.Namespace) -> tuple[Any, Any]:
     return spec, SpecAcceptanceModel(rates, seed=args.seed)
 
 
-def speculative_note(spec: Any) -> str:
+def speculative_note(spec: Any, draft_cost: float | None = None) -> str:
     """The report's note on a speculative run: what kvcore does not model."""
     parts = [f"speculative decoding ({spec.method}, {spec.num_speculative_tokens} "
-             f"drafts): the drafter's own time is not modelled (a free drafter)"]
+             f"drafts): " + (f"the drafter's time is kvcore's --spec-draft-cost term "
+                             f"({draft_cost:g} of a decode step a pass)" if draft_cost
+                             else "the drafter's own time is not modelled (a free "
+                                  "drafter)")]
     if spec.num_lookahead_tokens:
         parts.append("vLLM's prefill lookahead (a chunk never ends inside it) is not "
                      "modelled")
@@ -924,6 +934,13 @@ def add_clock_arguments(p: Any) -> None:
                         "accepted with probability P (0..1), independently, seeded by "
                         "--seed; a verification of k drafts yields (1 - P^(k+1)) / (1 - P) "
                         "tokens on average")
+    g.add_argument("--spec-draft-cost", type=_float_arg("spec_draft_cost", allow_inf=False,
+                                                        allow_zero=True),
+                   default=None, metavar="F",
+                   help="kvcore's drafter-time term (not a vLLM flag; default 0: a free "
+                        "drafter): k drafting passes a step, each F times a decode step of "
+                        "the step's decoding requests (kvcore.sim.speculative."
+                        "DraftCostTimeModel)")
 
 
 def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
@@ -1299,6 +1316,11 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         num_speculative_tokens=spec.num_speculative_tokens, spec_acceptance=acceptance,
         num_lookahead_tokens=spec.num_lookahead_tokens)
     time_model = make_time_model(args, _model_config(args.model), cfg)
+    if spec is not None and getattr(args, "spec_draft_cost", None):
+        from kvcore.sim.speculative import DraftCostTimeModel
+
+        time_model = DraftCostTimeModel(time_model, cfg, spec.num_speculative_tokens,
+                                        args.spec_draft_cost)
     sims = [SimRequest(r) for r in reqs]
     from kvcore.sim.engine import check_some_served
 
@@ -1372,9 +1394,10 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
             else "spec_acceptance_rate",
             "spec_acceptance_rate": args.spec_acceptance_rate,
             "per_position_rates": list(acceptance.rates),
-            "expected_acceptance_length": acceptance.expected_acceptance_length}
+            "expected_acceptance_length": acceptance.expected_acceptance_length,
+            "spec_draft_cost": getattr(args, "spec_draft_cost", None) or 0.0}
         report.update(acceptance.figures())
-        spec_note = speculative_note(spec)
+        spec_note = speculative_note(spec, getattr(args, "spec_draft_cost", None))
         note = f"{note}; {spec_note}" if note else spec_note
     if mode_note:
         note = f"{note}; {mode_note}" if note else mode_note

@@ -54,7 +54,11 @@ its accepted tokens before the stop check trims them, accepted per position), an
 
 The step-time model times a verification as any step: each decode computes 1 +
 drafts tokens.  The drafter's own time (an EAGLE head's or MTP layer's forward passes,
-the n-gram lookup) is not modelled: figures are those of a free drafter.
+the n-gram lookup) is not modelled by default: figures are those of a free drafter.
+:class:`DraftCostTimeModel` (``--spec-draft-cost F``, default 0: unchanged figures) adds
+a simple, documented term for drafters that run a model: k sequential drafting passes
+after the step, each F times the wrapped model's time for one decode step (1 token) of
+the step's decoding requests.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ from typing import Any
 from kvcore.errors import ConfigError, shorten
 
 __all__ = ["SpeculativeSettings", "SpecAcceptanceModel", "parse_speculative_config",
-           "check_model_supports", "iid_rates", "length_rates", "expected_acceptance_length",
+           "check_model_supports", "DraftCostTimeModel", "iid_rates", "length_rates", "expected_acceptance_length",
            "SCHEDULED_METHODS", "VLLM_FIELDS"]
 
 #: the methods whose scheduling kvcore models (see the module docstring)
@@ -439,3 +443,65 @@ class SpecAcceptanceModel:
             "spec_decode_per_position_acceptance_rates":
                 [a / nd for a in self.accepted_per_pos] if nd else [],
         }
+
+
+class DraftCostTimeModel:
+    """A step-time model plus the drafter's passes (kvcore's own term, not vLLM's).
+
+    ``step_time(batch) = base.step_time(batch) + k x draft_cost x
+    base.step_time(decode batch)``, where the decode batch holds one 1-token decode per
+    request of ``batch`` that is not a prefill, at its context after the step
+    (``num_computed_tokens + num_new_tokens - 1``): an autoregressive drafter (EAGLE,
+    MTP) runs k passes of one token per decoding request after the target's forward,
+    each ``draft_cost`` times a target decode step of the same requests.  A guide for
+    ``draft_cost``: the drafter's layers over the target's (an EAGLE-3 head, one
+    decoder layer and the LM head, on a 32-layer target: ~0.03 to 0.1); ngram's CPU
+    lookup is ~0.  Steps without decodes (prefill only) add nothing; the drafter's pass
+    over a prompt after its prefill is not counted.
+
+    base: any step-time model (its other attributes, e.g. ``request_overhead_s``,
+    ``batches_in_flight``, are passed through).  kv_cache_config: the plan
+    (:func:`kvcore.sim.timing.describe_batch`).  Raises ConfigError (field
+    ``spec_draft_cost``) unless ``draft_cost`` is a finite number >= 0 and k >= 1.
+    """
+
+    def __init__(self, base: Any, kv_cache_config: Any, num_speculative_tokens: int,
+                 draft_cost: float) -> None:
+        if isinstance(draft_cost, bool) or not isinstance(draft_cost, (int, float)) or \
+                not 0.0 <= draft_cost < math.inf:
+            raise ConfigError(f"--spec-draft-cost {shorten(draft_cost)}: must be a finite "
+                              f"number >= 0 (a drafting pass's time over a target decode "
+                              f"step's)", field="spec_draft_cost", value=shorten(draft_cost))
+        _check_k(num_speculative_tokens)
+        self.base = base
+        self.kv_cache_config = kv_cache_config
+        self.num_speculative_tokens = num_speculative_tokens
+        self.draft_cost = float(draft_cost)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base":  # (not set yet: during unpickling)
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def step_time(self, batch: Any) -> float:
+        """Seconds of one step, the drafting passes included (class docstring)."""
+        from kvcore.sim.timing import ScheduledRequest, describe_batch
+
+        t = float(self.base.step_time(batch))
+        if not self.draft_cost:
+            return t
+        dec = [ScheduledRequest(1, r.num_computed_tokens + r.num_new_tokens - 1, False,
+                                r.num_encoder_tokens)
+               for r in batch.requests if not r.is_prefill]
+        if not dec:
+            return t
+        one = float(self.base.step_time(describe_batch(self.kv_cache_config, dec)))
+        return t + self.num_speculative_tokens * self.draft_cost * one
+
+    @property
+    def description(self) -> str:
+        """The wrapped model's line plus the drafting term."""
+        inner = getattr(self.base, "description", None) or getattr(self.base, "name", "") \
+            or type(self.base).__name__
+        return (f"{inner} + {self.num_speculative_tokens} drafting passes x "
+                f"{self.draft_cost:g} of a decode step")

@@ -207,9 +207,14 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}
-    model = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
-                         tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                         kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
+    model: Any = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
+                              tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                              kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
+    if spec is not None and (cand.get("speculative") or {}).get("draft_cost"):
+        from kvcore.sim.speculative import DraftCostTimeModel
+
+        model = DraftCostTimeModel(model, kv, spec.num_speculative_tokens,
+                                   float(cand["speculative"]["draft_cost"]))
     spec = kv.kv_cache_groups[0].spec
     attn = [g.spec.block_size for g in kv.kv_cache_groups
             if g.spec.scales_with_block_size]
@@ -552,6 +557,12 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    metavar="P",
                    help="kvcore's acceptance model of --speculative-config's drafts (not "
                         "a vLLM flag): each accepted with probability P, seeded by --seed")
+    from kvcore.sim.command import _float_arg
+
+    p.add_argument("--spec-draft-cost", type=_float_arg("spec_draft_cost", allow_inf=False,
+                                                        allow_zero=True),
+                   default=None, metavar="F",
+                   help="kvcore's drafter-time term, as kvcore simulate (default 0)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -706,7 +717,8 @@ def run(args: argparse.Namespace) -> int:
         from kvcore.sim.speculative import check_model_supports
 
         check_model_supports(spec, load_model_config(args.model), str(args.model))
-        sp = {"config": spec.config, "rates": list(acceptance.rates), "seed": args.seed}
+        sp = {"config": spec.config, "rates": list(acceptance.rates), "seed": args.seed,
+              "draft_cost": args.spec_draft_cost or 0.0}
         for c in configs:
             c["speculative"] = sp
     if not configs:

@@ -541,3 +541,56 @@ def test_mtp_needs_mtp_layers(capsys: Any, cmd: str) -> None:
                                   '{"method": "mtp", "num_speculative_tokens": 1}',
                                   "--spec-acceptance-rate", "0.5"])
     assert_clean_error(rc, err, "mtp", "MTP layers", "llama-3.1-8b")
+
+
+# ---- the optional drafter-time term ----------------------------------------------------
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 5), st.floats(0.0, 2.0), st.integers(2, 40))
+def test_draft_cost_hand_case(k: int, cost: float, out: int) -> None:
+    """One request alone, 1 s a step (ConstantTimeModel), every draft accepted: the
+    prefill step takes 1 s and samples token 1; each of the ceil((out - 1) / (k + 1))
+    verification steps takes 1 s for the target plus k passes of cost x 1 s (a decode
+    step of the one request), so the last token comes at 1 + v (1 + k cost) s."""
+    from kvcore.sim.speculative import DraftCostTimeModel
+
+    m = _manager()
+    r = SimRequest(TraceRequest("a", 0.0, 40, out, 901, segments=[(7001, 0, 40)]))
+    tm = DraftCostTimeModel(ConstantTimeModel(1.0), m.kv_cache_config, k, cost)
+    run_engine(m, [r], tm, max_num_seqs=8, max_num_batched_tokens=512,
+               num_speculative_tokens=k,
+               spec_acceptance=SpecAcceptanceModel(iid_rates(1.0, k)))
+    v = math.ceil((out - 1) / (k + 1))
+    assert r.latency == pytest.approx(1 + v * (1 + k * cost))
+    assert len(r.token_times) == out
+
+
+def test_draft_cost_default_leaves_figures_unchanged(capsys: Any) -> None:
+    argv = [*BASE, "--gpu", "H100", "--max-concurrency", "4", *NGRAM3,
+            "--spec-acceptance-rate", "0.6"]
+    free = run_json(capsys, argv)
+    zero = run_json(capsys, [*argv, "--spec-draft-cost", "0"])
+    assert _strip(free) == _strip(zero)
+    paid = run_json(capsys, [*argv, "--spec-draft-cost", "0.1"])
+    assert paid["mean_tpot_ms"] > free["mean_tpot_ms"]
+    assert paid["spec_decode_num_drafts"] == free["spec_decode_num_drafts"]
+    assert "--spec-draft-cost" in paid["note"] and "drafting passes" in paid["time_model"]
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--spec-draft-cost", "0.1"], ["--spec-draft-cost", "--speculative-config"]),
+    ([*NGRAM3, "--spec-acceptance-rate", "0.5", "--spec-draft-cost", "-1"],
+     ["spec_draft_cost"]),
+    ([*NGRAM3, "--spec-acceptance-rate", "0.5", "--spec-draft-cost", "inf"],
+     ["spec_draft_cost"]),
+])
+def test_draft_cost_bad_input(capsys: Any, extra: list[str], words: list[str]) -> None:
+    rc, _, err = run_cli(capsys, [*BASE, *extra])
+    assert_clean_error(rc, err, *words)
+
+
+def test_tune_takes_the_draft_cost(capsys: Any) -> None:
+    argv = [*TUNE, *NGRAM3, "--spec-acceptance-rate", "0.6"]
+    free = run_json(capsys, argv)["best"]["figures"]
+    paid = run_json(capsys, [*argv, "--spec-draft-cost", "0.2"])["best"]["figures"]
+    assert paid["median_tpot_ms"] > free["median_tpot_ms"]
