@@ -31,7 +31,10 @@ model comes from :func:`make_time_model`; ``--json`` prints the figures of
 settings (:func:`simulate_clocked`), the text output vLLM's "Serving Benchmark Result"
 block.  With ``--gpu`` the KV budget is :func:`kvcore.deploy.budget.plan_on_gpu`'s and
 ``--max-num-seqs`` / ``--max-num-batched-tokens`` default to ``vllm serve``'s for that
-GPU (:func:`vllm_serve_defaults`).
+GPU (:func:`vllm_serve_defaults`).  ``--speculative-config JSON`` (vLLM's) with
+``--spec-acceptance-rate P`` simulates speculative decoding
+(:mod:`kvcore.sim.speculative`; :func:`speculative_setup`), adding ``vllm bench serve``'s
+``spec_decode_*`` figures.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from kvcore.sim.workload import MAX_NUM_PROMPTS  # the bound of --num-prompts
 from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
-           "time_model_note", "vllm_serve_defaults", "select_percentile_metrics",
+           "time_model_note", "speculative_setup", "speculative_note", "vllm_serve_defaults", "select_percentile_metrics",
            "PERCENTILE_METRICS", "DEFAULT_KV_CACHE_MEMORY_BYTES",
            "prefix_repetition_arrivals_note"]
 
