@@ -599,7 +599,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     index = att = None
     ikw: dict[str, Any] = dict(max_model_len=mml, enable_caching=enable_caching,
                                max_num_batched_tokens=max_num_batched_tokens,
-                               hash=managers[0].hash)
+                               hash=managers[0].hash,
+                               use_eagle=bool(mkw.get("use_eagle", False)))
     if getattr(rt, "uses_index", False):
         from kvcore.routing import ResidencyIndex
 

@@ -594,3 +594,22 @@ def test_tune_takes_the_draft_cost(capsys: Any) -> None:
     free = run_json(capsys, argv)["best"]["figures"]
     paid = run_json(capsys, [*argv, "--spec-draft-cost", "0.2"])["best"]["figures"]
     assert paid["median_tpot_ms"] > free["median_tpot_ms"]
+
+
+def test_fleet_router_prediction_follows_eagles_block_drop(capsys: Any) -> None:
+    """With eagle3 the replicas drop the last matched block of a hit (vLLM's
+    use_eagle); the prefix-aware router's residency index applies the same rule, so
+    on one replica its predicted hit ratio equals the replica's measured one, as it
+    does without drafts."""
+    argv = ["simulate", "llama-3.1-8b", "--dataset", "prefix_repetition",
+            "--num-prompts", "12", "--prefix-repetition-num-prefixes", "3",
+            "--prefix-repetition-prefix-len", "64", "--prefix-repetition-suffix-len", "16",
+            "--prefix-repetition-output-len", "8", "--max-concurrency", "1",
+            "--replicas", "1", "--router", "prefix-aware"]
+    eagle = ["--speculative-config", '{"method": "eagle3", "model": "h", '
+             '"num_speculative_tokens": 2}', "--spec-acceptance-rate", "0.5"]
+    plain = run_json(capsys, argv)
+    drop = run_json(capsys, [*argv, *eagle])
+    assert plain["router_predicted_hit_ratio"] == pytest.approx(plain["prefix_hit_ratio"])
+    assert drop["router_predicted_hit_ratio"] == pytest.approx(drop["prefix_hit_ratio"])
+    assert drop["prefix_hit_ratio"] < plain["prefix_hit_ratio"]  # one block less a hit
