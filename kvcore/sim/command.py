@@ -31,7 +31,10 @@ model comes from :func:`make_time_model`; ``--json`` prints the figures of
 settings (:func:`simulate_clocked`), the text output vLLM's "Serving Benchmark Result"
 block.  With ``--gpu`` the KV budget is :func:`kvcore.deploy.budget.plan_on_gpu`'s and
 ``--max-num-seqs`` / ``--max-num-batched-tokens`` default to ``vllm serve``'s for that
-GPU (:func:`vllm_serve_defaults`).
+GPU (:func:`vllm_serve_defaults`).  ``--speculative-config JSON`` (vLLM's) with
+``--spec-acceptance-rate P`` simulates speculative decoding
+(:mod:`kvcore.sim.speculative`; :func:`speculative_setup`), adding ``vllm bench serve``'s
+``spec_decode_*`` figures.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from kvcore.sim.workload import MAX_NUM_PROMPTS  # the bound of --num-prompts
 from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
-           "time_model_note", "vllm_serve_defaults", "select_percentile_metrics",
+           "time_model_note", "speculative_setup", "speculative_note", "vllm_serve_defaults", "select_percentile_metrics",
            "PERCENTILE_METRICS", "DEFAULT_KV_CACHE_MEMORY_BYTES",
            "prefix_repetition_arrivals_note"]
 
@@ -541,7 +544,8 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
                "percentile_metrics",
                "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
-               "result_dir", "result_filename", "replicas", "router", "event_delay")
+               "result_dir", "result_filename", "replicas", "router", "event_delay",
+               "speculative_config", "spec_acceptance_rate", "spec_draft_cost")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 #: flags the clockless replay does not read (an error there, not silently ignored)
@@ -549,11 +553,13 @@ REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurren
                   "request_rate", "burstiness", "ramp_up_strategy", "ramp_up_start_rps",
                   "ramp_up_end_rps", "percentile_metrics", "gpu", "gpu_memory_utilization",
                   "time_model", "long_prefill_token_threshold", "result_dir",
-                  "result_filename", "backend", "workers", "address")
+                  "result_filename", "backend", "workers", "address",
+                  "speculative_config", "spec_acceptance_rate", "spec_draft_cost")
 
 
-def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
-    """An argparse ``type=``: a number > 0 (``inf`` allowed if ``allow_inf``)."""
+def _float_arg(field: str, *, allow_inf: bool = True, allow_zero: bool = False) -> Any:
+    """An argparse ``type=``: a number > 0 (``inf`` allowed if ``allow_inf``, 0 if
+    ``allow_zero``)."""
     import argparse
 
     def convert(text: str) -> float:
@@ -561,14 +567,101 @@ def _float_arg(field: str, *, allow_inf: bool = True) -> Any:
             v = float(text)
         except ValueError:
             v = float("nan")
-        if not v > 0 or (math.isinf(v) and not allow_inf):
+        if not (v >= 0 if allow_zero else v > 0) or (math.isinf(v) and not allow_inf):
             inf = " or inf" if allow_inf else ""
             raise argparse.ArgumentTypeError(
-                f"{field} must be a number > 0{inf}, got {text!r}")
+                f"{field} must be a number {'>=' if allow_zero else '>'} 0{inf}, got "
+                f"{text!r}")
         return v
 
     convert.__name__ = field
     return convert
+
+
+def speculative_config_arg(text: str) -> Any:
+    """An argparse ``type=``: ``--speculative-config JSON``
+    (:func:`kvcore.sim.speculative.parse_speculative_config`)."""
+    import argparse
+
+    from kvcore.errors import ConfigError
+    from kvcore.sim.speculative import parse_speculative_config
+
+    try:
+        return parse_speculative_config(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def spec_acceptance_rate_arg(text: str) -> float:
+    """An argparse ``type=``: ``--spec-acceptance-rate P``, a probability in [0, 1]."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"spec_acceptance_rate must be a probability in [0, 1] (each draft token "
+            f"accepted with it), got {text!r}")
+    return v
+
+
+def speculative_setup(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``(SpeculativeSettings, SpecAcceptanceModel)`` of a run, or ``(None, None)``
+    without ``--speculative-config``.  The acceptance is vLLM's synthetic rates from the
+    config, or ``--spec-acceptance-rate`` (:func:`kvcore.sim.speculative.iid_rates`),
+    exactly one of them.  Raises ConfigError naming the flag otherwise."""
+    from kvcore.errors import ConfigError
+    from kvcore.sim.speculative import SpecAcceptanceModel, iid_rates
+
+    spec = getattr(args, "speculative_config", None)
+    p = getattr(args, "spec_acceptance_rate", None)
+    if spec is None:
+        cost = getattr(args, "spec_draft_cost", None)
+        if cost is not None:
+            raise ConfigError(f"--spec-draft-cost {cost:g}: the time of "
+                              f"--speculative-config's drafter; give --speculative-config "
+                              f"too", field="spec_draft_cost", value=cost)
+        if p is not None:
+            raise ConfigError(f"--spec-acceptance-rate {p:g}: the acceptance of "
+                              f"--speculative-config's drafts; give --speculative-config "
+                              f"too", field="spec_acceptance_rate", value=p)
+        return None, None
+    k = spec.num_speculative_tokens
+    if spec.synthetic_acceptance_rates is not None:
+        if p is not None:
+            raise ConfigError(f"--spec-acceptance-rate {p:g}: --speculative-config already "
+                              f"sets the acceptance (rejection_sample_method 'synthetic'); "
+                              f"give one of them", field="spec_acceptance_rate", value=p)
+        rates = spec.synthetic_acceptance_rates
+    elif p is None:
+        raise ConfigError("--speculative-config needs an acceptance model: "
+                          "--spec-acceptance-rate P (each draft accepted with probability "
+                          "P), or rejection_sample_method 'synthetic' with "
+                          "synthetic_acceptance_rates or synthetic_acceptance_length in "
+                          "the config", field="spec_acceptance_rate", value=None)
+    else:
+        rates = iid_rates(p, k)
+    return spec, SpecAcceptanceModel(rates, seed=args.seed)
+
+
+def speculative_note(spec: Any, draft_cost: float | None = None) -> str:
+    """The report's note on a speculative run: what kvcore does not model."""
+    parts = [f"speculative decoding ({spec.method}, {spec.num_speculative_tokens} "
+             f"drafts): " + (f"the drafter's time is kvcore's --spec-draft-cost term "
+                             f"({draft_cost:g} of a decode step a pass)" if draft_cost
+                             else "the drafter's own time is not modelled (a free "
+                                  "drafter)")]
+    if spec.num_lookahead_tokens:
+        parts.append("vLLM's prefill lookahead (a chunk never ends inside it) is not "
+                     "modelled")
+    if spec.method in ("eagle", "eagle3"):
+        parts.append("the EAGLE head's own KV-cache layers are not planned")
+    if spec.ignored:
+        parts.append(f"fields that do not change the schedule, ignored: "
+                     f"{', '.join(spec.ignored)}")
+    return "; ".join(parts)
 
 
 def _seconds_arg(text: str) -> float:
@@ -831,6 +924,26 @@ def add_clock_arguments(p: Any) -> None:
     g.add_argument("--event-delay", type=_seconds_arg,
                    default=None, metavar="S",
                    help="seconds before a replica's KV events reach the router (default 0)")
+    g.add_argument("--speculative-config", "-sc", type=speculative_config_arg,
+                   default=None, metavar="JSON",
+                   help="speculative decoding as vllm serve takes it, e.g. '{\"method\": "
+                        "\"ngram\", \"num_speculative_tokens\": 3}' (methods ngram, "
+                        "ngram_gpu, eagle, eagle3, mtp; kvcore.sim.speculative); the "
+                        "acceptance comes from rejection_sample_method 'synthetic' "
+                        "(synthetic_acceptance_rates / _length) or --spec-acceptance-rate")
+    g.add_argument("--spec-acceptance-rate", type=spec_acceptance_rate_arg, default=None,
+                   metavar="P",
+                   help="kvcore's acceptance model (not a vLLM flag): each draft token is "
+                        "accepted with probability P (0..1), independently, seeded by "
+                        "--seed; a verification of k drafts yields (1 - P^(k+1)) / (1 - P) "
+                        "tokens on average")
+    g.add_argument("--spec-draft-cost", type=_float_arg("spec_draft_cost", allow_inf=False,
+                                                        allow_zero=True),
+                   default=None, metavar="F",
+                   help="kvcore's drafter-time term (not a vLLM flag; default 0: a free "
+                        "drafter): k drafting passes a step, each F times a decode step of "
+                        "the step's decoding requests (kvcore.sim.speculative."
+                        "DraftCostTimeModel)")
 
 
 def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
@@ -862,6 +975,7 @@ def check_mode_flags(args: argparse.Namespace, is_clocked: bool) -> None:
         for name in REPLAY_IGNORES:
             v = getattr(args, name, None)
             if v is not None:
+                v = json.dumps(v.config) if hasattr(v, "config") else v
                 raise ConfigError(f"{flag(name)} {v}: the clockless replay (--scheduler "
                                   f"replay) does not use it; drop it or run the clocked "
                                   f"engine (--scheduler vllm)", field=name,
@@ -1124,6 +1238,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
 
     goodput = parse_goodput(args.goodput)
     note: str | None = None
+    spec, acceptance = speculative_setup(args)
     reqs, workload = _clocked_requests(args)
     if not reqs:
         raise ConfigError("the workload has no requests", field="trace", value=args.trace)
@@ -1144,6 +1259,13 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         enable_prefix_caching=not args.no_prefix_caching)
     if args.num_blocks is not None:
         plan_kw["num_gpu_blocks_override"] = args.num_blocks
+    if spec is not None:  # vLLM sizes Mamba's speculative state blocks by k
+        from kvcore.sim.speculative import check_model_supports
+
+        check_model_supports(spec, _model_config(args.model), str(args.model))
+        plan_kw["num_speculative_tokens"] = spec.num_speculative_tokens
+        if spec.include_mtp_layers:
+            plan_kw["include_mtp_layers"] = True
     from kvcore.sim.modes import mamba_layout, resolve_mamba_cache_mode
 
     has_mamba = mamba_layout(args.model)[0]
@@ -1190,9 +1312,18 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
                           "--num-blocks or --gpu", field="kv_cache_memory")
     mml = int(cfg.max_model_len or args.max_model_len or 0)
+    use_eagle = bool(spec is not None and spec.use_eagle)
     mgr = KVCacheManager(cfg, max_model_len=mml, enable_caching=not args.no_prefix_caching,
-                         max_num_batched_tokens=mnbt)
+                         max_num_batched_tokens=mnbt, use_eagle=use_eagle)
+    spec_kw: dict[str, Any] = {} if spec is None else dict(
+        num_speculative_tokens=spec.num_speculative_tokens, spec_acceptance=acceptance,
+        num_lookahead_tokens=spec.num_lookahead_tokens)
     time_model = make_time_model(args, _model_config(args.model), cfg)
+    if spec is not None and getattr(args, "spec_draft_cost", None):
+        from kvcore.sim.speculative import DraftCostTimeModel
+
+        time_model = DraftCostTimeModel(time_model, cfg, spec.num_speculative_tokens,
+                                        args.spec_draft_cost)
     sims = [SimRequest(r) for r in reqs]
     from kvcore.sim.engine import check_some_served
 
@@ -1209,7 +1340,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                         long_prefill_token_threshold=args.long_prefill_token_threshold
                         or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
                         event_delay_s=args.event_delay or 0.0,
-                        enable_caching=not args.no_prefix_caching, progress=progress)
+                        enable_caching=not args.no_prefix_caching, progress=progress,
+                        manager_kw={"use_eagle": True} if use_eagle else None,
+                        engine_kw=spec_kw or None)
         m = fleet_metrics(res, goodput=goodput or None,
                           percentiles=args.metric_percentiles)
     else:
@@ -1217,7 +1350,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          max_num_batched_tokens=mnbt,
                          long_prefill_token_threshold=args.long_prefill_token_threshold
                          or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
-                         progress=progress)
+                         progress=progress, **spec_kw)
         m = serving_metrics(res, goodput=goodput or None,
                             percentiles=args.metric_percentiles)
     check_some_served(res.requests, max_model_len=mml, num_blocks=cfg.num_blocks,
@@ -1257,6 +1390,18 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     }
     if has_mamba:
         report["mamba_cache_mode"] = mamba_mode
+    if spec is not None:
+        report["speculative_config"] = spec.config
+        report["spec_acceptance"] = {
+            "source": "synthetic_acceptance_rates" if args.spec_acceptance_rate is None
+            else "spec_acceptance_rate",
+            "spec_acceptance_rate": args.spec_acceptance_rate,
+            "per_position_rates": list(acceptance.rates),
+            "expected_acceptance_length": acceptance.expected_acceptance_length,
+            "spec_draft_cost": getattr(args, "spec_draft_cost", None) or 0.0}
+        report.update(acceptance.figures())
+        spec_note = speculative_note(spec, getattr(args, "spec_draft_cost", None))
+        note = f"{note}; {spec_note}" if note else spec_note
     if mode_note:
         note = f"{note}; {mode_note}" if note else mode_note
     if getattr(args, "ramp_up_strategy", None) is not None:  # serve.py's result_json keys

@@ -701,6 +701,9 @@ class Engine:
             if prefill:
                 batch_reqs.append(SR(n, nc, True))
                 n_prefill += 1
+            elif n != 1:  # a decode verifying drafts computes 1 + drafts tokens
+                batch_reqs.append(SR(n, nc, False))
+                n_prefill += 1  # (not a 1-token decode: kept out of the memo below)
             else:  # decodes share one frozen ScheduledRequest per context length
                 sr = decode_srs.get(nc)
                 if sr is None:

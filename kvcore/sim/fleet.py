@@ -505,7 +505,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               manager_kw: dict[str, Any] | None = None, progress: Any = None,
               keep_requests: bool = True, on_done: Any = None,
               request_overhead_s: float | None = None,
-              api_server_s: float | None = None) -> FleetResult:
+              api_server_s: float | None = None,
+              engine_kw: dict[str, Any] | None = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -520,6 +521,9 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     router routes at the client's send, the replica sees the request that much later.
     ``api_server_s``: each replica's API server as a serial stage, s per request
     (:mod:`kvcore.sim.engine`; None: the time model's): after the router.
+    ``engine_kw``: more keyword arguments of every replica's
+    :class:`~kvcore.sim.engine.Engine` (speculative decoding: ``num_speculative_tokens``,
+    ``spec_acceptance``, ``num_lookahead_tokens``).
 
     ``keep_requests=False`` streams: ``requests`` may be any iterable (a generator) in
     arrival order, and no request is kept past ``on_done`` (``FleetResult.requests``,
@@ -570,6 +574,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                                                                 False))
     mkw = dict(manager_kw or {})
     mkw.setdefault("max_num_batched_tokens", max_num_batched_tokens)
+    ekw = dict(engine_kw or {})
     def build(_k: int) -> Engine:
         mg = KVCacheManager(kv_cache_config, max_model_len=max_model_len,
                             enable_caching=enable_caching, enable_events=feed, **mkw)
@@ -578,7 +583,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                       long_prefill_token_threshold=long_prefill_token_threshold,
                       max_model_len=mg.max_model_len if mml is None else mml,
                       reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES,
-                      request_overhead_s=over, api_server_s=api)
+                      request_overhead_s=over, api_server_s=api, **ekw)
 
     # replicas are built when first routed to (a pool per replica costs MBs and
     # ~0.1 s: a fleet of 1,000 with 8 requests builds 8)
@@ -598,7 +603,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     index = att = None
     ikw: dict[str, Any] = dict(max_model_len=mml, enable_caching=enable_caching,
                                max_num_batched_tokens=max_num_batched_tokens,
-                               hash=managers[0].hash)
+                               hash=managers[0].hash,
+                               use_eagle=bool(mkw.get("use_eagle", False)))
     if getattr(rt, "uses_index", False):
         from kvcore.routing import ResidencyIndex
 

@@ -302,6 +302,19 @@ def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,
         for k, v in fig.items():
             if k.startswith("p") and k.endswith(f"_{key}_ms") and k[1].isdigit():
                 row(f"P{k[1:-len(key) - 4]} {name} (ms):", v, f2)
+    if fig.get("spec_decode_acceptance_rate") is not None:
+        # vllm bench serve's block (serve.py: printed when draft tokens were counted)
+        lines.append("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        row("Acceptance rate (%):", fig["spec_decode_acceptance_rate"], f2)
+        row("Acceptance length:", fig["spec_decode_acceptance_length"], f2)
+        row("Drafts:", fig["spec_decode_num_drafts"])
+        row("Draft tokens:", fig["spec_decode_draft_tokens"])
+        row("Accepted tokens:", fig["spec_decode_accepted_tokens"])
+        per_pos = fig.get("spec_decode_per_position_acceptance_rates") or []
+        if per_pos:
+            lines.append("Per-position acceptance (%):")
+            for i, rate in enumerate(per_pos):
+                row(f"  Position {i}:", rate * 100, f2)
     lines.append("{s:{c}^{n}}".format(s=" kvcore ", n=50, c="-"))
     row("Steps:", fig["steps"])
     row("Preemptions:", fig["preemptions"])

@@ -117,18 +117,38 @@ def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
     mnbt = int(cand["max_num_batched_tokens"])
     mml = int(kv.max_model_len or cand.get("max_model_len") or 0)
     pc = bool(cand.get("enable_prefix_caching", True))
+    spec, acceptance = _speculative(cand)
     mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=pc,
-                         max_num_batched_tokens=mnbt)
+                         max_num_batched_tokens=mnbt,
+                         use_eagle=bool(spec is not None and spec.use_eagle))
+    spec_kw: dict[str, Any] = {} if spec is None else dict(
+        num_speculative_tokens=spec.num_speculative_tokens, spec_acceptance=acceptance,
+        num_lookahead_tokens=spec.num_lookahead_tokens)
     res = run_engine(mgr, [SimRequest(r) for r in _trace_requests(wl)], model,
                      max_num_seqs=int(cand["max_num_seqs"]), max_num_batched_tokens=mnbt,
                      max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
-                     record_steps=False)
+                     record_steps=False, **spec_kw)
     from kvcore.sim.engine import check_some_served
 
     check_some_served(res.requests, max_model_len=mml, num_blocks=kv.num_blocks)
     fig = serving_metrics(res, goodput=cand.get("goodput") or None)
     fig.pop("kv_usage", None)
+    if acceptance is not None:
+        fig.update(acceptance.figures())
     return fig
+
+
+def _speculative(cand: dict[str, Any]) -> tuple[Any, Any]:
+    """``(SpeculativeSettings, SpecAcceptanceModel)`` of a candidate's ``speculative``
+    entry (``{"config": the --speculative-config object, "rates": per-position rates,
+    "seed": int}``), or ``(None, None)``."""
+    sp = cand.get("speculative")
+    if not sp:
+        return None, None
+    from kvcore.sim.speculative import SpecAcceptanceModel, parse_speculative_config
+
+    return (parse_speculative_config(dict(sp["config"])),
+            SpecAcceptanceModel(sp["rates"], seed=int(sp.get("seed", 0))))
 
 
 def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
@@ -167,6 +187,10 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
                                            bool(cand.get("enable_prefix_caching", True)),
                                            _has_mamba(cand["model"]))
         cand = {**cand, "mamba_cache_mode": mode}
+        spec, _ = _speculative(cand)
+        spec_plan: dict[str, Any] = {} if spec is None else {
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "include_mtp_layers": spec.include_mtp_layers}
         check_attention_block_size(cand.get("block_size"), cand["gpu"])
         check_scheduler_limits(int(cand["max_num_seqs"]),
                                int(cand["max_num_batched_tokens"]),
@@ -179,13 +203,18 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
             max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
             max_num_seqs=int(cand["max_num_seqs"]),
             enable_prefix_caching=bool(cand.get("enable_prefix_caching", True)),
-            mamba_cache_mode=mode)
+            mamba_cache_mode=mode, **spec_plan)
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}
-    model = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
-                         tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                         kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
+    model: Any = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
+                              tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                              kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
+    if spec is not None and (cand.get("speculative") or {}).get("draft_cost"):
+        from kvcore.sim.speculative import DraftCostTimeModel
+
+        model = DraftCostTimeModel(model, kv, spec.num_speculative_tokens,
+                                   float(cand["speculative"]["draft_cost"]))
     spec = kv.kv_cache_groups[0].spec
     attn = [g.spec.block_size for g in kv.kv_cache_groups
             if g.spec.scales_with_block_size]
@@ -424,6 +453,11 @@ def vllm_command(model: str, cand: dict[str, Any], *,
         parts.append("--enable-prefix-caching" if pc else "--no-enable-prefix-caching")
     if cand.get("max_model_len"):
         parts += ["--max-model-len", str(cand["max_model_len"])]
+    sp = cand.get("speculative")
+    if sp:  # a fixed setting, as given (kvcore's --spec-acceptance-rate is not vLLM's)
+        import shlex
+
+        parts += ["--speculative-config", shlex.quote(json.dumps(sp["config"]))]
     return " ".join(parts)
 
 
@@ -513,6 +547,22 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--fast", action="store_true",
                    help="simulate with the token-level loop (kvcore.sim.fastsim) instead "
                         "of the vLLM-faithful engine: faster, no block manager")
+    from kvcore.sim.command import spec_acceptance_rate_arg, speculative_config_arg
+
+    p.add_argument("--speculative-config", "-sc", type=speculative_config_arg,
+                   default=None, metavar="JSON",
+                   help="speculative decoding as vllm serve takes it (a fixed setting, not "
+                        "searched; printed in the vllm serve line), as kvcore simulate")
+    p.add_argument("--spec-acceptance-rate", type=spec_acceptance_rate_arg, default=None,
+                   metavar="P",
+                   help="kvcore's acceptance model of --speculative-config's drafts (not "
+                        "a vLLM flag): each accepted with probability P, seeded by --seed")
+    from kvcore.sim.command import _float_arg
+
+    p.add_argument("--spec-draft-cost", type=_float_arg("spec_draft_cost", allow_inf=False,
+                                                        allow_zero=True),
+                   default=None, metavar="F",
+                   help="kvcore's drafter-time term, as kvcore simulate (default 0)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -655,6 +705,22 @@ def run(args: argparse.Namespace) -> int:
         prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
         goodput=goodput, max_model_len=args.max_model_len,
         sim="fast" if args.fast else "engine")
+    from kvcore.sim.command import speculative_setup
+
+    spec, acceptance = speculative_setup(args)
+    if spec is not None:
+        if args.fast:
+            raise ConfigError("--fast: the token-level loop does not model speculative "
+                              "decoding; drop --fast to simulate --speculative-config",
+                              field="fast", value=True)
+        from kvcore.models.config import load_model_config
+        from kvcore.sim.speculative import check_model_supports
+
+        check_model_supports(spec, load_model_config(args.model), str(args.model))
+        sp = {"config": spec.config, "rates": list(acceptance.rates), "seed": args.seed,
+              "draft_cost": args.spec_draft_cost or 0.0}
+        for c in configs:
+            c["speculative"] = sp
     if not configs:
         raise ConfigError(f"--max-num-batched-tokens {args.max_num_batched_tokens}: every "
                           f"value is below every --max-num-seqs {args.max_num_seqs}; vLLM "
@@ -686,7 +752,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{reasons[0] if reasons else 'no candidates'}", field="gpu",
                           value=gpu)
     keys = ("request_goodput", "output_throughput", "request_throughput", "median_ttft_ms",
-            "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "preemptions")
+            "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "preemptions",
+            "spec_decode_acceptance_length", "spec_decode_acceptance_rate")
     def entry(r: dict[str, Any]) -> dict[str, Any]:
         c = {k: r["config"][k] for k, _ in _FLAGS}
         c["enable_prefix_caching"] = r["config"]["enable_prefix_caching"]
@@ -712,6 +779,8 @@ def run(args: argparse.Namespace) -> int:
                           "runner_ups": runners, "candidates": len(configs),
                           "min_gain": MIN_GAIN, "within_margin": near,
                           "margin_note": margin_note,
+                          "speculative_config": None if spec is None else spec.config,
+                          "spec_acceptance_rate": args.spec_acceptance_rate,
                           "failed": [{"config": {k: f["config"][k] for k, _ in _FLAGS},
                                       "error": f["error"]} for f in res["failed"]]}))
         return 0
