@@ -506,6 +506,12 @@ class Efficiency:
     moe_memory: the routed experts' weights stream at ``memory x moe_memory`` of the
         bandwidth (fused-MoE kernels gather scattered experts and may reach less than a
         dense GEMM).
+    moe_memory_tokens: where ``moe_memory``'s discount fades: with ``t`` tokens per
+        touched expert in a step, the experts' bytes take ``1 + (1 / moe_memory - 1) x
+        min(1, moe_memory_tokens / t)`` times their streaming time (a fused-MoE kernel's
+        fixed cost per expert, its gather and tail, amortised over the expert's tokens:
+        a batch-1 decode pays it whole, a large batch barely); 0: the discount never
+        fades (v2).
     moe_compute: the routed experts' FLOPs run at ``compute x moe_compute`` of the peak
         (fused-MoE GEMMs, and the dequantising ones of MXFP4 / FP8 / int4 experts, reach
         less than a dense GEMM: docs/SIM_ACCURACY.md, v5 point 2).
@@ -539,17 +545,20 @@ class Efficiency:
     moe_layer_s: float = 0.0
     moe_compute: float = 1.0
     api_server_s: float = 0.0
+    moe_memory_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         """Raises ConfigError naming the field: an efficiency or ``roofline_p`` that is
         not a finite number > 0, or a time that is not a finite number >= 0."""
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            positive = not f.name.endswith("_s")
+            positive = not f.name.endswith("_s") and f.name != "moe_memory_tokens"
             ok = (not isinstance(v, bool) and isinstance(v, (int, float))
                   and math.isfinite(v) and (v > 0 if positive else v >= 0))
             if not ok:
-                what = "a finite number > 0" if positive else "a finite number of seconds >= 0"
+                what = "a finite number > 0" if positive else \
+                    "a finite number of seconds >= 0" if f.name.endswith("_s") else \
+                    "a finite number of tokens >= 0"
                 raise ConfigError(f"Efficiency.{f.name} must be {what}, got {v!r}",
                                   field=f.name, value=repr(v))
 
@@ -585,7 +594,10 @@ class RooflineTimeModel:
     * bytes = ``dense_weight_bytes + expert_bytes x touched / num_experts + KV read +
       KV written``; ``touched = E x (1 - (1 - k / E) ** T)``, the expected distinct
       experts ``T`` tokens routed top-``k`` among ``E`` reach (all of them for large
-      batches); ``memory_s = bytes / (hbm_bytes_per_s x memory)``.
+      batches); ``memory_s = bytes / (hbm_bytes_per_s x memory)``, the experts' share
+      slowed by ``1 / moe_memory`` (with ``moe_memory_tokens`` ``N > 0``: by ``1 + (1 /
+      moe_memory - 1) x min(1, N / t)``, ``t = T x k / touched`` tokens per touched
+      expert).
     * ``comm_s`` = ``2 x num_layers`` all-reduces of ``T x hidden_size x act_bytes``
       bytes each under TP: ``2 (tp - 1) / tp x bytes / link_bytes_per_s + latency``
       (ring all-reduce; ``link_bytes_per_s`` one direction).
@@ -677,6 +689,7 @@ class RooflineTimeModel:
                  + 2.0 * pair_flops * self.q_heads_per_rank / (pp * mb))
         weights = self.dense_weight_bytes
         expert = 0.0
+        touched = 0.0
         if self.expert_bytes and self.num_experts:
             e, k = self.num_experts, max(1, self.experts_per_token)
             touched = e * (1.0 - (1.0 - k / e) ** m_tokens) if m_tokens else 0.0
@@ -690,7 +703,14 @@ class RooflineTimeModel:
         bw = self.hbm_bytes_per_s * {"gddr": eff.memory_gddr,
                                      "hbm3": eff.memory_hbm3}.get(self.memory_type,
                                                                   eff.memory)
-        memory_s = (weights - expert + kv_m) / bw + expert / (bw * eff.moe_memory)
+        if expert and eff.moe_memory_tokens > 0:
+            # tokens per touched expert (>= 1): the discount amortised over them
+            tpe = m_tokens * self.experts_per_token / touched if touched else 1.0
+            scale = 1.0 + (1.0 / eff.moe_memory - 1.0) * min(
+                1.0, eff.moe_memory_tokens / max(tpe, 1.0))
+            memory_s = (weights - expert + kv_m) / bw + expert * scale / bw
+        else:
+            memory_s = (weights - expert + kv_m) / bw + expert / (bw * eff.moe_memory)
         p = eff.roofline_p
         if p >= 50:
             core = max(compute_s, memory_s)
@@ -881,10 +901,12 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
 
 
 #: the fitted coefficients (v2): ``python -m kvcore.sim.accuracy --fit --fast`` on the
-#: ``fit`` rows of tests/data/sim_accuracy/measurements.json (docs/SIM_ACCURACY.md: how,
-#: which rows, the held-out errors, and the v1 fit they replace); ``per_block_table_s``
-#: is not fitted (no row has several KV-cache groups): 1 us per block table (vLLM's
-#: input batch copies one block-table row per request per group).
+#: v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json (docs/SIM_ACCURACY.md:
+#: how, which rows, the held-out errors, and why the v5 and v6 fits did not replace
+#: them); the terms added since (memory_hbm3, layer_s, moe_layer_s, moe_compute,
+#: api_server_s) are at the values that reproduce v2.  ``per_block_table_s`` is not
+#: fitted (no row has several KV-cache groups): 1 us per block table (vLLM's input
+#: batch copies one block-table row per request per group).
 DEFAULT_EFFICIENCY = Efficiency(
     compute=0.8, memory=0.6, memory_hbm3=0.6, memory_gddr=0.9, roofline_p=3.0, step_s=1.5e-3,
     per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
