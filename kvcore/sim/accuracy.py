@@ -298,6 +298,7 @@ _GRID: dict[str, tuple[float, ...]] = {
     "compute": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "api_server_s": (0.0, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 8e-3, 1.2e-2, 2e-2, 3e-2),
     "moe_compute": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "moe_memory_tokens": (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0),
 }
 
 #: v2's coefficients (docs/SIM_ACCURACY.md), where the v6 fit starts
@@ -426,6 +427,10 @@ def _parser() -> Any:
                         "row; --only / --added then do not filter)")
     p.add_argument("--fast", action="store_true",
                    help="replay with kvcore.sim.fastsim instead of the engine")
+    p.add_argument("--fit-terms", default=None, metavar="NAME,NAME",
+                   help="fit only these Efficiency terms, in this order (default: every "
+                        "term of the grid); the v7 refit: memory_hbm3,moe_memory,"
+                        "moe_memory_tokens with --rounds 2")
     p.add_argument("--rounds", type=int, default=1, metavar="N",
                    help="coordinate-descent rounds of --fit (default 1, as the v6 "
                         "protocol fits)")
@@ -460,8 +465,17 @@ def _main(argv: list[str]) -> int:
         if args.rounds < 1:
             parser.error(f"argument --rounds: {args.rounds} is not a round count; valid: "
                          "an integer >= 1")
+        grid = None
+        if args.fit_terms is not None:
+            names = [t for t in args.fit_terms.split(",") if t]
+            bad = [t for t in names if t not in _GRID]
+            if bad or not names:
+                parser.error(f"argument --fit-terms: {args.fit_terms!r} names no fitted "
+                             f"term or an unknown one ({', '.join(bad)}); valid: "
+                             f"{', '.join(_GRID)}")
+            grid = {t: _GRID[t] for t in names}
         eff = fit(rows, V2_EFFICIENCY, base=base, sim=sim, workers=args.workers, log=log,
-                  rounds=args.rounds)
+                  rounds=args.rounds, grid=grid)
         print(f"fitted: {eff}")
     res = evaluate(rows, eff, base=base, sim=sim, workers=args.workers)
     print("| row | split | output tok/s meas / sim (err) | TTFT ms meas / sim (err) | "
