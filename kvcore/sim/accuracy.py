@@ -112,11 +112,13 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
     rate = row.get("request_rate", "inf")
     if rate != "inf":
         reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate), 1.0, 0))
-    mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=True,
+    mgr = KVCacheManager(kv, max_model_len=mml,
+                         enable_caching=bool(row.get("enable_prefix_caching", True)),
                          max_num_batched_tokens=mnbt)
     res = run_engine(mgr, [SimRequest(r) for r in reqs], model, max_num_seqs=mns,
                      max_num_batched_tokens=mnbt, max_model_len=mml,
-                     max_concurrency=row.get("max_concurrency"), record_steps=False)
+                     max_concurrency=row.get("max_concurrency"), record_steps=False,
+                     enable_chunked_prefill=bool(row.get("enable_chunked_prefill", True)))
     return serving_metrics(res)  # run_engine applies the model's request_overhead_s
 
 
@@ -143,6 +145,11 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     mns = int(row.get("max_num_seqs", mns))
     isl, osl = int(row["input_len"]), int(row["output_len"])
     mml = int(row.get("max_model_len") or 1 << max(11, math.ceil(math.log2(isl + osl))))
+    chunked = bool(row.get("enable_chunked_prefill", True))
+    if not chunked and "max_num_batched_tokens" not in row:
+        # vLLM 0.32 EngineArgs: without chunked prefill the default budget holds a
+        # whole max_model_len prompt
+        mnbt = max(mnbt, mml)
     try:
         kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"),
                    engine_of(row), pp, kvd)
@@ -172,7 +179,9 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
                      max_concurrency=row.get("max_concurrency"),
                      request_rate=math.inf if rate == "inf" else float(rate))
         fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
-                           kv_capacity_tokens=cap)
+                           kv_capacity_tokens=cap,
+                           enable_prefix_caching=bool(row.get("enable_prefix_caching", True)),
+                           enable_chunked_prefill=chunked)
     stat = "median" if str(row.get("statistic", "")).startswith("median") else "mean"
     return {"output_throughput": fig["output_throughput"],
             "ttft_ms": fig[f"{stat}_ttft_ms"], "tpot_ms": fig[f"{stat}_tpot_ms"]}

@@ -397,8 +397,13 @@ class Engine:
                  num_speculative_tokens: int = 0,
                  spec_acceptance: SpecAcceptance | None = None,
                  request_overhead_s: float | None = None,
-                 api_server_s: float | None = None) -> None:
+                 api_server_s: float | None = None,
+                 enable_chunked_prefill: bool = True) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
+        if not isinstance(enable_chunked_prefill, bool):
+            raise ConfigError(f"enable_chunked_prefill must be True or False, got "
+                              f"{enable_chunked_prefill!r}", field="enable_chunked_prefill",
+                              value=repr(enable_chunked_prefill))
         _check_int("num_speculative_tokens", num_speculative_tokens, 0)
         if num_speculative_tokens and not callable(spec_acceptance):
             raise ConfigError("num_speculative_tokens > 0 needs spec_acceptance(request_id"
@@ -413,6 +418,17 @@ class Engine:
         check_scheduler_limits(max_num_seqs, max_num_batched_tokens,
                                manager.max_model_len if max_model_len is None
                                else max_model_len, long_prefill_token_threshold)
+        mml_ = manager.max_model_len if max_model_len is None else max_model_len
+        if not enable_chunked_prefill and max_num_batched_tokens < mml_:
+            # vLLM 0.32 SchedulerConfig.verify_max_model_len
+            raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller "
+                              f"than max_model_len ({mml_}) with chunked prefill disabled; "
+                              "vLLM refuses it: raise max_num_batched_tokens to at least "
+                              "max_model_len", field="max_num_batched_tokens",
+                              value=max_num_batched_tokens)
+        #: vLLM's ``--enable-chunked-prefill``: off, a waiting prompt that does not fit
+        #: the step's budget whole stops the admissions (``Scheduler.schedule``)
+        self.chunked = enable_chunked_prefill
         if not callable(getattr(time_model, "step_time", None)):
             raise ConfigError(f"time_model must have a step_time(batch) -> seconds method, "
                               f"got {type(time_model).__name__}", field="time_model",
@@ -628,6 +644,7 @@ class Engine:
         waiting = self.waiting
         keep_requests = self.keep_requests
         per_req = self.max_num_batched_tokens
+        chunked = self.chunked
         mnbt = per_req * self.batches_in_flight  # the round's budget (one batch: per_req)
         res.steps += 1
         step = res.steps
@@ -733,6 +750,8 @@ class Engine:
                     pad = True
                 if 0 < lpt < n:
                     n = lpt
+                if not chunked and n > min(token_budget, per_req):
+                    break  # chunked prefill off: no partial prompt (vLLM 0.32)
                 if n > token_budget:
                     n = token_budget
                 if n > per_req:
@@ -890,7 +909,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                num_speculative_tokens: int = 0,
                spec_acceptance: SpecAcceptance | None = None,
                request_overhead_s: float | None = None,
-               api_server_s: float | None = None) -> EngineResult:
+               api_server_s: float | None = None,
+               enable_chunked_prefill: bool = True) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion: an
     :class:`Engine` fed the requests as they arrive.
 
@@ -911,6 +931,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     ``request_overhead_s`` (0 without one), as every kvcore path uses it.
     api_server_s: the API server's serial stage, s per request (module docstring);
     None: the time model's ``api_server_s`` (0 without one).
+    enable_chunked_prefill: vLLM's flag; False: a waiting prompt is scheduled whole or
+    not at all, and ``max_num_batched_tokens`` must hold ``max_model_len``.
 
     Raises ConfigError for a count out of range (naming it), requests that are not
     SimRequests, a time model without ``step_time``, settings vLLM refuses
@@ -941,7 +963,7 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                  keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
                  result=res, num_speculative_tokens=num_speculative_tokens,
                  spec_acceptance=spec_acceptance, request_overhead_s=request_overhead_s,
-                 api_server_s=api_server_s)
+                 api_server_s=api_server_s, enable_chunked_prefill=enable_chunked_prefill)
     over = eng.request_overhead_s
     mml = eng.max_model_len
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)

@@ -219,7 +219,7 @@ def summarize(reqs: Sequence[_Req], duration: float, overhead: float = 0.0,
 def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Workload, *,
                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  kv_capacity_tokens: int | None = None, enable_prefix_caching: bool = True,
-                 goodput: dict[str, float] | None = None,
+                 goodput: dict[str, float] | None = None, enable_chunked_prefill: bool = True,
                  max_steps: int = 10_000_000) -> dict[str, Any]:
     """Run ``workload`` through the loop of the module docstring; returns the figures
     (see :func:`summarize`) plus ``steps``.
@@ -331,6 +331,9 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             if enable_prefix_caching and prefix_cached and r.computed == 0 and w.prefix_len:
                 hit = (w.prefix_len // 16) * 16
             total = r.prompt + r.generated
+            if not enable_chunked_prefill and total - hit > min(budget,
+                                                                 max_num_batched_tokens):
+                break  # chunked prefill off: whole prompts only (as the engine)
             n = min(total - hit, budget, max_num_batched_tokens)
             if used + hit + n > cap:
                 break
