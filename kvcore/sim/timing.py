@@ -900,14 +900,17 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     return RooflineTimeModel(**kw)
 
 
-#: the fitted coefficients (v2): ``python -m kvcore.sim.accuracy --fit --fast`` on the
-#: v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json (docs/SIM_ACCURACY.md:
-#: how, which rows, the held-out errors, and why the v5 and v6 fits did not replace
-#: them); the terms added since (memory_hbm3, layer_s, moe_layer_s, moe_compute,
-#: api_server_s) are at the values that reproduce v2.  ``per_block_table_s`` is not
-#: fitted (no row has several KV-cache groups): 1 us per block table (vLLM's input
-#: batch copies one block-table row per request per group).
+#: the fitted coefficients (v7): v2's (``python -m kvcore.sim.accuracy --fit --fast`` on
+#: the v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json) with
+#: ``memory_hbm3``, ``moe_memory`` and ``moe_memory_tokens`` refitted on every fit row
+#: (``--fit-terms memory_hbm3,moe_memory,moe_memory_tokens --rounds 2``; the v7 protocol,
+#: tests/data/sim_accuracy/v7_protocol.md, and docs/SIM_ACCURACY.md: how, which rows,
+#: the held-out errors, and the fits not adopted).  The terms added since v2 and not
+#: refitted (layer_s, moe_layer_s, moe_compute, api_server_s) are at their neutral
+#: values.  ``per_block_table_s`` is not fitted (no row has several KV-cache groups):
+#: 1 us per block table (vLLM's input batch copies one block-table row per request per
+#: group).
 DEFAULT_EFFICIENCY = Efficiency(
-    compute=0.8, memory=0.6, memory_hbm3=0.6, memory_gddr=0.9, roofline_p=3.0, step_s=1.5e-3,
-    per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
-    prefill_token_s=0.0, moe_memory=0.5, request_overhead_s=0.02)
+    compute=0.8, memory=0.6, memory_hbm3=0.75, memory_gddr=0.9, roofline_p=3.0,
+    step_s=1.5e-3, per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
+    prefill_token_s=0.0, moe_memory=0.6, request_overhead_s=0.02, moe_memory_tokens=1.0)
