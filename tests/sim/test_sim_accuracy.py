@@ -1,13 +1,13 @@
 """The step-time model against published vLLM measurements (issue 21 item 4).
 
 Rows: tests/data/sim_accuracy/measurements.json (each with its URL and quoted figures);
-the coefficients (:data:`kvcore.sim.timing.DEFAULT_EFFICIENCY`, v2) were fitted on the
-v1 + v2 rows marked ``fit`` only (with the fast loop).  Rows pre-registered later (v3,
-v5, v6) were each evaluated once as held out and then, studied to design the next
-round, moved to ``fit`` (v3_first_evaluation.txt, v5_first_evaluation_*.txt,
-v6_first_evaluation_*.txt; the protocols v5_protocol.md, v6_protocol.md,
-v7_protocol.md).  Held out now: the v1 / v2 held-out rows (the engine, the tests'
-figures).  The fit rows are checked with the fast loop (kvcore.sim.fastsim, equal to the
+the coefficients (:data:`kvcore.sim.timing.DEFAULT_EFFICIENCY`, v7) are v2's, fitted on
+the v1 + v2 rows marked ``fit``, with three MoE / HBM3 terms refitted on every fit row
+(the fast loop).  Rows pre-registered later (v3, v5, v6) were each evaluated once as held
+out and then, studied to design the next round, moved to ``fit``
+(v3_first_evaluation.txt, v5_first_evaluation_*.txt, v6_first_evaluation_*.txt; the
+protocols v5_protocol.md, v6_protocol.md, v7_protocol.md).  Held out now: the v1 / v2
+held-out rows and the 27 v7 rows (the engine, the tests' figures).  The fit rows are checked with the fast loop (kvcore.sim.fastsim, equal to the
 engine on the traffic it models) to keep CI short.  The goal of the issue, on held-out
 rows: median absolute error of output throughput <= 15 %, TPOT <= 15 %, TTFT <= 25 %;
 bounds here are the measured ones, goals not met are strict xfails.  Deterministic.
@@ -86,14 +86,40 @@ def _of(results, ids):
 
 
 def test_v1_v2_heldout_errors_as_measured(results, rows):
-    # the v1 + v2 held-out rows (v2 coefficients; the request overhead inside the run):
-    # 12.1 % throughput (23 rows), 37.8 % TTFT (1 row: the AWQ 16k prefill), 9.4 % TPOT
+    # the v1 + v2 held-out rows (v7 coefficients): 12.6 % throughput (23 rows), 37.8 %
+    # TTFT (1 row: the AWQ 16k prefill), 10.4 % TPOT (v7_first_evaluation_B.txt)
     old = {r["id"] for r in rows if r["split"] == "holdout"} - _added(rows, "v7")
     assert len(old) == 24
     s = accuracy.summary(_of(results, old), "holdout")
-    assert s["output_throughput"] <= 0.125, s
-    assert s["tpot_ms"] <= 0.095, s
+    assert s["output_throughput"] <= 0.127, s
+    assert s["tpot_ms"] <= 0.105, s
     assert s["ttft_ms"] <= 0.38, s
+
+
+def test_v7_rows_are_preregistered_and_held_out(rows):
+    v7 = [r for r in rows if str(r.get("added", "")).startswith("v7")]
+    assert len(v7) == 27 and {r["split"] for r in v7} == {"holdout"}
+    assert all("pre-registered" in r["added"] and r["id"].startswith("v7-") for r in v7)
+    assert all("ttft_ms" in r["measured"] for r in v7)
+    sealed = accuracy.load_measurements(DATA / "v7_rows.json")
+    assert [r["id"] for r in sealed] == [r["id"] for r in v7]
+    assert all(a["measured"] == b["measured"] for a, b in zip(sealed, v7))
+
+
+def test_v7_errors_as_measured(results, rows):
+    # the one evaluation (v7_first_evaluation_B.txt): 1.8 % throughput (27 rows), 32.9 %
+    # TTFT (27), 1.7 % TPOT (1 row)
+    s = accuracy.summary(_of(results, _added(rows, "v7")), "holdout")
+    assert s["output_throughput"] <= 0.019, s
+    assert s["ttft_ms"] <= 0.33, s
+    assert s["tpot_ms"] <= 0.018, s
+
+
+def test_every_heldout_error_as_measured(results):
+    # all held-out rows, v1 / v2 + v7: 7.1 % (50 rows) / 33.8 % (28) / 10.1 % (25)
+    s = accuracy.summary(results, "holdout")
+    assert s["output_throughput"] <= 0.072 and s["ttft_ms"] <= 0.34, s
+    assert s["tpot_ms"] <= 0.102, s
 
 
 def test_v3_rows_moved_to_fit_with_the_reason(rows):
@@ -120,12 +146,12 @@ def test_v5_rows_moved_to_fit_with_the_reason(rows):
 
 
 def test_v5_errors_as_measured(fit_results, rows):
-    # the 87 v5 rows with the v2 coefficients, the fast loop (their one held-out
-    # evaluation, v5_first_evaluation_v2.txt: 56.1 / 55.4 / 36.8 %); bounded at what was
-    # measured so they cannot get worse unnoticed (docs/SIM_ACCURACY.md, v5)
+    # the 87 v5 rows (fit rows now), the v7 coefficients, the fast loop: 66.3 / 52.5 /
+    # 36.9 % (their one held-out evaluation, v2, v5_first_evaluation_v2.txt: 56.1 / 55.4
+    # / 36.8 %); bounded at what was measured so they cannot get worse unnoticed
     s = accuracy.summary(_of(fit_results, _added(rows, "v5")), "fit")
-    assert s["output_throughput"] <= 0.565, s
-    assert s["ttft_ms"] <= 0.56, s
+    assert s["output_throughput"] <= 0.665, s
+    assert s["ttft_ms"] <= 0.53, s
     assert s["tpot_ms"] <= 0.37, s
 
 
@@ -143,19 +169,26 @@ def test_v6_rows_moved_to_fit_with_the_reason(rows):
 
 
 def test_v6_errors_as_measured(fit_results, rows):
-    # the 15 v6 rows with v2, the fast loop; their one evaluation (the engine,
-    # v6_first_evaluation_v2.txt) gave 22.4 / 26.1 / 14.5 %
+    # the 15 v6 rows (fit rows now), the v7 coefficients, the fast loop: 17.2 / 30.6 /
+    # 22.4 % (their one held-out evaluation, the engine: v6 fit 25.0 / 93.0 / 16.3 %, v2
+    # 22.4 / 26.1 / 14.5 %: v6_first_evaluation_*.txt)
     s = accuracy.summary(_of(fit_results, _added(rows, "v6")), "fit")
-    assert s["output_throughput"] <= 0.25, s
-    assert s["ttft_ms"] <= 0.30, s
-    assert s["tpot_ms"] <= 0.17, s
+    assert s["output_throughput"] <= 0.175, s
+    assert s["ttft_ms"] <= 0.31, s
+    assert s["tpot_ms"] <= 0.225, s
+
+
+def test_heldout_throughput_and_tpot_goals(results):
+    # issue 21: median absolute error of output throughput and TPOT <= 15 % on rows not
+    # fitted on
+    s = accuracy.summary(results, "holdout")
+    assert s["output_throughput"] <= 0.15 and s["tpot_ms"] <= 0.15, s
 
 
 @pytest.mark.xfail(strict=True, reason="issue 21's TTFT goal (25 %) is missed on the "
-                   "held-out rows (v1/v2: 37.8 %, one row); docs/SIM_ACCURACY.md")
-def test_heldout_goals(results):
+                   "held-out rows: 33.8 % (28 rows); docs/SIM_ACCURACY.md, v7")
+def test_heldout_ttft_goal(results):
     s = accuracy.summary(results, "holdout")
-    assert s["output_throughput"] <= 0.15 and s["tpot_ms"] <= 0.15, s
     assert s["ttft_ms"] <= 0.25, s
 
 
@@ -224,7 +257,8 @@ def test_fit_reproduces_the_rejected_v5c_fit(rows):
     # the fit as it stands gives v5c (rejected: compute and memory_gddr at their grid's
     # edge, and worse than v2 on the v5 rows); DEFAULT_EFFICIENCY stays v2's by the
     # pre-registered rule (tests/data/sim_accuracy/v5_protocol.md)
-    v5_era = [r for r in rows if not str(r.get("added", "")).startswith(("v5", "v6"))]
+    v5_era = [r for r in rows
+              if not str(r.get("added", "")).startswith(("v5", "v6", "v7"))]
     got = accuracy.fit(v5_era, base=DATA, sim="fast", grid=accuracy._GRID_V5,
                        weighted=False)
     v5c = dataclasses.replace(
@@ -252,9 +286,21 @@ def test_cli_prints_a_dash_for_a_split_without_rows(capsys, only, rows):
 def test_fit_reproduces_the_v6_fit(rows):
     # the v6 protocol's fit: one round from v2 on the fit rows of then (every row but
     # the v6 ones), family-weighted (v6_fit_log.txt); accepted by its rule, not adopted
-    v6_era = [r for r in rows if not str(r.get("added", "")).startswith("v6")]
+    v6_era = [r for r in rows if not str(r.get("added", "")).startswith(("v6", "v7"))]
     got = accuracy.fit(v6_era, accuracy.V2_EFFICIENCY, base=DATA, sim="fast", rounds=1,
                        grid={k: v for k, v in accuracy._GRID.items()
                              if k != "moe_memory_tokens"}, workers=2)
     assert dataclasses.asdict(got) == pytest.approx(
         dataclasses.asdict(accuracy.V6_FIT_EFFICIENCY))
+
+
+@pytest.mark.skipif(not os.environ.get("KVCORE_SIM_FIT"),
+                    reason="re-fitting takes minutes of CPU; set KVCORE_SIM_FIT=1")
+def test_fit_reproduces_the_default(rows):
+    # the v7 protocol's fit B: three terms, two rounds from v2 (v7_fit_log.txt)
+    v7_era = [r for r in rows if not str(r.get("added", "")).startswith("v7")]
+    grid = {k: accuracy._GRID[k] for k in ("memory_hbm3", "moe_memory",
+                                           "moe_memory_tokens")}
+    got = accuracy.fit(v7_era, accuracy.V2_EFFICIENCY, base=DATA, sim="fast", rounds=2,
+                       grid=grid, workers=2)
+    assert dataclasses.asdict(got) == pytest.approx(dataclasses.asdict(DEFAULT_EFFICIENCY))
