@@ -38,7 +38,9 @@ HAS_PLUGINS = (ROOT / "plugins").is_dir()
 #: and the published-measurement table kvcore.sim.accuracy reads (its own data file, not
 #: a model config)
 EXEMPT = ("kvcore/ops/", "kvcore/runtime/", "kvcore/sim/traces.py", "kvcore/ops.py",
-          "kvcore/sim/accuracy.py")
+          "kvcore/sim/accuracy.py",
+          # parses the user's --speculative-config JSON, not a model config
+          "kvcore/sim/speculative.py")
 
 #: names the code base gives raw config dicts (and JSON objects read from config files)
 RAW_NAMES = {"raw", "hf_config", "config_dict", "vc", "ac", "ssm", "ssm_cfg", "attn_cfg",

@@ -495,7 +495,11 @@ def test_mamba_align_fleet_attention_only_router_over_predicts(capsys):
     assert main([*MAMBA, "--mamba-cache-mode", "align"]) == 0
     rr, ga, ao = json.loads(capsys.readouterr().out)["sweep"]
     assert ao["router_predicted_hit_ratio"] > ao["prefix_hit_ratio"]
-    assert ga["router_predicted_hit_ratio"] == pytest.approx(ga["prefix_hit_ratio"])
+    # the group-aware router never over-predicts (blocks it saw can only be joined by
+    # more before the request is scheduled; nothing is evicted here), and is close
+    assert ga["router_predicted_hit_ratio"] <= ga["prefix_hit_ratio"] + 1e-12
+    assert ga["router_predicted_hit_ratio"] == pytest.approx(ga["prefix_hit_ratio"],
+                                                             abs=0.03)
     # the attention-only router piles the prefix's requests on one replica
     assert ao["busy_imbalance"] > ga["busy_imbalance"]
     assert main([*MAMBA, "--mamba-cache-mode", "none"]) == 0

@@ -23,6 +23,7 @@ from kvcore.sim.engine import SimRequest, run_engine
 from kvcore.sim.fleet import run_fleet
 from kvcore.sim.metrics import serving_metrics
 from kvcore.sim.timing import (
+    DEFAULT_EFFICIENCY,
     Batch,
     ConstantTimeModel,
     Efficiency,
@@ -154,11 +155,31 @@ def test_efficiency_refuses_a_bad_value_naming_the_field(name: str, bad: Any) ->
 
 
 @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(Efficiency)
-                                  if not f.name.endswith("_s")])
+                                  if not f.name.endswith("_s")
+                                  and f.name != "moe_memory_tokens"])
 def test_an_efficiency_of_zero_is_refused(name: str) -> None:
     """Efficiencies divide: 0 would be a ZeroDivisionError deep in a step."""
     with pytest.raises(ConfigError, match=name):
         Efficiency(**{name: 0.0})
+
+
+def test_moe_memory_tokens_zero_is_v2s_constant_discount() -> None:
+    """moe_memory_tokens 0 is allowed (v2's form); a batch-1 decode (1 token per
+    touched expert) is charged v2's discount for any N >= 1, and a large batch less."""
+    kv = kvcore.plan_model("qwen3-30b-a3b", kv_cache_memory_bytes=8 << 30,
+                           max_model_len=8192, max_num_batched_tokens=8192)
+    base = dataclasses.replace(DEFAULT_EFFICIENCY, moe_memory=0.5, moe_memory_tokens=0.0)
+    v2 = roofline_for("qwen3-30b-a3b", kv, gpu="H100", efficiency=base)
+    one = describe_batch(kv, [ScheduledRequest(1, 100, False)])
+    big = describe_batch(kv, [ScheduledRequest(1, 100, False)] * 256)
+    for n in (1.0, 2.0, 16.0):
+        am = roofline_for("qwen3-30b-a3b", kv, gpu="H100",
+                          efficiency=dataclasses.replace(base, moe_memory_tokens=n))
+        assert am.breakdown(one).memory_s == pytest.approx(v2.breakdown(one).memory_s,
+                                                           rel=1e-12)
+        assert am.breakdown(big).memory_s < v2.breakdown(big).memory_s
+    with pytest.raises(ConfigError, match="moe_memory_tokens"):
+        Efficiency(moe_memory_tokens=-1.0)
 
 
 def test_moe_compute_slows_only_the_routed_experts_flops() -> None:
