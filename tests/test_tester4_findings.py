@@ -1,0 +1,205 @@
+"""Tester 4's findings (/work/wt/TESTER4_FINDINGS.md), one strict xfail per finding that
+a test can show: flip each (remove the mark) when the finding is fixed.
+
+Expected values come from the rules the docs state (kvcore.sim.engine's module
+docstring: the serial stage ``seen_i = max(sent_i + request_overhead_s, seen_(i-1) +
+api_server_s)`` in send order; ``vllm bench serve --max-concurrency``: a request is sent
+as soon as any slot frees, a slot frees at the reply; tests/sim/test_sim_clock.py's rule
+2: times are exact at any absolute time; the house rule on bad input), never from a
+run's own output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from typing import Any
+
+import pytest
+
+import kvcore
+from kvcore.errors import ConfigError
+from kvcore.runtime import KVCacheManager
+from kvcore.sim.engine import SimRequest, run_engine
+from kvcore.sim.fleet import run_fleet
+from kvcore.sim.timing import ConstantTimeModel
+from kvcore.sim.workload import random_dataset, with_arrivals
+
+MML = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class _Served(ConstantTimeModel):
+    request_overhead_s: float = 0.0
+    api_server_s: float = 0.0
+
+
+_CFG: list[Any] = []
+
+
+def _cfg() -> Any:
+    if not _CFG:
+        _CFG.append(kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
+                                      max_model_len=MML, max_num_batched_tokens=512))
+    return _CFG[0]
+
+
+def _case(seed: int) -> tuple[Any, list[Any], int | None]:
+    """A seeded burst/trickle with ~30 % too-long (rejected) requests."""
+    rng = random.Random(seed)
+    n = rng.randrange(2, 25)
+    tm = _Served(rng.choice([0.0, 0.004]), 2e-5, rng.choice([0.0, 0.01]),
+                 rng.choice([0.0, 0.003, 0.02]))
+    ds = random_dataset(n, 64, 8, seed=seed)
+    ds = [dataclasses.replace(t, prompt_len=5000) if rng.random() < 0.3 else t for t in ds]
+    arr = sorted(rng.choice([0.0, rng.random()]) for _ in range(n))
+    return tm, with_arrivals(ds, arr), rng.choice([None, 1, 2, 5])
+
+
+def _engine(tm: Any, ds: list[Any], conc: int | None) -> list[SimRequest]:
+    mgr = KVCacheManager(_cfg(), max_model_len=MML, max_num_batched_tokens=512)
+    res = run_engine(mgr, [SimRequest(t) for t in ds], tm, max_num_seqs=64,
+                     max_num_batched_tokens=512, max_concurrency=conc, keep_requests=True)
+    return list(res.requests)
+
+
+def _fleet(tm: Any, ds: list[Any], conc: int | None, replicas: int = 1) -> list[SimRequest]:
+    reqs = [SimRequest(t) for t in ds]
+    run_fleet(_cfg(), reqs, tm, replicas=replicas, router="round-robin", max_num_seqs=64,
+              max_num_batched_tokens=512, max_concurrency=conc, max_model_len=MML)
+    return reqs
+
+
+# ---- finding 1 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 1: run_engine sends a request "
+                   "on a rejection's future slot although an earlier slot frees first")
+def test_f1_a_request_is_sent_when_the_first_slot_frees() -> None:
+    """--max-concurrency 2, all at t = 0: A (fits), B and C (too long: rejected, each
+    reply ``request_overhead_s`` after its send), D (fits).  B's reply frees a slot at
+    0.01: C is sent then; C's reply would free one at 0.02, but A's reply comes first
+    (A is seen at 0.01; its 64-token prefill and 7 decodes take 1.42 ms at token_s 2e-5), so vLLM bench's
+    semaphore sends D at A's reply: ``D.sent == A.sent + A's E2EL``."""
+    tm = _Served(0.0, 2e-5, 0.01, 0.0)
+    ds = random_dataset(4, 64, 8, seed=0)
+    ds = [t if i in (0, 3) else dataclasses.replace(t, prompt_len=5000)
+          for i, t in enumerate(ds)]
+    a, b, c, d = sorted(_engine(tm, with_arrivals(ds, [0.0] * 4), 2),
+                        key=lambda r: r.request_id)
+    assert b.rejected and c.rejected and not a.rejected and not d.rejected
+    assert c.sent == pytest.approx(0.01)
+    a_reply = a.sent + a.token_times[-1]
+    assert a_reply < 0.02
+    assert d.sent == pytest.approx(a_reply, abs=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 1: a one-replica fleet and "
+                   "run_engine disagree under --max-concurrency with rejections")
+def test_f1_one_replica_fleet_is_run_engine_with_rejections() -> None:
+    """Seeded cases (too-long requests among bursts, concurrency caps, api_server_s):
+    the same sends and token times (tests/sim/test_sim_clock.py rule 1's equality)."""
+    bad = []
+    for seed in range(30):
+        tm, ds, conc = _case(seed)
+        a = sorted(_engine(tm, ds, conc), key=lambda r: r.request_id)
+        b = sorted(_fleet(tm, ds, conc), key=lambda r: r.request_id)
+        for x, y in zip(a, b):
+            if x.rejected != y.rejected or x.sent != pytest.approx(y.sent, abs=1e-9) or \
+                    x.token_times != pytest.approx(y.token_times, abs=1e-9):
+                bad.append((seed, x.request_id))
+                break
+    assert not bad
+
+
+# ---- finding 2 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 2: the serial stage serves "
+                   "requests in send() call order, not send-time order")
+def test_f2_serial_stage_in_send_order_with_rejections() -> None:
+    """Every seeded case: each admitted request's engine-seen time
+    ``sent + request_overhead_s + api_wait`` follows the recurrence over the admitted
+    requests in send-time order."""
+    bad = []
+    for seed in range(30):
+        tm, ds, conc = _case(seed)
+        rs = sorted((r for r in _engine(tm, ds, conc) if not r.rejected),
+                    key=lambda r: r.sent)
+        prev = None
+        for r in rs:
+            t = r.sent + tm.request_overhead_s
+            if prev is not None and prev + tm.api_server_s > t:
+                t = prev + tm.api_server_s
+            if abs(r.sent + tm.request_overhead_s + r.api_wait - t) > 1e-9:
+                bad.append((seed, r.request_id))
+                break
+            prev = t
+    assert not bad
+
+
+# ---- finding 3 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 3: a multi-replica fleet's "
+                   "closed loop depends on the absolute clock")
+@pytest.mark.parametrize("over,api", [(0.0, 0.0), (0.02, 0.0051)])
+def test_f3_fleet_closed_loop_at_1e12_is_the_closed_loop_at_zero(over: float,
+                                                                 api: float) -> None:
+    """Two replicas, --max-concurrency 3, ten requests at one instant: the token times
+    (relative to each send) at t = 1e12 s are those at t = 0, to the bit (rule 2)."""
+    tm = _Served(0.0123, 3.1e-5, over, api)
+    ds = random_dataset(10, 32, 4, seed=1)
+    at0 = _fleet(tm, with_arrivals(ds, [0.0] * 10), 3, replicas=2)
+    far = _fleet(tm, with_arrivals(ds, [1e12] * 10), 3, replicas=2)
+    assert [r.token_times for r in far] == [r.token_times for r in at0]
+
+
+# ---- finding 4 ---------------------------------------------------------------------
+
+
+def _row() -> dict[str, Any]:
+    from pathlib import Path
+
+    p = Path(__file__).resolve().parent / "data" / "sim_accuracy" / "measurements.json"
+    rows = json.loads(p.read_text())["rows"]
+    r = next(r for r in rows if r["id"] == "qwen3-1.7b-a100-80gb-128-128-c1")
+    return dict(r, num_prompts=2)
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 4: a row's boolean keys are "
+                   "read with bool(): the string 'false' means True")
+@pytest.mark.parametrize("key", ["enable_chunked_prefill", "enable_prefix_caching"])
+def test_f4_row_booleans_are_checked(key: str) -> None:
+    from pathlib import Path
+
+    from kvcore.sim.accuracy import simulate_row
+
+    base = Path(__file__).resolve().parent / "data" / "sim_accuracy"
+    with pytest.raises(ConfigError, match=key):
+        simulate_row(dict(_row(), **{key: "false"}), base=base, sim="fast")
+
+
+# ---- finding 5 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 5: accuracy CLI tracebacks on a "
+                   "malformed measurements.json or row value")
+@pytest.mark.parametrize("text", ["not json", '{"x": 1}',
+                                  '{"rows": [{"id": "a", "split": "fit", "config": '
+                                  '"qwen3-1.7b.json", "gpu": "A100-80GB", "input_len": 8,'
+                                  ' "output_len": 8, "num_prompts": 1, "measured": {}, '
+                                  '"pipeline_parallel_size": "two"}]}'])
+def test_f5_accuracy_cli_bad_data_is_one_line_exit_2(tmp_path: Any, capsys: Any,
+                                                     text: str) -> None:
+    from kvcore.sim.accuracy import main
+
+    (tmp_path / "measurements.json").write_text(text)
+    try:
+        code = main(["--data", str(tmp_path)])
+    except Exception as e:  # a traceback is the finding
+        pytest.fail(f"traceback: {type(e).__name__}: {e}")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "measurements.json" in err or "pipeline_parallel_size" in err
