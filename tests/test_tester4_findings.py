@@ -203,3 +203,83 @@ def test_f5_accuracy_cli_bad_data_is_one_line_exit_2(tmp_path: Any, capsys: Any,
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "measurements.json" in err or "pipeline_parallel_size" in err
+
+
+# ---- finding 6 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 6: vLLM's dotted "
+                   "--speculative-config.FIELD form is refused")
+def test_f6_dotted_speculative_config_as_vllm_serve_takes_it(capsys: Any) -> None:
+    """vLLM 0.32's FlexibleArgumentParser reads ``--speculative-config.method ngram
+    --speculative-config.num_speculative_tokens 3`` to the object the JSON form gives
+    ({'method': 'ngram', 'num_speculative_tokens': 3}: checked with EngineArgs.
+    add_cli_args(FlexibleArgumentParser()) in the vLLM venv)."""
+    from kvcore.cli import main
+
+    base = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset-name", "random",
+            "--num-prompts", "2", "--random-input-len", "32", "--random-output-len", "4",
+            "--max-model-len", "4096", "--spec-acceptance-rate", "0.5", "--json"]
+    assert main([*base, "--speculative-config",
+                 '{"method": "ngram", "num_speculative_tokens": 3}']) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert main([*base, "--speculative-config.method", "ngram",
+                 "--speculative-config.num_speculative_tokens", "3"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["output_throughput"] == want["output_throughput"]
+
+
+# ---- finding 7 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 7: values vLLM's pydantic "
+                   "SpeculativeConfig coerces are refused")
+@pytest.mark.parametrize("text", ['{"method": "ngram", "num_speculative_tokens": "3"}',
+                                  '{"method": "ngram", "num_speculative_tokens": 3.0}'])
+def test_f7_speculative_config_values_vllm_coerces(text: str) -> None:
+    """vLLM 0.32: SpeculativeConfig(method='ngram', num_speculative_tokens='3') and
+    (..., 3.0) both give num_speculative_tokens 3 (pydantic lax mode; run in the vLLM
+    venv)."""
+    from kvcore.sim.speculative import parse_speculative_config
+
+    assert parse_speculative_config(text).num_speculative_tokens == 3
+
+
+# ---- finding 8 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 8: fastsim without chunked "
+                   "prefill blames the KV cache for a prompt over the token budget")
+def test_f8_fastsim_whole_prompt_over_budget_names_the_budget() -> None:
+    """1,000-token prompts, max_num_batched_tokens 512, chunked prefill off, a KV cache
+    of ~65k tokens: the budget is at fault (vLLM refuses max_num_batched_tokens <
+    max_model_len; the engine names max_num_batched_tokens), not the KV cache."""
+    from kvcore.sim.fastsim import Workload, run_workload
+
+    cfg = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
+                            max_model_len=MML, max_num_batched_tokens=4096)
+    with pytest.raises(ConfigError) as e:
+        run_workload(_Served(0.01, 2e-5), cfg, Workload(1000, 4, 3), max_num_seqs=8,
+                     max_num_batched_tokens=512, enable_chunked_prefill=False,
+                     kv_capacity_tokens=(cfg.num_blocks - 1) * 16)
+    assert e.value.extra["field"] == "max_num_batched_tokens"
+
+
+# ---- finding 9 ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 9: fastsim does not check "
+                   "enable_chunked_prefill / api_server_s as the engine does")
+@pytest.mark.parametrize("field,kw", [
+    ("enable_chunked_prefill", {"enable_chunked_prefill": "false"}),
+    ("api_server_s", {}),
+])
+def test_f9_fastsim_checks_like_the_engine(field: str, kw: dict[str, Any]) -> None:
+    """The engine refuses enable_chunked_prefill='false' and a time model's
+    api_server_s = -1 with a ConfigError naming them; the fast loop must too."""
+    from kvcore.sim.fastsim import Workload, run_workload
+
+    tm = _Served(0.01, 2e-5, 0.0, -1.0 if field == "api_server_s" else 0.0)
+    with pytest.raises(ConfigError) as e:
+        run_workload(tm, _cfg(), Workload(100, 4, 3), max_num_seqs=8, **kw)
+    assert e.value.extra["field"] == field
