@@ -283,3 +283,25 @@ def test_f9_fastsim_checks_like_the_engine(field: str, kw: dict[str, Any]) -> No
     with pytest.raises(ConfigError) as e:
         run_workload(tm, _cfg(), Workload(100, 4, 3), max_num_seqs=8, **kw)
     assert e.value.extra["field"] == field
+
+
+# ---- finding 11 --------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 11: --fit-terms / --rounds "
+                   "are ignored (not even checked) without --fit")
+@pytest.mark.parametrize("argv", [["--fit-terms", "bogus"], ["--rounds", "0"]])
+def test_f11_fit_only_flags_without_fit_are_refused(tmp_path: Any, capsys: Any,
+                                                    argv: list[str]) -> None:
+    """House rule: bad input is one line and exit 2; a fit-only flag without --fit (or
+    a bad value of one) must not run the evaluation and exit 0."""
+    import shutil
+    from pathlib import Path
+
+    from kvcore.sim.accuracy import main
+
+    src = Path(__file__).resolve().parent / "data" / "sim_accuracy"
+    shutil.copytree(src / "configs", tmp_path / "configs")
+    (tmp_path / "measurements.json").write_text(json.dumps({"rows": [_row()]}))
+    assert main(["--data", str(tmp_path), "--fast", *argv]) == 2
+    assert argv[0] in capsys.readouterr().err
