@@ -305,3 +305,22 @@ def test_f11_fit_only_flags_without_fit_are_refused(tmp_path: Any, capsys: Any,
     (tmp_path / "measurements.json").write_text(json.dumps({"rows": [_row()]}))
     assert main(["--data", str(tmp_path), "--fast", *argv]) == 2
     assert argv[0] in capsys.readouterr().err
+
+
+# ---- finding 12 --------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 12: docs/SIM_TIMING.md's "
+                   "speculative roofline figures predate DEFAULT_EFFICIENCY v7")
+def test_f12_sim_timing_speculative_figures_are_todays(capsys: Any) -> None:
+    """docs/SIM_TIMING.md: 'On the roofline (llama-3.1-8b, H100, random 1024 in / 128
+    out, 200 prompts, --max-concurrency 16, eagle3 with 3 drafts): mean TPOT 10.92 ms
+    without drafts ... output throughput ... against 1,220'."""
+    from kvcore.cli import main
+
+    assert main(["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset-name", "random",
+                 "--num-prompts", "200", "--random-input-len", "1024",
+                 "--random-output-len", "128", "--max-concurrency", "16", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert round(got["mean_tpot_ms"], 2) == 10.92
+    assert round(got["output_throughput"]) == pytest.approx(1220, abs=1)
