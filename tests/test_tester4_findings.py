@@ -324,3 +324,27 @@ def test_f12_sim_timing_speculative_figures_are_todays(capsys: Any) -> None:
     got = json.loads(capsys.readouterr().out)
     assert round(got["mean_tpot_ms"], 2) == 10.92
     assert round(got["output_throughput"]) == pytest.approx(1220, abs=1)
+
+
+# ---- finding 13 --------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 13: the serial stage's waits "
+                   "are computed on the absolute clock (api_server_s rounded at 1e12 s)")
+@pytest.mark.parametrize("replicas", [0, 2])
+def test_f13_a_burst_through_the_serial_stage_is_exact_at_1e12(replicas: int) -> None:
+    """Six requests at one instant, near-zero steps, request_overhead_s 0.02,
+    api_server_s 0.0051: the TTFTs (seconds from each send) at t = 1e12 s are those at
+    t = 0 to the bit (tests/sim/test_sim_clock.py rule 2; at 1e12 s one ulp is 122 us,
+    so a wait computed as ``(seen_prev + api) - seen`` on the absolute clock is off by
+    tens of us per request).  replicas 0: run_engine; 2: run_fleet round-robin."""
+    tm = _Served(0.0, 1e-6, 0.02, 0.0051)
+    ttft = {}
+    for base in (0.0, 1e12):
+        ds = with_arrivals(random_dataset(6, 32, 2, seed=1), [base] * 6)
+        if replicas:
+            rs = _fleet(tm, ds, None, replicas=replicas)
+        else:
+            rs = _engine(tm, ds, None)
+        ttft[base] = [r.token_times[0] for r in sorted(rs, key=lambda r: r.request_id)]
+    assert ttft[1e12] == ttft[0.0]
