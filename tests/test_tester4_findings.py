@@ -348,3 +348,26 @@ def test_f13_a_burst_through_the_serial_stage_is_exact_at_1e12(replicas: int) ->
             rs = _engine(tm, ds, None)
         ttft[base] = [r.token_times[0] for r in sorted(rs, key=lambda r: r.request_id)]
     assert ttft[1e12] == ttft[0.0]
+
+
+# ---- finding 14 --------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="TESTER4 finding 14: accuracy --fit with no fit "
+                   "row is an IndexError traceback")
+def test_f14_fit_without_fit_rows_is_one_line_exit_2(tmp_path: Any, capsys: Any) -> None:
+    import shutil
+    from pathlib import Path
+
+    from kvcore.sim.accuracy import main
+
+    src = Path(__file__).resolve().parent / "data" / "sim_accuracy"
+    shutil.copytree(src / "configs", tmp_path / "configs")
+    (tmp_path / "measurements.json").write_text(
+        json.dumps({"rows": [dict(_row(), split="holdout")]}))
+    try:
+        code = main(["--data", str(tmp_path), "--fit", "--fast"])
+    except Exception as e:  # a traceback is the finding
+        pytest.fail(f"traceback: {type(e).__name__}: {e}")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "fit" in err[0]
