@@ -37,9 +37,83 @@ METRICS = ("output_throughput", "ttft_ms", "tpot_ms")
 
 
 def load_measurements(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a measurements file (see the module docstring)."""
-    data = json.loads(Path(path).read_text())
-    return list(data["rows"])
+    """The rows of a measurements file (see the module docstring).
+
+    Raises :class:`kvcore.errors.ConfigError` naming the file when it cannot be read,
+    is not JSON, or is not an object whose ``rows`` is a list of objects."""
+    from kvcore.errors import ConfigError
+
+    name = Path(path).name
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{name}: cannot be read as JSON ({exc}); valid: an object "
+                          "with a 'rows' list", field=name, value=str(path)) from None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"{name}: has no 'rows' list of row objects; valid: an object "
+                          "with a 'rows' list (see docs/SIM_ACCURACY.md)", field="rows",
+                          value=str(path))
+    return list(rows)
+
+
+def _row_int(row: dict[str, Any], key: str, default: int | None, minimum: int = 1
+             ) -> int | None:
+    """``row[key]`` as an int >= ``minimum`` (``default`` when absent or null).  Raises
+    ConfigError naming the row and the key otherwise."""
+    from kvcore.errors import ConfigError
+
+    v = row.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ConfigError(f"row {row.get('id')!r}: {key} {v!r} must be an integer >= "
+                          f"{minimum}", field=key, value=repr(v))
+    return v
+
+
+def _row_bool(row: dict[str, Any], key: str, default: bool) -> bool:
+    """``row[key]`` as a JSON boolean (``default`` when absent).  Raises ConfigError
+    naming the row and the key for anything else (the string "false" included)."""
+    from kvcore.errors import ConfigError
+
+    v = row.get(key, default)
+    if not isinstance(v, bool):
+        raise ConfigError(f"row {row.get('id')!r}: {key} {v!r} must be true or false",
+                          field=key, value=repr(v))
+    return v
+
+
+def _check_row(row: dict[str, Any]) -> None:
+    """The keys :func:`simulate_row` reads, checked (ConfigError naming the key)."""
+    from kvcore.errors import ConfigError
+
+    for key in ("config", "gpu"):
+        if not isinstance(row.get(key), str) or not row.get(key):
+            raise ConfigError(f"row {row.get('id')!r}: {key} {row.get(key)!r} must be a "
+                              "name", field=key, value=repr(row.get(key)))
+    for key in ("input_len", "output_len", "num_prompts"):
+        if row.get(key) is None:
+            raise ConfigError(f"row {row.get('id')!r}: {key} is missing", field=key)
+        _row_int(row, key, None)
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_num_batched_tokens",
+                "max_num_seqs", "max_model_len", "max_concurrency"):
+        _row_int(row, key, None)
+    for key in ("enable_prefix_caching", "enable_chunked_prefill"):
+        _row_bool(row, key, True)
+    kvd = row.get("kv_cache_dtype", "auto")
+    if not isinstance(kvd, str):
+        raise ConfigError(f"row {row.get('id')!r}: kv_cache_dtype {kvd!r} must be a name "
+                          "such as auto or fp8", field="kv_cache_dtype", value=repr(kvd))
+    rate = row.get("request_rate", "inf")
+    if rate != "inf" and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                          or not 0 < rate < math.inf):
+        raise ConfigError(f"row {row.get('id')!r}: request_rate {rate!r} must be a number "
+                          "> 0 or \"inf\"", field="request_rate", value=repr(rate))
+    for m, v in dict(row.get("measured") or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ConfigError(f"row {row.get('id')!r}: measured {m} {v!r} must be a "
+                              "number > 0", field=m, value=repr(v))
 
 
 def vllm_serve_defaults(gpu: Any) -> tuple[int, int]:
@@ -113,12 +187,12 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
     if rate != "inf":
         reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate), 1.0, 0))
     mgr = KVCacheManager(kv, max_model_len=mml,
-                         enable_caching=bool(row.get("enable_prefix_caching", True)),
+                         enable_caching=_row_bool(row, "enable_prefix_caching", True),
                          max_num_batched_tokens=mnbt)
     res = run_engine(mgr, [SimRequest(r) for r in reqs], model, max_num_seqs=mns,
                      max_num_batched_tokens=mnbt, max_model_len=mml,
                      max_concurrency=row.get("max_concurrency"), record_steps=False,
-                     enable_chunked_prefill=bool(row.get("enable_chunked_prefill", True)))
+                     enable_chunked_prefill=_row_bool(row, "enable_chunked_prefill", True))
     return serving_metrics(res)  # run_engine applies the model's request_overhead_s
 
 
@@ -135,6 +209,7 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     from kvcore.models.config import load_model_config
     from kvcore.sim.fastsim import Workload, run_workload
 
+    _check_row(row)
     cfg_path = _config_path(row, base)
     gpu = row["gpu"]
     tp = int(row.get("tensor_parallel_size", 1))
@@ -145,7 +220,7 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     mns = int(row.get("max_num_seqs", mns))
     isl, osl = int(row["input_len"]), int(row["output_len"])
     mml = int(row.get("max_model_len") or 1 << max(11, math.ceil(math.log2(isl + osl))))
-    chunked = bool(row.get("enable_chunked_prefill", True))
+    chunked = _row_bool(row, "enable_chunked_prefill", True)
     if not chunked and "max_num_batched_tokens" not in row:
         # vLLM 0.32 EngineArgs: without chunked prefill the default budget holds a
         # whole max_model_len prompt
@@ -180,7 +255,8 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
                      request_rate=math.inf if rate == "inf" else float(rate))
         fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
                            kv_capacity_tokens=cap,
-                           enable_prefix_caching=bool(row.get("enable_prefix_caching", True)),
+                           enable_prefix_caching=_row_bool(row, "enable_prefix_caching",
+                                                           True),
                            enable_chunked_prefill=chunked)
     stat = "median" if str(row.get("statistic", "")).startswith("median") else "mean"
     return {"output_throughput": fig["output_throughput"],
@@ -394,6 +470,11 @@ def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
     ``workers``: processes replaying the rows; ``log(name, value, loss, best)``: called
     per candidate."""
     fit_rows = [r for r in rows if r["split"] == "fit" and not r.get("fit_excluded")]
+    if not fit_rows:
+        from kvcore.errors import ConfigError
+
+        raise ConfigError("fit: no row has split 'fit' (without fit_excluded); valid: "
+                          "measurements with fit rows", field="split", value="fit")
     eff = start if start is not None else Efficiency()
     grid = _GRID if grid is None else grid
     best = _loss(fit_rows, eff, base, sim, weighted, workers)
@@ -465,6 +546,11 @@ def _main(argv: list[str]) -> int:
     if args.workers < 1:
         parser.error(f"argument --workers: {args.workers} is not a process count; valid: "
                      "an integer >= 1")
+    if args.rounds < 1:
+        parser.error(f"argument --rounds: {args.rounds} is not a round count; valid: an "
+                     "integer >= 1")
+    if not args.fit and (args.fit_terms is not None or args.rounds != 1):
+        parser.error("argument --fit-terms / --rounds: only with --fit")
     eff = DEFAULT_EFFICIENCY
     if args.fit:
         def log(name: str, v: float, loss: float, best: float) -> None:

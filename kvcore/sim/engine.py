@@ -440,8 +440,9 @@ class Engine:
         #: the API server's serial time per request, s (module docstring)
         self.api_server_s = resolve_request_overhead(time_model, api_server_s,
                                                      "api_server_s")
-        #: the earliest time (absolute, s) the serial stage hands over the next request
-        self._api_next = -math.inf
+        #: the earliest time the serial stage hands over the next request, as (epoch,
+        #: offset) s (None: never used)
+        self._api_next: tuple[float, float] | None = None
         self.kvcfg = manager.kv_cache_config if kv_cache_config is None \
             else kv_cache_config
         self.max_num_seqs = max_num_seqs
@@ -539,11 +540,19 @@ class Engine:
         api = self.api_server_s
         if not api:
             return 0.0
-        seen = r.sent + self.request_overhead_s
+        # times as (epoch, offset), as the clock keeps them: exact at any size
+        sr = r.sref
+        e, o = (r.sent, 0.0) if sr is None else sr
+        o += self.request_overhead_s
         nxt = self._api_next
-        r.api_wait = nxt - seen if nxt > seen else 0.0
-        self._api_next = seen + r.api_wait + api
-        return r.api_wait
+        wait = 0.0
+        if nxt is not None:
+            wait = (nxt[0] - e) + (nxt[1] - o)
+            if wait < 0.0:
+                wait = 0.0
+        r.api_wait = wait
+        self._api_next = (e, o + wait + api)
+        return wait
 
     def _to_transit(self, r: SimRequest) -> None:
         tr = self.transit
@@ -982,7 +991,9 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
             if r.arrival > now:
                 break
             if slots is not None:
-                if not slots:
+                if not slots or slots[0] > now:
+                    # no slot free by now (a rejection's reply frees its slot later):
+                    # another may free sooner, in a step still to run
                     break
                 slots.send(r)
             else:
@@ -1005,8 +1016,11 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                 break
             if slots is not None and not slots:  # pragma: no cover - cannot happen
                 raise RuntimeError("engine: no free concurrency slot with nothing running")
-            if pending[0].arrival > now:
-                eng.now = pending[0].arrival
+            t = pending[0].arrival
+            if slots is not None and slots[0] > t:
+                t = slots[0]  # idle until a rejection's reply frees a slot
+            if t > now:
+                eng.now = t
             continue
         if max_steps is not None and res.steps >= max_steps:
             break

@@ -244,10 +244,23 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         raise ConfigError(f"a request of {big.prompt} + {big.output} tokens does not fit "
                           f"the KV cache of {kv_capacity_tokens} tokens", field="kv_cache",
                           value=kv_capacity_tokens)
-    overhead = float(getattr(time_model, "request_overhead_s", 0.0) or 0.0)
+    from kvcore.sim.engine import resolve_request_overhead
+
+    if not isinstance(enable_chunked_prefill, bool):
+        raise ConfigError(f"enable_chunked_prefill must be True or False, got "
+                          f"{enable_chunked_prefill!r}", field="enable_chunked_prefill",
+                          value=repr(enable_chunked_prefill))
+    overhead = resolve_request_overhead(time_model)
     # the API server's serial stage (kvcore.sim.engine's module docstring): the engine
     # sees a request at max(sent + overhead, the previous one's + api)
-    api = float(getattr(time_model, "api_server_s", 0.0) or 0.0)
+    api = resolve_request_overhead(time_model, None, "api_server_s")
+    longest = max(r.prompt for r in reqs)
+    if not enable_chunked_prefill and longest > max_num_batched_tokens:
+        raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller "
+                          f"than a {longest}-token prompt with chunked prefill disabled;"
+                          " vLLM refuses a budget below max_model_len: raise "
+                          "max_num_batched_tokens", field="max_num_batched_tokens",
+                          value=max_num_batched_tokens)
     api_next = -math.inf
     # pipeline parallelism: a step is a round of that many batches (as the engine)
     bif = getattr(time_model, "batches_in_flight", 1)

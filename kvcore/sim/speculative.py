@@ -161,12 +161,19 @@ def _bad(message: str, name: str, value: Any) -> ConfigError:
 
 
 def _int_field(d: dict[str, Any], name: str, minimum: int) -> int | None:
+    """An int field as vLLM's pydantic config reads it (lax mode: ``"3"`` and ``3.0``
+    are 3; ``3.5``, ``"x"`` and booleans are refused)."""
     v = d.get(name)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+    n = v
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        n = int(v)
+    elif isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+        n = int(v.strip())
+    if isinstance(n, bool) or not isinstance(n, int) or n < minimum:
         raise _bad(f"{name} {shorten(v)}: must be an integer >= {minimum}", name, v)
-    return v
+    return n
 
 
 def _rate(name: str, v: Any) -> float:
@@ -445,6 +452,11 @@ class SpecAcceptanceModel:
         }
 
 
+#: the largest ``--spec-draft-cost`` (a drafting pass at most this many target decode
+#: steps; beyond it the step times overflow long before they mean anything)
+MAX_DRAFT_COST = 100.0
+
+
 class DraftCostTimeModel:
     """A step-time model plus the drafter's passes (kvcore's own term, not vLLM's).
 
@@ -468,10 +480,12 @@ class DraftCostTimeModel:
     def __init__(self, base: Any, kv_cache_config: Any, num_speculative_tokens: int,
                  draft_cost: float) -> None:
         if isinstance(draft_cost, bool) or not isinstance(draft_cost, (int, float)) or \
-                not 0.0 <= draft_cost < math.inf:
-            raise ConfigError(f"--spec-draft-cost {shorten(draft_cost)}: must be a finite "
-                              f"number >= 0 (a drafting pass's time over a target decode "
-                              f"step's)", field="spec_draft_cost", value=shorten(draft_cost))
+                not 0.0 <= draft_cost <= MAX_DRAFT_COST:
+            raise ConfigError(f"--spec-draft-cost {shorten(draft_cost)}: must be a number "
+                              f"from 0 to {MAX_DRAFT_COST:g} (a drafting pass's time over a "
+                              f"target decode step's; a drafter slower than the target "
+                              f"{MAX_DRAFT_COST:g} times over is no drafter)",
+                              field="spec_draft_cost", value=shorten(draft_cost))
         _check_k(num_speculative_tokens)
         self.base = base
         self.kv_cache_config = kv_cache_config
