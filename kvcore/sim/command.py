@@ -545,7 +545,8 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "percentile_metrics",
                "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
                "result_dir", "result_filename", "replicas", "router", "event_delay",
-               "speculative_config", "spec_acceptance_rate", "spec_draft_cost")
+               "speculative_config", "spec_acceptance_rate", "spec_draft_cost",
+               "enable_chunked_prefill")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 #: flags the clockless replay does not read (an error there, not silently ignored)
@@ -554,7 +555,8 @@ REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurren
                   "ramp_up_end_rps", "percentile_metrics", "gpu", "gpu_memory_utilization",
                   "time_model", "long_prefill_token_threshold", "result_dir",
                   "result_filename", "backend", "workers", "address",
-                  "speculative_config", "spec_acceptance_rate", "spec_draft_cost")
+                  "speculative_config", "spec_acceptance_rate", "spec_draft_cost",
+                  "enable_chunked_prefill")
 
 
 def _float_arg(field: str, *, allow_inf: bool = True, allow_zero: bool = False) -> Any:
@@ -890,6 +892,12 @@ def add_clock_arguments(p: Any) -> None:
                    help="the label of --save-result's file name (vLLM's --label)")
     g.add_argument("--long-prefill-token-threshold",
                    type=length_arg("long_prefill_token_threshold", minimum=0), default=None)
+    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="vLLM's flag (default on); --no-enable-chunked-prefill schedules "
+                        "whole prompts only, and the default max_num_batched_tokens "
+                        "becomes max(max_model_len, the GPU's default), as vLLM 0.32 "
+                        "sets it")
     g.add_argument("--gpu", default=None, metavar="NAME",
                    help="plan the KV budget on this GPU (kvcore gpus) and time steps on it")
     g.add_argument("--gpu-memory-utilization", type=_float_arg(
@@ -1252,6 +1260,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                                        gpu_info.name if gpu_info else "")
     max_num_seqs = args.max_num_seqs or seqs
     mnbt = args.max_num_batched_tokens or tokens
+    chunked = getattr(args, "enable_chunked_prefill", None) is not False
     plan_kw: dict[str, Any] = dict(
         max_model_len=args.max_model_len, block_size=args.block_size,
         kv_cache_dtype=args.kv_cache_dtype, tensor_parallel_size=args.tensor_parallel_size,
@@ -1312,6 +1321,17 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
                           "--num-blocks or --gpu", field="kv_cache_memory")
     mml = int(cfg.max_model_len or args.max_model_len or 0)
+    if not chunked and mnbt < mml:
+        if args.max_num_batched_tokens is not None:
+            raise ConfigError(f"--max-num-batched-tokens {mnbt} is smaller than "
+                              f"max_model_len ({mml}) with --no-enable-chunked-prefill; "
+                              "vLLM refuses it: give at least max_model_len, or a smaller "
+                              "--max-model-len", field="max_num_batched_tokens",
+                              value=mnbt)
+        # vLLM 0.32 EngineArgs: the default budget holds a whole max_model_len prompt;
+        # planned again with it (vLLM profiles its activations at that budget)
+        args = argparse.Namespace(**{**vars(args), "max_num_batched_tokens": mml})
+        return simulate_clocked(args, budget=budget, progress=progress)
     use_eagle = bool(spec is not None and spec.use_eagle)
     mgr = KVCacheManager(cfg, max_model_len=mml, enable_caching=not args.no_prefix_caching,
                          max_num_batched_tokens=mnbt, use_eagle=use_eagle)
@@ -1342,7 +1362,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                         event_delay_s=args.event_delay or 0.0,
                         enable_caching=not args.no_prefix_caching, progress=progress,
                         manager_kw={"use_eagle": True} if use_eagle else None,
-                        engine_kw=spec_kw or None)
+                        engine_kw={**spec_kw, "enable_chunked_prefill": chunked})
         m = fleet_metrics(res, goodput=goodput or None,
                           percentiles=args.metric_percentiles)
     else:
@@ -1350,7 +1370,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
                          max_num_batched_tokens=mnbt,
                          long_prefill_token_threshold=args.long_prefill_token_threshold
                          or 0, max_model_len=mml, max_concurrency=args.max_concurrency,
-                         progress=progress, **spec_kw)
+                         progress=progress, enable_chunked_prefill=chunked, **spec_kw)
         m = serving_metrics(res, goodput=goodput or None,
                             percentiles=args.metric_percentiles)
     check_some_served(res.requests, max_model_len=mml, num_blocks=cfg.num_blocks,
@@ -1386,6 +1406,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         "max_model_len": mml,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": mnbt,
+        "enable_chunked_prefill": chunked,
         "wall_seconds": round(res.wall_seconds, 3),
     }
     if has_mamba:
