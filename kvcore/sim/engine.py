@@ -569,7 +569,9 @@ class Engine:
         sees it ``request_overhead_s`` (plus its wait for the API server's serial
         stage) later, at the first step from then."""
         wait = self._api_stage(r)
-        if self.request_overhead_s or wait:
+        if self.request_overhead_s or wait or self.transit:
+            # behind requests still on their way, in order (they may have passed the
+            # serial stage already, and are delivered at the next step's start)
             self._to_transit(r)
         else:
             self._arrive(r)
@@ -578,7 +580,7 @@ class Engine:
         """``r`` reaches this engine's API server at ``r.sent + request_overhead_s``,
         which the caller has reached (a fleet routes then); the engine sees it now,
         or, with the serial stage busy (``api_server_s``), after its wait."""
-        if self._api_stage(r):
+        if self._api_stage(r) or self.transit:
             self._to_transit(r)
         else:
             self._arrive(r)
