@@ -539,10 +539,7 @@ def _main(argv: list[str]) -> int:
                          "valid: a folder with measurements.json")
     else:
         base = Path(__file__).resolve().parents[2] / "tests" / "data" / "sim_accuracy"
-    rows = load_measurements(base / "measurements.json")
-    if not args.fit:  # the fit always sees every fit row
-        rows = select_rows(rows, args.only, args.added)
-    sim = "fast" if args.fast else "engine"
+    # the flags first, then the data
     if args.workers < 1:
         parser.error(f"argument --workers: {args.workers} is not a process count; valid: "
                      "an integer >= 1")
@@ -551,6 +548,10 @@ def _main(argv: list[str]) -> int:
                      "integer >= 1")
     if not args.fit and (args.fit_terms is not None or args.rounds != 1):
         parser.error("argument --fit-terms / --rounds: only with --fit")
+    rows = load_measurements(base / "measurements.json")
+    if not args.fit:  # the fit always sees every fit row
+        rows = select_rows(rows, args.only, args.added)
+    sim = "fast" if args.fast else "engine"
     eff = DEFAULT_EFFICIENCY
     if args.fit:
         def log(name: str, v: float, loss: float, best: float) -> None:

@@ -477,6 +477,8 @@ def test_cli_save_result_carries_the_figures(capsys: Any, tmp_path: Any) -> None
 def test_cli_eagle_and_mtp_run(capsys: Any, method: str) -> None:
     """EAGLE-style methods run with vLLM's block drop and lookahead slots; mtp plans the
     MTP layers (deepseek-v3-style config with num_nextn_predict_layers)."""
+    if method == "mtp":
+        pytest.importorskip("kvcore_mla")  # deepseek_v3 is the MLA plugin's
     model = "llama-3.1-8b" if method == "eagle3" else "deepseek-v3"
     cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": 2}
     if method == "eagle3":
