@@ -17,32 +17,23 @@ import random
 from typing import Any
 
 import pytest
+from kvcore_sim_support import ServedTimeModel, small_plan
 
 import kvcore
 from kvcore.errors import ConfigError
 from kvcore.runtime import KVCacheManager
 from kvcore.sim.engine import SimRequest, run_engine
 from kvcore.sim.fleet import run_fleet
-from kvcore.sim.timing import ConstantTimeModel
 from kvcore.sim.workload import random_dataset, with_arrivals
 
 MML = 4096
 
 
-@dataclasses.dataclass(frozen=True)
-class _Served(ConstantTimeModel):
-    request_overhead_s: float = 0.0
-    api_server_s: float = 0.0
-
-
-_CFG: list[Any] = []
+_Served = ServedTimeModel
 
 
 def _cfg() -> Any:
-    if not _CFG:
-        _CFG.append(kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
-                                      max_model_len=MML, max_num_batched_tokens=512))
-    return _CFG[0]
+    return small_plan(MML)
 
 
 def _case(seed: int) -> tuple[Any, list[Any], int | None]:

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from kvcore_sim_support import ServedTimeModel, small_plan
 
 import kvcore
 from kvcore.cli import main as cli_main
@@ -137,21 +138,7 @@ def test_fastsim_duration_from_the_benchmark_start(first: float) -> None:
     assert fig["output_throughput"] == pytest.approx(8 / (first + 1.04), rel=1e-6)
 
 
-class _Share(ConstantTimeModel):
-    """A constant step time with an API server share (as the roofline carries one)."""
-
-    request_overhead_s: float = 0.0
-    api_server_s: float = 0.0
-
-
-_CFG: list[Any] = []
-
-
-def _cfg() -> Any:
-    if not _CFG:
-        _CFG.append(kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
-                                      max_model_len=4096, max_num_batched_tokens=512))
-    return _CFG[0]
+_cfg = small_plan
 
 
 # the differential check (findings 2 + 11 + the semaphore's send times) -----------------
@@ -172,9 +159,7 @@ def test_fastsim_figures_are_the_engines(seed: int, n: int, isl: int, osl: int,
     at once; with and without --max-concurrency, an API server share and its serial
     stage): fastsim's arrivals equal the engine path's and its figures equal the
     engine's (no preemption, no shared prefix: the same steps) to rel 1e-9."""
-    tm = _Share(0.01, 2e-5)
-    object.__setattr__(tm, "request_overhead_s", share)
-    object.__setattr__(tm, "api_server_s", api)
+    tm = ServedTimeModel(0.01, 2e-5, share, api)
     ramp: dict[str, Any] = {}
     r = math.inf
     if mode == "rate":

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_sim_support import ServedTimeModel, small_plan
 
 import kvcore
 from kvcore.errors import ConfigError
@@ -33,23 +34,8 @@ from kvcore.sim.timing import (
 )
 from kvcore.sim.workload import random_dataset, with_arrivals
 
-
-@dataclasses.dataclass(frozen=True)
-class _Served(ConstantTimeModel):
-    """A constant step time with the API server's two terms."""
-
-    request_overhead_s: float = 0.0
-    api_server_s: float = 0.0
-
-
-_CFG: list[Any] = []
-
-
-def _cfg() -> Any:
-    if not _CFG:
-        _CFG.append(kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
-                                      max_model_len=4096, max_num_batched_tokens=512))
-    return _CFG[0]
+_Served = ServedTimeModel
+_cfg = small_plan
 
 
 def _seen(sent: list[float], over: float, api: float) -> list[float]:
