@@ -558,9 +558,6 @@ def _main(argv: list[str]) -> int:
             print(f"fit: {name}={v:g} loss {loss:.5f} (best {best:.5f})", file=sys.stderr,
                   flush=True)
 
-        if args.rounds < 1:
-            parser.error(f"argument --rounds: {args.rounds} is not a round count; valid: "
-                         "an integer >= 1")
         grid = None
         if args.fit_terms is not None:
             names = [t for t in args.fit_terms.split(",") if t]
