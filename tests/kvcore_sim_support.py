@@ -14,11 +14,13 @@ from kvcore.sim.timing import ConstantTimeModel
 @dataclasses.dataclass(frozen=True)
 class ServedTimeModel(ConstantTimeModel):
     """``step_s + token_s x tokens`` seconds a step (ConstantTimeModel) with the API
-    server's share ``request_overhead_s`` and serial stage ``api_server_s`` (seconds per
-    request), as the roofline carries them."""
+    server's share ``request_overhead_s``, serial stage ``api_server_s`` (seconds per
+    request) and the way back's ``api_stream_s`` (seconds per streamed chunk), as the
+    roofline carries them."""
 
     request_overhead_s: float = 0.0
     api_server_s: float = 0.0
+    api_stream_s: float = 0.0
 
 
 @cache

@@ -56,7 +56,14 @@ client at the end of the step that produced it.  **The API server as a serial st
 request at a time passes it, so the engine sees request ``i`` (in send order) at
 ``max(sent_i + request_overhead_s, seen_(i-1) + api_server_s)``: a burst of ``N``
 reaches the engine over ``(N - 1) x api_server_s``, a request alone is not delayed
-beyond ``request_overhead_s`` (its extra wait is ``SimRequest.api_wait``).  Each step advances ``now`` by
+beyond ``request_overhead_s`` (its extra wait is ``SimRequest.api_wait``).  **The way
+back as a serial stage** (``api_stream_s``, by default the time model's attribute, 0 if
+none): the API server streams one chunk per request per step, one after another (vLLM's
+OutputProcessor and SSE writes in one event loop; the benchmark client parses them in
+one too), so a step ending at ``t`` in which ``k`` requests emit tokens reaches the
+client at ``d = max(d_prev, t) + k x api_stream_s``: its tokens' times, the finishes
+(and the closed loop's freed slots) and the duration are ``d`` (with 0, ``t``: the
+tokens reach the client at the end of their step).  Each step advances ``now`` by
 ``time_model.step_time(describe_batch(kv_cache_config, scheduled))``.  With nothing
 waiting or running the clock jumps to the next request the engine will see.
 
@@ -398,7 +405,8 @@ class Engine:
                  spec_acceptance: SpecAcceptance | None = None,
                  request_overhead_s: float | None = None,
                  api_server_s: float | None = None,
-                 enable_chunked_prefill: bool = True) -> None:
+                 enable_chunked_prefill: bool = True,
+                 api_stream_s: float | None = None) -> None:
         _check_int("max_num_seqs", max_num_seqs, 1)
         if not isinstance(enable_chunked_prefill, bool):
             raise ConfigError(f"enable_chunked_prefill must be True or False, got "
@@ -443,6 +451,12 @@ class Engine:
         #: the earliest time the serial stage hands over the next request, as (epoch,
         #: offset) s (None: never used)
         self._api_next: tuple[float, float] | None = None
+        #: the way back's serial time per streamed chunk, s (module docstring)
+        self.api_stream_s = resolve_request_overhead(time_model, api_stream_s,
+                                                     "api_stream_s")
+        #: when the way back has handed the last step's chunks over, as (epoch, offset)
+        #: s (None: never used)
+        self._out_next: tuple[float, float] | None = None
         self.kvcfg = manager.kv_cache_config if kv_cache_config is None \
             else kv_cache_config
         self.max_num_seqs = max_num_seqs
@@ -830,6 +844,22 @@ class Engine:
         clock = self.clock = self.clock + dt
         now = self.epoch + clock
         self.busy += dt
+        # the way back (``api_stream_s``): the step's chunks reach the client at ``tclock``
+        tclock = clock
+        if self.api_stream_s:
+            k = 0
+            for r, n in sched:
+                if r.request.num_computed_tokens + n >= r.prompt_len + r.num_out:
+                    k += 1
+            if k:
+                nxt = self._out_next
+                if nxt is not None:
+                    prev = (nxt[0] - self.epoch) + nxt[1]
+                    if prev > tclock:
+                        tclock = prev
+                tclock += self.api_stream_s * k
+                self._out_next = (self.epoch, tclock)
+        tnow = now if tclock == clock else self.epoch + tclock
         # update_from_output
         finished: list[SimRequest] = []
         for r, n in sched:
@@ -861,13 +891,13 @@ class Engine:
                         r.bundled.append(num_out)
                     first = False
                     r.num_out = num_out = num_out + 1
-                    r.token_times.append(clock - r.t0)
+                    r.token_times.append(tclock - r.t0)
                     if num_out >= r.output_len or r.prompt_len + num_out >= mml:
                         free(req)
-                        r.finish = now
+                        r.finish = tnow
                         finished.append(r)
                         if slots is not None:
-                            slots.append(now, self.epoch, clock)
+                            slots.append(tnow, self.epoch, tclock)
                         if not keep_requests:
                             r.request = r.outputs = None
                         break
@@ -877,7 +907,7 @@ class Engine:
         if finished:
             fin = set(map(id, finished))
             running = self.running = [r for r in running if id(r) not in fin]
-            res.duration = now
+            res.duration = tnow
         if num_spec:  # the drafter proposes for every running request past its prefill
             for r in running:
                 r.spec = 0 if r.prefill_chunk else num_spec
@@ -921,7 +951,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                spec_acceptance: SpecAcceptance | None = None,
                request_overhead_s: float | None = None,
                api_server_s: float | None = None,
-               enable_chunked_prefill: bool = True) -> EngineResult:
+               enable_chunked_prefill: bool = True,
+               api_stream_s: float | None = None) -> EngineResult:
     """Run the loop of the module docstring over ``requests`` to completion: an
     :class:`Engine` fed the requests as they arrive.
 
@@ -944,6 +975,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
     None: the time model's ``api_server_s`` (0 without one).
     enable_chunked_prefill: vLLM's flag; False: a waiting prompt is scheduled whole or
     not at all, and ``max_num_batched_tokens`` must hold ``max_model_len``.
+    api_stream_s: the way back's serial stage, s per streamed chunk (module docstring);
+    None: the time model's ``api_stream_s`` (0 without one).
 
     Raises ConfigError for a count out of range (naming it), requests that are not
     SimRequests, a time model without ``step_time``, settings vLLM refuses
@@ -974,7 +1007,8 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
                  keep_requests=keep_requests, reserve_full_prompt=reserve_full_prompt,
                  result=res, num_speculative_tokens=num_speculative_tokens,
                  spec_acceptance=spec_acceptance, request_overhead_s=request_overhead_s,
-                 api_server_s=api_server_s, enable_chunked_prefill=enable_chunked_prefill)
+                 api_server_s=api_server_s, enable_chunked_prefill=enable_chunked_prefill,
+                 api_stream_s=api_stream_s)
     over = eng.request_overhead_s
     mml = eng.max_model_len
     order = sorted(range(len(res.requests)), key=lambda k: res.requests[k].arrival)

@@ -30,6 +30,10 @@ search configurations:
   has one) is the time between a request's send and the engine seeing it, as in
   :mod:`kvcore.sim.engine`: it is in every TTFT and end-to-end latency, in the
   duration, and a closed-loop slot stays taken until the client has the reply.
+  ``api_stream_s`` of the model (the way back as a serial stage, as in the engine): a
+  step's tokens reach the client at ``d = max(d_prev, step end) + api_stream_s x k``
+  for its ``k`` emitting requests; token times, finishes, freed slots and the duration
+  are ``d``.
 
 Figures are named as ``vllm bench serve --save-result`` names them.
 """
@@ -254,6 +258,10 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     # the API server's serial stage (kvcore.sim.engine's module docstring): the engine
     # sees a request at max(sent + overhead, the previous one's + api)
     api = resolve_request_overhead(time_model, None, "api_server_s")
+    # the way back's serial stage (the engine's): a step's chunks reach the client at
+    # out_next = max(out_next, step end) + stream x chunks
+    stream = resolve_request_overhead(time_model, None, "api_stream_s")
+    out_next = -math.inf
     longest = max(r.prompt for r in reqs)
     if not enable_chunked_prefill and longest > max_num_batched_tokens:
         raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller "
@@ -305,10 +313,13 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         if not running and not waiting:
             if not transit:  # nothing in flight: rebase on the next arrival
                 a = arrivals[pending[0]]
-                if a - base > now:
+                if a - base > now and out_next <= a - base:
                     api_next -= a - base
+                    out_next -= a - base
                     base, now = a, 0.0
                     freed = deque([-math.inf] * len(freed))  # all before the arrival
+                elif a - base > now:  # replies still on their way back: no rebase
+                    now = a - base
                 continue
             nxt = transit[0].seen
             if pending and in_flight < limit:
@@ -378,21 +389,26 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             raise ConfigError(f"simulation exceeded {max_steps} steps", field="max_steps",
                               value=max_steps)
         finished = False
+        tnow = now
+        if stream:
+            k = sum(1 for r, n in sched if r.computed + n >= r.prompt + r.generated)
+            if k:
+                tnow = out_next = max(out_next, now) + stream * k
         for r, n in sched:
             r.computed += n
             if r.computed < r.prompt + r.generated:
                 continue  # a chunk of a prompt (or of a recompute): no token yet
             if r.first_token < 0:
-                r.first_token = now
+                r.first_token = tnow
             r.generated += 1
-            r.token_times.append(now)
+            r.token_times.append(tnow)
             if r.generated >= r.output:
-                r.done = now
+                r.done = tnow
                 used -= r.computed
                 finished = True
                 n_done += 1
                 in_flight -= 1
-                freed.append(now)
+                freed.append(tnow)
         if w.prefix_len and not prefix_cached:
             prefix_cached = any(r.computed >= w.prefix_len for r, _ in sched)
         if finished:
@@ -400,6 +416,6 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     # vLLM's benchmark_duration runs from the benchmark's start (serve.py: get_request
     # sleeps each delay from start_ts), so it holds the wait before the first send, as
     # kvcore.sim.engine's does
-    fig = summarize(reqs, base + now, 0.0, goodput)
+    fig = summarize(reqs, base + max(now, out_next), 0.0, goodput)
     fig["steps"] = steps
     return fig

@@ -506,7 +506,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
               keep_requests: bool = True, on_done: Any = None,
               request_overhead_s: float | None = None,
               api_server_s: float | None = None,
-              engine_kw: dict[str, Any] | None = None) -> FleetResult:
+              engine_kw: dict[str, Any] | None = None,
+              api_stream_s: float | None = None) -> FleetResult:
     """Simulate ``replicas`` engines of one plan behind ``router`` (a name or a router
     object) on ``requests`` (module docstring).
 
@@ -521,6 +522,10 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     router routes at the client's send, the replica sees the request that much later.
     ``api_server_s``: each replica's API server as a serial stage, s per request
     (:mod:`kvcore.sim.engine`; None: the time model's): after the router.
+    ``api_stream_s``: each replica's way back as a serial stage, s per streamed chunk
+    (:mod:`kvcore.sim.engine`; None: the time model's); the router's notices (first
+    tokens, finishes) come at the engine's step end, the client's slots free when the
+    reply is through.
     ``engine_kw``: more keyword arguments of every replica's
     :class:`~kvcore.sim.engine.Engine` (speculative decoding: ``num_speculative_tokens``,
     ``spec_acceptance``, ``num_lookahead_tokens``).
@@ -558,6 +563,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                           value=max_concurrency)
     over = resolve_request_overhead(time_model, request_overhead_s)
     api = resolve_request_overhead(time_model, api_server_s, "api_server_s")
+    stream = resolve_request_overhead(time_model, api_stream_s, "api_stream_s")
     rt = load_router(router) if isinstance(router, str) else router
     if not callable(getattr(rt, "route", None)):
         raise ConfigError(f"router must be a router name ({', '.join(router_names())}) or "
@@ -583,7 +589,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                       long_prefill_token_threshold=long_prefill_token_threshold,
                       max_model_len=mg.max_model_len if mml is None else mml,
                       reserve_full_prompt=reserve_full_prompt, max_samples=MAX_SAMPLES,
-                      request_overhead_s=over, api_server_s=api, **ekw)
+                      request_overhead_s=over, api_server_s=api, api_stream_s=stream,
+                      **ekw)
 
     # replicas are built when first routed to (a pool per replica costs MBs and
     # ~0.1 s: a fleet of 1,000 with 8 requests builds 8)

@@ -527,6 +527,14 @@ class Efficiency:
         of ``N`` reaches the engine over ``(N - 1) x api_server_s``; a request alone
         only waits ``request_overhead_s``).  One server per replica (in a fleet, after
         the router); 0: no such stage.  Never in step times.
+    api_stream_s: the way back as one serial stage, seconds per streamed chunk (vLLM's
+        OutputProcessor, detokeniser and one SSE chunk per request per engine step in
+        the API server's event loop, and the benchmark client parsing it): a step
+        ending at ``t`` in which ``k`` requests emit tokens reaches the client at ``d =
+        max(d_prev, t) + api_stream_s x k``; its tokens' times (TTFT, ITL, E2EL), the
+        closed loop's freed slots and the duration are ``d``.  One stage per replica;
+        0: a token reaches the client at the end of its step (v7).  Never in step
+        times (tests/data/sim_accuracy/v8_protocol.md).
     """
 
     compute: float = 0.55
@@ -546,6 +554,7 @@ class Efficiency:
     moe_compute: float = 1.0
     api_server_s: float = 0.0
     moe_memory_tokens: float = 0.0
+    api_stream_s: float = 0.0
 
     def __post_init__(self) -> None:
         """Raises ConfigError naming the field: an efficiency or ``roofline_p`` that is
@@ -755,6 +764,11 @@ class RooflineTimeModel:
     def api_server_s(self) -> float:
         """The API server's serial time per request, s (``Efficiency.api_server_s``)."""
         return self.efficiency.api_server_s
+
+    @property
+    def api_stream_s(self) -> float:
+        """The way back's serial time per streamed chunk, s (``Efficiency.api_stream_s``)."""
+        return self.efficiency.api_stream_s
 
 
 _TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k",

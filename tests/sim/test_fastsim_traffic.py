@@ -148,18 +148,20 @@ _cfg = small_plan
        st.sampled_from(["rate", "inf", "linear", "exponential"]),
        st.sampled_from([0.5, 1.0, 4.0, math.inf]),
        st.sampled_from([0.5, 4.0, 25.0, 200.0]), st.sampled_from([0.0, 0.013]),
-       st.sampled_from([0.0, 0.004, 0.03]))
+       st.sampled_from([0.0, 0.004, 0.03]), st.sampled_from([0.0, 2e-4, 0.003]))
 @example(seed=0, n=8, isl=293, osl=1, conc=None, mode="rate", burst=1.0, rate=200.0,
-         share=0.0, api=0.004)  # CI found it: a request that waited no longer jumped
-# the ones the serial stage had passed but the engine had not yet taken in
+         share=0.0, api=0.004, stream=0.0)  # CI found it: a request that waited no
+# longer jumped the ones the serial stage had passed but the engine had not yet taken in
 def test_fastsim_figures_are_the_engines(seed: int, n: int, isl: int, osl: int,
                                          conc: int | None, mode: str, burst: float,
-                                         rate: float, share: float, api: float) -> None:
+                                         rate: float, share: float, api: float,
+                                         stream: float) -> None:
     """Generated rate-driven workloads (Poisson / gamma / constant gaps, ramp-ups, all
-    at once; with and without --max-concurrency, an API server share and its serial
-    stage): fastsim's arrivals equal the engine path's and its figures equal the
-    engine's (no preemption, no shared prefix: the same steps) to rel 1e-9."""
-    tm = ServedTimeModel(0.01, 2e-5, share, api)
+    at once; with and without --max-concurrency, an API server share, its serial
+    stage and the way back's, ``api_stream_s``): fastsim's arrivals equal the engine
+    path's and its figures equal the engine's (no preemption, no shared prefix: the
+    same steps) to rel 1e-9."""
+    tm = ServedTimeModel(0.01, 2e-5, share, api, stream)
     ramp: dict[str, Any] = {}
     r = math.inf
     if mode == "rate":
