@@ -97,8 +97,18 @@ def _check_row(row: dict[str, Any]) -> None:
             raise ConfigError(f"row {row.get('id')!r}: {key} is missing", field=key)
         _row_int(row, key, None)
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_num_batched_tokens",
-                "max_num_seqs", "max_model_len", "max_concurrency"):
+                "max_num_seqs", "max_model_len", "max_concurrency", "data_parallel_size"):
         _row_int(row, key, None)
+    excl = row.get("excluded") or {}
+    if (_row_int(row, "data_parallel_size", 1) or 1) > 1 and isinstance(excl, dict):
+        left = [m for m in (row.get("measured") or {}) if m not in excl]
+        if left:
+            raise ConfigError(f"row {row.get('id')!r}: data_parallel_size "
+                              f"{row['data_parallel_size']} is not replayed (the harness "
+                              f"runs one engine); valid: 1, or every measured figure in "
+                              f"'excluded' (here not: {', '.join(left)})",
+                              field="data_parallel_size",
+                              value=repr(row["data_parallel_size"]))
     for key in ("enable_prefix_caching", "enable_chunked_prefill"):
         _row_bool(row, key, True)
     kvd = row.get("kv_cache_dtype", "auto")
@@ -312,8 +322,9 @@ def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICI
     out = []
     for row, got in zip(rows, figs):
         rec: dict[str, Any] = {"id": row["id"], "split": row["split"]}
+        skip = row.get("excluded") if isinstance(row.get("excluded"), dict) else {}
         for m in METRICS:
-            if m in row["measured"]:
+            if m in row["measured"] and m not in skip:
                 meas = float(row["measured"][m])
                 rec[m] = {"measured": meas, "simulated": got[m],
                           "error": got[m] / meas - 1.0}
@@ -384,6 +395,8 @@ _GRID: dict[str, tuple[float, ...]] = {
     "api_server_s": (0.0, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 8e-3, 1.2e-2, 2e-2, 3e-2),
     "moe_compute": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "moe_memory_tokens": (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0),
+    # v8 (tests/data/sim_accuracy/v8_protocol.md): seconds per streamed chunk
+    "api_stream_s": (0.0, 1e-5, 2e-5, 4e-5, 6e-5, 8e-5, 1e-4, 1.2e-4, 1.5e-4, 2e-4, 3e-4),
 }
 
 #: v2's coefficients (docs/SIM_ACCURACY.md), where the v6 fit starts
@@ -526,6 +539,9 @@ def _parser() -> Any:
                         "protocol fits)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="replay the rows in N processes (the same figures)")
+    p.add_argument("--fit-from", choices=("v2", "default"), default="v2",
+                   help="where --fit starts: v2's coefficients (default, as the v6 and v7 "
+                        "fits) or DEFAULT_EFFICIENCY (the v8 refit)")
     return p
 
 
@@ -546,8 +562,9 @@ def _main(argv: list[str]) -> int:
     if args.rounds < 1:
         parser.error(f"argument --rounds: {args.rounds} is not a round count; valid: an "
                      "integer >= 1")
-    if not args.fit and (args.fit_terms is not None or args.rounds != 1):
-        parser.error("argument --fit-terms / --rounds: only with --fit")
+    if not args.fit and (args.fit_terms is not None or args.rounds != 1
+                         or args.fit_from != "v2"):
+        parser.error("argument --fit-terms / --rounds / --fit-from: only with --fit")
     rows = load_measurements(base / "measurements.json")
     if not args.fit:  # the fit always sees every fit row
         rows = select_rows(rows, args.only, args.added)
@@ -567,7 +584,8 @@ def _main(argv: list[str]) -> int:
                              f"term or an unknown one ({', '.join(bad)}); valid: "
                              f"{', '.join(_GRID)}")
             grid = {t: _GRID[t] for t in names}
-        eff = fit(rows, V2_EFFICIENCY, base=base, sim=sim, workers=args.workers, log=log,
+        start = V2_EFFICIENCY if args.fit_from == "v2" else DEFAULT_EFFICIENCY
+        eff = fit(rows, start, base=base, sim=sim, workers=args.workers, log=log,
                   rounds=args.rounds, grid=grid)
         print(f"fitted: {eff}")
     res = evaluate(rows, eff, base=base, sim=sim, workers=args.workers)
