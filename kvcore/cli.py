@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -505,6 +506,75 @@ def _join_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _human_int(text: str) -> int:
+    """vLLM's ``human_readable_int``: ``1k`` 1,000, ``25.6k`` 25,600, ``1K`` 1,024 (binary
+    suffixes take integers only), else a plain int; ValueError otherwise."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
+    if not m:
+        return int(text)
+    num, suf = m.groups()
+    if suf in "kmgt":
+        return int(float(num) * 10 ** (3 * ("kmgt".index(suf) + 1)))
+    return int(num) * 2 ** (10 * ("KMGT".index(suf) + 1))
+
+
+def _dotted_args(argv: list[str]) -> list[str]:
+    """vLLM's dotted form of a JSON option (``FlexibleArgumentParser.parse_args``):
+    ``--speculative-config.method ngram --speculative-config.num_speculative_tokens 3``
+    (or ``--X.a.b=V``) is ``--speculative-config '{"method": "ngram",
+    "num_speculative_tokens": 3}'``, appended after the other arguments as vLLM appends
+    it.  A value is read as JSON, else as vLLM's human-readable int (``1k``), else kept
+    as a string; ``--X.KEY+ a,b`` is the list ``["a", "b"]``, merged with the key's
+    earlier lists.  Only tokens ``--NAME.KEY`` with a letter after the dashes count (a
+    negative number such as ``-0.5`` stays a value)."""
+    out: list[str] = []
+    merged: dict[str, dict[str, Any]] = {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        head = a.split("=", 1)[0]
+        if not (head.startswith("--") and head[2:3].isalpha() and "." in head):
+            out.append(a)
+            i += 1
+            continue
+        if "=" in a:
+            value_str = a.split("=", 1)[1]
+            i += 1
+        elif i + 1 < len(argv):
+            value_str = argv[i + 1]
+            i += 2
+        else:  # no value: left to the parser's own "expected one argument"
+            out.append(a)
+            i += 1
+            continue
+        as_list = head.endswith("+")
+        if as_list:
+            head = head[:-1]
+            value_str = json.dumps(value_str.split(","))
+        key, *keys = head.split(".")
+        value: Any
+        try:
+            value = json.loads(value_str)
+        except ValueError:
+            try:
+                value = _human_int(value_str)
+            except ValueError:
+                value = value_str
+        node = merged.setdefault(key, {})
+        for k in keys[:-1]:  # vLLM's recursive_dict_update: a dict replaces a non-dict
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        last = keys[-1] if keys else ""
+        if isinstance(value, list) and isinstance(node.get(last), list):
+            node[last] = node[last] + value
+        else:
+            node[last] = value
+    for key, obj in merged.items():
+        out += [key, json.dumps(obj)]
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kvcore import __version__
 
@@ -625,7 +695,7 @@ def _command_parser(parser: argparse.ArgumentParser, command: str | None
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input)."""
-    argv = _join_values(list(sys.argv[1:] if argv is None else argv))
+    argv = _join_values(_dotted_args(list(sys.argv[1:] if argv is None else argv)))
     _Parser.json_errors = "--json" in argv
     parser = build_parser()
     try:

@@ -189,8 +189,6 @@ def test_f5_accuracy_cli_bad_data_is_one_line_exit_2(tmp_path: Any, capsys: Any,
 # ---- finding 6 ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="TESTER4 finding 6: vLLM's dotted "
-                   "--speculative-config.FIELD form is refused")
 def test_f6_dotted_speculative_config_as_vllm_serve_takes_it(capsys: Any) -> None:
     """vLLM 0.32's FlexibleArgumentParser reads ``--speculative-config.method ngram
     --speculative-config.num_speculative_tokens 3`` to the object the JSON form gives

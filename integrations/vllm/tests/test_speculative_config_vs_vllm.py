@@ -215,3 +215,44 @@ def test_tune_line_carries_the_config_to_vllm(parser: Any, method: str, k: int,
     ns = parser.parse_args(["--model", argv[2], *argv[3:]])
     assert ns.speculative_config == cfg
     assert parse_speculative_config(ns.speculative_config).config == cfg
+
+
+# ---- the dotted form (tester 4, finding 6): kvcore.cli._dotted_args = vLLM's ----------
+
+_KEYS = st.sampled_from(["method", "num_speculative_tokens", "prompt_lookup_max",
+                         "a.b", "a.c", "rates+"])
+_VALUES = st.one_of(st.sampled_from(["ngram", "3", "0.5", "1k", "25.6k", "2K", "1.5K", "true",
+                                     "null", "[1, 2]", '{"x": 1}', "a,b", "x.y"]),
+                    st.integers(-5, 5).map(str))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_KEYS, _VALUES, st.booleans()), min_size=1, max_size=5),
+       st.booleans())
+def test_dotted_args_read_as_vllms_parser_reads_them(items: list[tuple[str, str, bool]],
+                                                     with_json: bool) -> None:
+    """Generated ``--speculative-config.KEY V`` / ``--speculative-config.KEY=V`` lists
+    (nested keys, the ``+`` list form, JSON, human-readable ints, strings), with and
+    without a JSON ``--speculative-config`` before them: kvcore's rewrite parses to the
+    object vLLM's FlexibleArgumentParser gives."""
+    import argparse
+
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from kvcore.cli import _dotted_args
+
+    argv: list[str] = ["--other", "1"]
+    if with_json:
+        argv += ["--speculative-config", '{"method": "eagle"}']
+    for key, value, eq in items:
+        flag = f"--speculative-config.{key}"
+        argv += [f"{flag}={value}"] if eq else [flag, value]
+    vp = FlexibleArgumentParser()
+    vp.add_argument("--speculative-config", type=json.loads)
+    vp.add_argument("--other")
+    want = vp.parse_args(list(argv)).speculative_config
+    kp = argparse.ArgumentParser()
+    kp.add_argument("--speculative-config", type=json.loads)
+    kp.add_argument("--other")
+    got = kp.parse_args(_dotted_args(list(argv))).speculative_config
+    assert got == want
