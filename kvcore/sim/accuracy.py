@@ -115,6 +115,12 @@ def _check_row(row: dict[str, Any]) -> None:
     if not isinstance(kvd, str):
         raise ConfigError(f"row {row.get('id')!r}: kv_cache_dtype {kvd!r} must be a name "
                           "such as auto or fp8", field="kv_cache_dtype", value=repr(kvd))
+    burst = row.get("burstiness", 1.0)
+    if burst != "inf" and (isinstance(burst, bool) or not isinstance(burst, (int, float))
+                           or not 0 < burst < math.inf):
+        raise ConfigError(f"row {row.get('id')!r}: burstiness {burst!r} must be a number "
+                          "> 0 (1: Poisson, vLLM's default) or \"inf\" (even gaps)",
+                          field="burstiness", value=repr(burst))
     rate = row.get("request_rate", "inf")
     if rate != "inf" and (isinstance(rate, bool) or not isinstance(rate, (int, float))
                           or not 0 < rate < math.inf):
@@ -124,6 +130,13 @@ def _check_row(row: dict[str, Any]) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ConfigError(f"row {row.get('id')!r}: measured {m} {v!r} must be a "
                               "number > 0", field=m, value=repr(v))
+
+
+def _burstiness(row: dict[str, Any]) -> float:
+    """The row's ``burstiness`` (vLLM's ``--burstiness``: 1 Poisson, ``"inf"`` even
+    gaps), checked by :func:`_check_row`."""
+    b = row.get("burstiness", 1.0)
+    return math.inf if b == "inf" else float(b)
 
 
 def vllm_serve_defaults(gpu: Any) -> tuple[int, int]:
@@ -195,7 +208,8 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
                           int(row["output_len"]), 0, 0.0, 0)
     rate = row.get("request_rate", "inf")
     if rate != "inf":
-        reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate), 1.0, 0))
+        reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate),
+                                                 _burstiness(row), 0))
     mgr = KVCacheManager(kv, max_model_len=mml,
                          enable_caching=_row_bool(row, "enable_prefix_caching", True),
                          max_num_batched_tokens=mnbt)
@@ -262,7 +276,8 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     else:
         w = Workload(isl, osl, int(row["num_prompts"]),
                      max_concurrency=row.get("max_concurrency"),
-                     request_rate=math.inf if rate == "inf" else float(rate))
+                     request_rate=math.inf if rate == "inf" else float(rate),
+                     burstiness=_burstiness(row))
         fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
                            kv_capacity_tokens=cap,
                            enable_prefix_caching=_row_bool(row, "enable_prefix_caching",

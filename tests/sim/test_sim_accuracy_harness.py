@@ -133,3 +133,82 @@ def test_bad_workers_is_one_line_exit_2(capsys):
     assert accuracy.main(["--workers", "0"]) == 2
     err = capsys.readouterr().err
     assert "--workers" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_excluded_figure_is_not_evaluated():
+    """A figure listed in the row's ``excluded`` (with its reason) stays in ``measured``
+    as quoted but never enters the errors (the v8 rows' convention)."""
+    row = _row(input_len=512, output_len=16,
+               measured={"tpot_ms": 10.0, "ttft_ms": 50.0, "output_throughput": 100.0},
+               excluded={"ttft_ms": "cold start"})
+    (got,) = accuracy.evaluate([row], sim="fast")
+    assert "ttft_ms" not in got and {"tpot_ms", "output_throughput"} <= set(got)
+
+
+@pytest.mark.parametrize("dp, excluded, ok", [
+    (1, {}, True), (2, {"tpot_ms": "dp", "ttft_ms": "dp"}, True),
+    (2, {"ttft_ms": "dp"}, False), (2, {}, False), (0, {}, False)])
+def test_data_parallel_rows_need_every_figure_excluded(dp, excluded, ok):
+    """The harness runs one engine: a row of data_parallel_size > 1 is refused (naming
+    the field) unless all its figures are excluded."""
+    from kvcore.errors import ConfigError
+
+    row = _row(data_parallel_size=dp, excluded=excluded,
+               measured={"tpot_ms": 10.0, "ttft_ms": 50.0})
+    if ok:
+        accuracy._check_row(row)
+        return
+    with pytest.raises(ConfigError, match="data_parallel_size") as e:
+        accuracy._check_row(row)
+    assert e.value.extra["field"] == "data_parallel_size"
+
+
+def test_fit_from_needs_fit(capsys):
+    assert accuracy.main(["--fit-from", "default"]) == 2
+    err = capsys.readouterr().err
+    assert "--fit-from" in err and len(err.strip().splitlines()) == 1
+    assert accuracy.main(["--fit", "--fit-from", "v7"]) == 2
+    assert "fit-from" in capsys.readouterr().err
+
+
+def test_fit_from_default_starts_at_the_default(monkeypatch):
+    seen: list[Any] = []
+
+    def fake_fit(rows, start, **kw):
+        seen.append(start)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(accuracy, "fit", fake_fit)
+    for flag, want in (("default", accuracy.DEFAULT_EFFICIENCY),
+                       ("v2", accuracy.V2_EFFICIENCY)):
+        with pytest.raises(SystemExit):
+            accuracy._main(["--fit", "--fast", "--fit-from", flag])
+        assert seen[-1] == want
+
+
+def test_a_rows_burstiness_shapes_its_arrivals(monkeypatch):
+    """``burstiness`` (vLLM's flag) reaches the arrivals: "inf" gives even gaps of
+    1 / rate, as serve.py's get_request sends them; a bad value names the field."""
+    from kvcore.errors import ConfigError
+    from kvcore.sim import workload
+
+    seen: list[Any] = []
+    real = workload.arrival_times
+
+    def spy(n, rate, burst, seed, **kw):
+        got = real(n, rate, burst, seed, **kw)
+        seen.append((rate, burst, got))
+        return got
+
+    monkeypatch.setattr(workload, "arrival_times", spy)
+    row = _row(input_len=256, output_len=4, num_prompts=5, max_concurrency=None,
+               request_rate=4.0, burstiness="inf")
+    accuracy.simulate_row(row)
+    rate, burst, times = seen[-1]
+    assert burst == float("inf")
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(abs(g - 0.25) < 1e-9 for g in gaps)
+    for bad in (0, -1.0, "x", True, float("nan")):
+        with pytest.raises(ConfigError, match="burstiness") as e:
+            accuracy._check_row(dict(row, burstiness=bad))
+        assert e.value.extra["field"] == "burstiness"
