@@ -412,6 +412,9 @@ _GRID: dict[str, tuple[float, ...]] = {
     "moe_memory_tokens": (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0),
     # v8 (tests/data/sim_accuracy/v8_protocol.md): seconds per streamed chunk
     "api_stream_s": (0.0, 1e-5, 2e-5, 4e-5, 6e-5, 8e-5, 1e-4, 1.2e-4, 1.5e-4, 2e-4, 3e-4),
+    # v9 (tests/data/sim_accuracy/v9_protocol.md): factors of compute
+    "compute_fp8": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "compute_gddr": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
 
 #: v2's coefficients (docs/SIM_ACCURACY.md), where the v6 fit starts
@@ -428,17 +431,35 @@ V6_FIT_EFFICIENCY = dataclasses.replace(
     moe_memory=0.8, moe_compute=0.7)
 
 
-def source_family(row: dict[str, Any]) -> str:
+#: v7's coefficients (the default from v7 to v8, tests/data/sim_accuracy/v7_protocol.md):
+#: the v8 default without the API server's two serial stages
+V7_EFFICIENCY = dataclasses.replace(DEFAULT_EFFICIENCY, api_server_s=0.0, api_stream_s=0.0)
+
+
+def source_family(row: dict[str, Any], scheme: str = "v9") -> str:
     """The deployment a row's figures come from, for the fit's weights (v6 protocol):
     every GPUStack Performance Lab page is one lab's deployment, as are the
     tenstorrent/tt-inference-server threads, the dennislee22 README and the
-    SemiAnalysis InferenceX runs; any other source is its own family."""
+    SemiAnalysis InferenceX runs; any other source is the repository or thread it names
+    first (v9: ``owner/repo`` or ``owner/repo#N``), else its text up to a quote.
+    ``scheme="v6"``: the v6 - v8 fits' families (the text up to a quote: one family per
+    file of a repository)."""
     src = str(row.get("source", ""))
     for key, fam in (("GPUStack", "gpustack"), ("tenstorrent/tt-inference-server",
                                                "tenstorrent"),
                      ("dennislee22", "dennislee22"), ("InferenceX", "inferencex")):
         if key in src:
             return fam
+    if scheme == "v6":  # the families the v6 - v8 fits weighed by
+        return src.split(" '")[0] or row["id"]
+    # v9: the repository or thread the source names first ("owner/repo", "owner/repo#N"
+    # or "vLLM blog"), so the files of one repository are one deployment (v8 split them
+    # by file path)
+    import re
+
+    m = re.match(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(#\d+)?", src)
+    if m:
+        return m.group(0)
     return src.split(" '")[0] or row["id"]
 
 
@@ -455,7 +476,8 @@ def _weighted_median(pairs: list[tuple[float, float]]) -> float:
 
 
 def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
-          sim: str = "engine", weighted: bool = False, workers: int = 1) -> float:
+          sim: str = "engine", weighted: bool = False, workers: int = 1,
+          families: str = "v9") -> float:
     """The fit's loss: the median plus a quarter of the mean absolute log error over
     every quoted figure of the rows, pooled (each figure counts the same; v2's loss, kept
     in v5: a loss weighing each metric the same (v4, v5b) let the seven noisy
@@ -466,9 +488,10 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
     if weighted:
         count: dict[str, int] = {}
         for row in rows:
-            f = source_family(row)
+            f = source_family(row, families)
             count[f] = count.get(f, 0) + 1
-        wt = {row["id"]: 1.0 / math.sqrt(count[source_family(row)]) for row in rows}
+        wt = {row["id"]: 1.0 / math.sqrt(count[source_family(row, families)])
+              for row in rows}
         pairs = []
         for r in evaluate(rows, eff, base=base, sim=sim, workers=workers):
             for m in METRICS:
@@ -487,7 +510,7 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
 def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
         base: Path | None = None, rounds: int = 2, sim: str = "engine",
         grid: dict[str, tuple[float, ...]] | None = None, weighted: bool = True,
-        workers: int = 1, log: Any = None) -> Efficiency:
+        workers: int = 1, log: Any = None, families: str = "v9") -> Efficiency:
     """Coordinate descent over ``grid`` (default :data:`_GRID`, v6's) on the ``fit``
     rows of ``rows`` but those with a ``fit_excluded`` reason (loss: :func:`_loss`, the
     median plus a quarter of the mean absolute log error over every quoted figure,
@@ -496,7 +519,8 @@ def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
     :class:`Efficiency`, so the result does not depend on the current
     :data:`DEFAULT_EFFICIENCY`; the v6 fit starts from :data:`V2_EFFICIENCY`).
     ``workers``: processes replaying the rows; ``log(name, value, loss, best)``: called
-    per candidate."""
+    per candidate.  ``families``: :func:`source_family`'s scheme (``v6`` reproduces
+    the v6 - v8 fits)."""
     fit_rows = [r for r in rows if r["split"] == "fit" and not r.get("fit_excluded")]
     if not fit_rows:
         from kvcore.errors import ConfigError
@@ -505,14 +529,14 @@ def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
                           "measurements with fit rows", field="split", value="fit")
     eff = start if start is not None else Efficiency()
     grid = _GRID if grid is None else grid
-    best = _loss(fit_rows, eff, base, sim, weighted, workers)
+    best = _loss(fit_rows, eff, base, sim, weighted, workers, families)
     for _ in range(rounds):
         for name, values in grid.items():
             for v in values:
                 cand = dataclasses.replace(eff, **{name: v})
                 if cand == eff:
                     continue  # the current point: its loss is ``best``
-                loss = _loss(fit_rows, cand, base, sim, weighted, workers)
+                loss = _loss(fit_rows, cand, base, sim, weighted, workers, families)
                 if log is not None:
                     log(name, v, loss, best)
                 if loss < best - 1e-12:

@@ -527,6 +527,14 @@ class Efficiency:
         of ``N`` reaches the engine over ``(N - 1) x api_server_s``; a request alone
         only waits ``request_overhead_s``).  One server per replica (in a fleet, after
         the router); 0: no such stage.  Never in step times.
+    compute_fp8: the GEMMs' efficiency where they run in fp8 / fp4 (1-byte or 4-bit
+        float checkpoints, ``compute_dtype_for``), as a factor of ``compute``: they
+        reach ``compute x compute_fp8`` of the fp8 / fp4 peak (block-scaled and
+        per-token-scaled fp8 kernels reach less of their doubled peak than bf16 of
+        its own); 1: as bf16 (v8).
+    compute_gddr: the same factor on GDDR parts (L40S, RTX 4090 / 6000 Ada): their
+        datasheet tensor peak assumes boost clocks a power-limited card does not
+        hold under a long GEMM; 1: as HBM parts (v8).
     api_stream_s: the way back as one serial stage, seconds per streamed chunk (vLLM's
         OutputProcessor, detokeniser and one SSE chunk per request per engine step in
         the API server's event loop, and the benchmark client parsing it): a step
@@ -555,6 +563,8 @@ class Efficiency:
     api_server_s: float = 0.0
     moe_memory_tokens: float = 0.0
     api_stream_s: float = 0.0
+    compute_fp8: float = 1.0
+    compute_gddr: float = 1.0
 
     def __post_init__(self) -> None:
         """Raises ConfigError naming the field: an efficiency or ``roofline_p`` that is
@@ -597,9 +607,11 @@ class RooflineTimeModel:
       (qk_dim_g + v_dim_g) x q_heads_per_rank`` (2 x active params per token; the LM
       head only for the sampled token of each request, as vLLM computes logits; QK and
       PV over the keys each query attends to, :func:`describe_batch`);
-      ``compute_s = (FLOPs - expert FLOPs) / (peak_flops x compute) + expert FLOPs /
-      (peak_flops x compute x moe_compute)`` (expert FLOPs: ``expert_flops_per_token x
-      T``, the routed experts' share of the 2 x active params).
+      ``compute_s = (FLOPs - expert FLOPs) / (peak_flops x c) + expert FLOPs /
+      (peak_flops x c x moe_compute)`` with ``c = compute`` (times ``compute_fp8``
+      where ``compute_dtype`` is fp8 / fp4, times ``compute_gddr`` on GDDR parts;
+      expert FLOPs: ``expert_flops_per_token x T``, the routed experts' share of the
+      2 x active params).
     * bytes = ``dense_weight_bytes + expert_bytes x touched / num_experts + KV read +
       KV written``; ``touched = E x (1 - (1 - k / E) ** T)``, the expected distinct
       experts ``T`` tokens routed top-``k`` among ``E`` reach (all of them for large
@@ -658,6 +670,7 @@ class RooflineTimeModel:
     efficiency: Efficiency = Efficiency()
     name: str = ""
     memory_type: str = "hbm"
+    compute_dtype: str = "bf16"
 
     @property
     def batches_in_flight(self) -> int:
@@ -704,11 +717,15 @@ class RooflineTimeModel:
             touched = e * (1.0 - (1.0 - k / e) ** m_tokens) if m_tokens else 0.0
             expert = self.expert_bytes * touched / e
             weights += expert
-        compute_s = flops / (self.peak_flops * eff.compute)
+        ceff = eff.compute
+        if self.compute_dtype != "bf16":
+            ceff *= eff.compute_fp8
+        if self.memory_type == "gddr":
+            ceff *= eff.compute_gddr
+        compute_s = flops / (self.peak_flops * ceff)
         if self.expert_flops_per_token and eff.moe_compute != 1.0:
             ef = self.expert_flops_per_token * m_tokens
-            compute_s += ef * (1.0 / eff.moe_compute - 1.0) / (self.peak_flops
-                                                                * eff.compute)
+            compute_s += ef * (1.0 / eff.moe_compute - 1.0) / (self.peak_flops * ceff)
         bw = self.hbm_bytes_per_s * {"gddr": eff.memory_gddr,
                                      "hbm3": eff.memory_hbm3}.get(self.memory_type,
                                                                   eff.memory)
@@ -906,6 +923,7 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
         "pipeline_parallel_size": pp,
         "efficiency": _dc.replace(base_eff, **eff_kw),
         "memory_type": perf.memory_type,
+        "compute_dtype": dtype,
         "name": f"roofline {cfg.name or cfg.model_type} on {g.name} tp{tp} pp{pp} "
                 f"{dtype} kv {kv_cache_dtype}",
     }
@@ -914,17 +932,21 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     return RooflineTimeModel(**kw)
 
 
-#: the fitted coefficients (v7): v2's (``python -m kvcore.sim.accuracy --fit --fast`` on
-#: the v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json) with
-#: ``memory_hbm3``, ``moe_memory`` and ``moe_memory_tokens`` refitted on every fit row
-#: (``--fit-terms memory_hbm3,moe_memory,moe_memory_tokens --rounds 2``; the v7 protocol,
-#: tests/data/sim_accuracy/v7_protocol.md, and docs/SIM_ACCURACY.md: how, which rows,
-#: the held-out errors, and the fits not adopted).  The terms added since v2 and not
-#: refitted (layer_s, moe_layer_s, moe_compute, api_server_s) are at their neutral
-#: values.  ``per_block_table_s`` is not fitted (no row has several KV-cache groups):
-#: 1 us per block table (vLLM's input batch copies one block-table row per request per
-#: group).
+#: the fitted coefficients (v8): v2's (``python -m kvcore.sim.accuracy --fit --fast`` on
+#: the v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json), with
+#: ``memory_hbm3``, ``moe_memory`` and ``moe_memory_tokens`` refitted on every fit row in
+#: v7 (``--fit-terms memory_hbm3,moe_memory,moe_memory_tokens --rounds 2``) and the API
+#: server's two serial stages in v8 (``--fit-from default --fit-terms
+#: api_stream_s,request_overhead_s,api_server_s --rounds 2``: 100 us per streamed chunk,
+#: 3 ms per request), each adopted by a rule fixed before its test rows were read
+#: (tests/data/sim_accuracy/v7_protocol.md, v8_protocol.md; docs/SIM_ACCURACY.md: how,
+#: which rows, the held-out errors, and the fits not adopted).  The terms added since
+#: and not refitted (layer_s, moe_layer_s, moe_compute, compute_fp8, compute_gddr) are
+#: at their neutral values.  ``per_block_table_s`` is not fitted (no row has several
+#: KV-cache groups): 1 us per block table (vLLM's input batch copies one block-table
+#: row per request per group).
 DEFAULT_EFFICIENCY = Efficiency(
     compute=0.8, memory=0.6, memory_hbm3=0.75, memory_gddr=0.9, roofline_p=3.0,
     step_s=1.5e-3, per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
-    prefill_token_s=0.0, moe_memory=0.6, request_overhead_s=0.02, moe_memory_tokens=1.0)
+    prefill_token_s=0.0, moe_memory=0.6, request_overhead_s=0.02, moe_memory_tokens=1.0,
+    api_server_s=3e-3, api_stream_s=1e-4)
