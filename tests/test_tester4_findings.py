@@ -127,8 +127,6 @@ def test_f2_serial_stage_in_send_order_with_rejections() -> None:
 # ---- finding 3 ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="TESTER4 finding 3: a multi-replica fleet's "
-                   "closed loop depends on the absolute clock")
 @pytest.mark.parametrize("over,api", [(0.0, 0.0), (0.02, 0.0051)])
 def test_f3_fleet_closed_loop_at_1e12_is_the_closed_loop_at_zero(over: float,
                                                                  api: float) -> None:

@@ -635,6 +635,43 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
         source: Any = iter([reqs[k] for k in order])
     else:
         source = _checked(requests)
+    # several replicas: the fleet's clock starts at the first arrival (T0): every
+    # replica, slot and notice runs on times relative to it, so the schedule (the order
+    # of steps across replicas, slots and arrivals) is the same at t = 0 and at t = 1e12
+    # s (a float's step there is 1.2e-4 s); each request's absolute times are restored
+    # when it is done (``_unshift``: floats as usual), the results' at the end
+    shifted: dict[int, float] = {}
+    first: SimRequest | None = next(source, None)
+    # (one replica: run_engine's order exactly, its epochs already keep times exact)
+    t_base = first.arrival if first is not None and replicas > 1 else 0.0
+
+    def _shifting(src: Any) -> Any:
+        if first is not None:
+            yield first
+        yield from src
+
+    def _intake(src: Any) -> Any:
+        for r in src:
+            shifted[id(r)] = r.arrival
+            r.arrival = r.arrival - t_base
+            yield r
+
+    source = _intake(_shifting(source))
+
+    def _unshift(r: SimRequest) -> None:
+        a = shifted.pop(id(r), None)
+        if a is None:
+            return
+        if r.sent == r.arrival and r.sref is None:
+            r.sent = a  # sent at its arrival: exactly
+        elif r.sent >= 0:
+            r.sent = r.sent + t_base
+        r.arrival = a
+        if r.sref is not None:
+            r.sref = (r.sref[0] + t_base, r.sref[1])
+        if r.finish >= 0:
+            r.finish = r.finish + t_base
+
     nxt: SimRequest | None = next(source, None)
     slots: Any = Slots(max_concurrency) if max_concurrency is not None else None
     # notices the router sees at their time: (time, tiebreak, kind, replica, payload)
@@ -692,6 +729,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                 n_done += 1
                 if slots is not None:
                     slots.release_after(r, over)
+                _unshift(r)
                 if on_done is not None:
                     on_done(r, -1)
                 if progress is not None:
@@ -743,12 +781,20 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                     push(notices, (t, next(tie), FIRST, k, r.route_est))
                     r.route_est = -1
                 push(notices, (t, next(tie), DONE, k, None))
+                _unshift(r)
                 if on_done is not None:
                     on_done(r, k)
             n_done += len(finished) + len(rejected)
             if progress is not None:
                 progress(n_done)
     results = [rp.res if rp is not None else EngineResult(requests=[]) for rp in reps]
+    for r in reqs:  # any not done (cannot happen when the run completes)
+        _unshift(r)
+    if t_base:
+        for res in results:
+            if res.steps or res.duration:
+                res.duration = res.duration + t_base
+            res.step_end[:] = [t + t_base for t in res.step_end]
     stale = sum(1 for k in range(replicas) if index is not None and index.is_stale(k))
     return FleetResult(
         requests=reqs, replicas=results, assignment=assignment,

@@ -171,16 +171,19 @@ def test_the_roofline_carries_the_term() -> None:
     """roofline_for passes Efficiency.api_stream_s to the simulators."""
     import dataclasses
 
-    eff = dataclasses.replace(DEFAULT_EFFICIENCY, api_stream_s=1e-4)
+    base = dataclasses.replace(DEFAULT_EFFICIENCY, api_server_s=0.0, api_stream_s=0.0)
+    eff = dataclasses.replace(base, api_stream_s=1e-4)
     cfg = small_plan()
     from kvcore.models.config import load_model_config
 
     tm = roofline_for(load_model_config("llama-3.1-8b"), cfg, gpu="H100",
                       efficiency=eff)
     assert tm.api_stream_s == 1e-4
+    assert roofline_for("llama-3.1-8b", cfg, gpu="H100").api_stream_s == \
+        DEFAULT_EFFICIENCY.api_stream_s
     a = _run(tm, [0.0] * 16, isl=64, osl=8)
-    b = _run(roofline_for(load_model_config("llama-3.1-8b"), cfg, gpu="H100"),
-             [0.0] * 16, isl=64, osl=8)
+    b = _run(roofline_for(load_model_config("llama-3.1-8b"), cfg, gpu="H100",
+                          efficiency=base), [0.0] * 16, isl=64, osl=8)
     fa, fb = serving_metrics(a), serving_metrics(b)
     # 16 prompts of 64 in a 512-token budget: step 1 prefills 8 (8 chunks: 0.8 ms);
     # step 2 decodes those 8 and prefills 7 plus 56 tokens of the 16th (15 chunks: 1.5
