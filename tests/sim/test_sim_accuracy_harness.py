@@ -37,6 +37,20 @@ def test_every_gpustack_page_is_one_family(rows):
         "vllm-project/vllm#1"
 
 
+def test_a_repositorys_files_are_one_family(rows):
+    """v9: the rows of one repository are one family whatever file they come from (the
+    26 RunPod runs, the 8 delphinemico experiments); v6's scheme split them by file."""
+    by = {}
+    for r in rows:
+        by.setdefault(accuracy.source_family(r), []).append(r)
+    assert len(by["adithyaJRunpod/vllm_bench"]) == 26
+    assert len(by["delphinemico/llm-inference-performance"]) == 8
+    old = {accuracy.source_family(r, "v6") for r in by["adithyaJRunpod/vllm_bench"]}
+    assert len(old) > 1
+    assert accuracy.source_family({"id": "x", "source": "llm-d/llm-d PR #2074 (x)"}) == \
+        "llm-d/llm-d"
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=40),
        st.floats(0.1, 10))

@@ -191,3 +191,38 @@ def test_moe_compute_slows_only_the_routed_experts_flops() -> None:
     assert d1.expert_flops_per_token == 0.0
     assert d1.step_time(bd) == d2.step_time(bd)
 
+
+
+@pytest.mark.parametrize("model, gpu, factor, moves", [
+    ("llama-3.1-8b", "H100", "compute_fp8", False),   # bf16 GEMMs
+    ("llama-3.1-8b", "H100", "compute_gddr", False),  # an HBM part
+    ("llama-3.1-8b", "L40S", "compute_gddr", True),   # a GDDR part
+    ("llama-3.1-8b", "L40S", "compute_fp8", False)])
+def test_compute_factors_apply_where_they_say(model, gpu, factor, moves) -> None:
+    """compute_fp8 scales the compute time of fp8 / fp4 GEMMs only, compute_gddr that of
+    GDDR parts only: a compute-bound prefill's compute_s is 1 / factor times longer
+    there and the same elsewhere (v9 protocol)."""
+    kv = kvcore.plan_model(model, kv_cache_memory_bytes=8 << 30, max_model_len=8192,
+                           max_num_batched_tokens=8192)
+    a = roofline_for(model, kv, gpu=gpu)
+    b = roofline_for(model, kv, gpu=gpu, **{factor: 0.5})
+    batch = describe_batch(kv, [ScheduledRequest(8192, 0, True)])
+    ca, cb = a.breakdown(batch).compute_s, b.breakdown(batch).compute_s
+    assert cb == pytest.approx(2 * ca if moves else ca, rel=1e-12)
+
+
+def test_compute_fp8_applies_to_an_fp8_checkpoint() -> None:
+    """An FP8 checkpoint (Qwen3-Next-80B-A3B FP8, block-wise) runs its GEMMs in fp8 on
+    H100: compute_fp8 0.5 doubles its prefill compute time; 1.0 is v8's model."""
+    from pathlib import Path
+
+    cfg = str(Path(__file__).resolve().parents[1] / "data" / "sim_accuracy" / "configs"
+              / "qwen3-next-80b-a3b-fp8.json")
+    kv = kvcore.plan_model(cfg, kv_cache_memory_bytes=8 << 30, max_model_len=8192,
+                           max_num_batched_tokens=8192, tensor_parallel_size=2)
+    a = roofline_for(cfg, kv, gpu="H100", tensor_parallel_size=2)
+    assert a.compute_dtype == "fp8"
+    b = roofline_for(cfg, kv, gpu="H100", tensor_parallel_size=2, compute_fp8=0.5)
+    batch = describe_batch(kv, [ScheduledRequest(8192, 0, True)])
+    assert b.breakdown(batch).compute_s == pytest.approx(2 * a.breakdown(batch).compute_s,
+                                                         rel=1e-12)
