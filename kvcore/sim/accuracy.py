@@ -435,6 +435,16 @@ V6_FIT_EFFICIENCY = dataclasses.replace(
 #: the v8 default without the API server's two serial stages
 V7_EFFICIENCY = dataclasses.replace(DEFAULT_EFFICIENCY, api_server_s=0.0, api_stream_s=0.0)
 
+#: v8's coefficients (the API server's two serial stages fitted: v8_protocol.md)
+V8_EFFICIENCY = dataclasses.replace(V7_EFFICIENCY, api_server_s=3e-3, api_stream_s=1e-4)
+
+#: the v9 fit D (v9_protocol.md): rejected by its rule (compute_fp8 on its grid's edge)
+V9_FIT_EFFICIENCY = dataclasses.replace(V8_EFFICIENCY, compute=0.5, compute_fp8=0.3,
+                                        moe_compute=0.5)
+
+#: v10's candidate E (v10_protocol.md): D without its edge term
+V10_E_EFFICIENCY = dataclasses.replace(V9_FIT_EFFICIENCY, compute_fp8=1.0)
+
 
 def source_family(row: dict[str, Any], scheme: str = "v9") -> str:
     """The deployment a row's figures come from, for the fit's weights (v6 protocol):
