@@ -431,9 +431,9 @@ V6_FIT_EFFICIENCY = dataclasses.replace(
     moe_memory=0.8, moe_compute=0.7)
 
 
-#: v7's coefficients (the default from v7 to v8, tests/data/sim_accuracy/v7_protocol.md):
-#: the v8 default without the API server's two serial stages
-V7_EFFICIENCY = dataclasses.replace(DEFAULT_EFFICIENCY, api_server_s=0.0, api_stream_s=0.0)
+#: v7's coefficients (the default from v7 to v8, tests/data/sim_accuracy/v7_protocol.md)
+V7_EFFICIENCY = dataclasses.replace(V2_EFFICIENCY, memory_hbm3=0.75, moe_memory=0.6,
+                                    moe_memory_tokens=1.0)
 
 #: v8's coefficients (the API server's two serial stages fitted: v8_protocol.md)
 V8_EFFICIENCY = dataclasses.replace(V7_EFFICIENCY, api_server_s=3e-3, api_stream_s=1e-4)
@@ -442,7 +442,7 @@ V8_EFFICIENCY = dataclasses.replace(V7_EFFICIENCY, api_server_s=3e-3, api_stream
 V9_FIT_EFFICIENCY = dataclasses.replace(V8_EFFICIENCY, compute=0.5, compute_fp8=0.3,
                                         moe_compute=0.5)
 
-#: v10's candidate E (v10_protocol.md): D without its edge term
+#: v10's candidate E (v10_protocol.md): D without its edge term; adopted (the default)
 V10_E_EFFICIENCY = dataclasses.replace(V9_FIT_EFFICIENCY, compute_fp8=1.0)
 
 

@@ -932,21 +932,21 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
     return RooflineTimeModel(**kw)
 
 
-#: the fitted coefficients (v8): v2's (``python -m kvcore.sim.accuracy --fit --fast`` on
-#: the v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json), with
+#: the fitted coefficients (v10): v2's (``python -m kvcore.sim.accuracy --fit --fast``
+#: on the v1 + v2 ``fit`` rows of tests/data/sim_accuracy/measurements.json), with
 #: ``memory_hbm3``, ``moe_memory`` and ``moe_memory_tokens`` refitted on every fit row in
-#: v7 (``--fit-terms memory_hbm3,moe_memory,moe_memory_tokens --rounds 2``) and the API
-#: server's two serial stages in v8 (``--fit-from default --fit-terms
-#: api_stream_s,request_overhead_s,api_server_s --rounds 2``: 100 us per streamed chunk,
-#: 3 ms per request), each adopted by a rule fixed before its test rows were read
-#: (tests/data/sim_accuracy/v7_protocol.md, v8_protocol.md; docs/SIM_ACCURACY.md: how,
-#: which rows, the held-out errors, and the fits not adopted).  The terms added since
-#: and not refitted (layer_s, moe_layer_s, moe_compute, compute_fp8, compute_gddr) are
-#: at their neutral values.  ``per_block_table_s`` is not fitted (no row has several
-#: KV-cache groups): 1 us per block table (vLLM's input batch copies one block-table
-#: row per request per group).
+#: v7, the API server's two serial stages in v8 (100 us per streamed chunk, 3 ms per
+#: request) and ``compute`` 0.5 and ``moe_compute`` 0.5 from v9's fit (whose third
+#: term, ``compute_fp8``, stopped on its grid's edge and is left at 1.0), each adopted
+#: by a rule fixed before its test rows were read (tests/data/sim_accuracy/
+#: v7_protocol.md ... v10_protocol.md; docs/SIM_ACCURACY.md: how, which rows, the
+#: held-out errors, and the fits not adopted).  The terms added since v2 and not
+#: refitted (layer_s, moe_layer_s, compute_fp8, compute_gddr) are at their neutral
+#: values.  ``per_block_table_s`` is not fitted (no row has several KV-cache groups):
+#: 1 us per block table (vLLM's input batch copies one block-table row per request per
+#: group).
 DEFAULT_EFFICIENCY = Efficiency(
-    compute=0.8, memory=0.6, memory_hbm3=0.75, memory_gddr=0.9, roofline_p=3.0,
+    compute=0.5, memory=0.6, memory_hbm3=0.75, memory_gddr=0.9, roofline_p=3.0,
     step_s=1.5e-3, per_request_s=2e-5, per_block_table_s=1e-6, allreduce_latency_s=2e-5,
     prefill_token_s=0.0, moe_memory=0.6, request_overhead_s=0.02, moe_memory_tokens=1.0,
-    api_server_s=3e-3, api_stream_s=1e-4)
+    api_server_s=3e-3, api_stream_s=1e-4, moe_compute=0.5)
