@@ -1,18 +1,19 @@
 """The step-time model against published vLLM measurements (issue 21 item 4).
 
 Rows: tests/data/sim_accuracy/measurements.json (each with its URL and quoted figures);
-the coefficients (:data:`kvcore.sim.timing.DEFAULT_EFFICIENCY`, v7) are v2's, fitted on
-the v1 + v2 rows marked ``fit``, with three MoE / HBM3 terms refitted on every fit row
-(the fast loop).  Rows pre-registered later (v3, v5, v6) were each evaluated once as held
-out and then, studied to design the next round, moved to ``fit``
-(v3_first_evaluation.txt, v5_first_evaluation_*.txt, v6_first_evaluation_*.txt; the
-protocols v5_protocol.md, v6_protocol.md, v7_protocol.md).  Held out now: the v1 / v2
-held-out rows and the 27 v7 rows (the engine, the tests' figures).  The fit rows are checked with the fast loop (kvcore.sim.fastsim, equal to the
-engine on the traffic it models) to keep CI short.  The goal of the issue, on held-out
-rows: median absolute error of output throughput <= 15 %, TPOT <= 15 %, TTFT <= 25 %;
-bounds here are the measured ones, goals not met are strict xfails.  Deterministic.
-Re-fitting takes minutes of CPU: set KVCORE_SIM_FIT=1 to check that the fits reproduce
-the recorded (rejected or not adopted) v5c and v6 results.
+the coefficients (:data:`kvcore.sim.timing.DEFAULT_EFFICIENCY`, v10) are v2's, fitted on
+the v1 + v2 rows marked ``fit``, with terms refitted round by round on every fit row
+(v7: three MoE / HBM3 terms; v8: the API server's two serial stages; v9 / v10: compute
+and moe_compute), each adopted by a rule fixed before its test rows were read.  Rows
+pre-registered later (v3, v5 - v9) were each evaluated once as held out and then, studied
+to design the next round, moved to ``fit`` (v*_first_evaluation_*.txt; the protocols
+v5_protocol.md ... v10_protocol.md).  Held out now: the v1 / v2 held-out rows and the 7
+v10 rows (the engine, the tests' figures).  The fit rows are checked with the fast loop
+(kvcore.sim.fastsim, equal to the engine on the traffic it models) to keep CI short.
+The goal of the issue, on held-out rows: median absolute error of output throughput
+<= 15 %, TPOT <= 15 %, TTFT <= 25 %; bounds here are the measured ones, goals not met are
+strict xfails.  Deterministic.  Re-fitting takes minutes of CPU: set KVCORE_SIM_FIT=1 to
+check that the fits reproduce the recorded ones.
 """
 
 from __future__ import annotations
@@ -92,12 +93,34 @@ def _of(results, ids):
 
 
 def test_v1_v2_heldout_errors_as_measured(results, rows):
-    # the v1 + v2 held-out rows (v7 coefficients): 12.6 % throughput (23 rows), 37.8 %
-    # TTFT (1 row: the AWQ 16k prefill), 10.4 % TPOT (v7_first_evaluation_B.txt)
-    old = {r["id"] for r in rows if r["split"] == "holdout"} - _added(rows, "v7")
+    # the v1 + v2 held-out rows (v10 coefficients): 9.7 % throughput (23 rows), 1.1 %
+    # TTFT (1 row: the AWQ 16k prefill), 12.4 % TPOT (v10_first_evaluation_E.txt)
+    old = {r["id"] for r in rows if r["split"] == "holdout"} - _added(rows, "v10")
     assert len(old) == 24
     s = accuracy.summary(_of(results, old), "holdout")
-    _within(s, output_throughput=0.127, ttft_ms=0.38, tpot_ms=0.105)
+    _within(s, output_throughput=0.098, ttft_ms=0.012, tpot_ms=0.125)
+
+
+def test_v10_rows_are_preregistered_and_held_out(rows):
+    v10 = [r for r in rows if str(r.get("added", "")).startswith("v10")]
+    assert len(v10) == 7 and {r["split"] for r in v10} == {"holdout"}
+    assert all("pre-registered" in r["added"] and r["id"].startswith("v10") for r in v10)
+    sealed = accuracy.load_measurements(DATA / "v10b_rows.json")
+    assert [r["id"] for r in sealed] == [r["id"] for r in v10]
+    assert all(a["measured"] == b["measured"] for a, b in zip(sealed, v10))
+
+
+def test_v10_errors_as_measured(results, rows):
+    # the one evaluation (v10_first_evaluation_E.txt): 4.5 % throughput (7 rows), 8.0 %
+    # TTFT (2), 4.2 % TPOT (7)
+    s = accuracy.summary(_of(results, _added(rows, "v10")), "holdout")
+    _within(s, output_throughput=0.045, ttft_ms=0.081, tpot_ms=0.043)
+
+
+def test_every_heldout_error_as_measured(results):
+    # all held-out rows, v1 / v2 + v10: 7.9 % (30 rows) / 6.3 % (3) / 9.4 % (31)
+    s = accuracy.summary(results, "holdout")
+    _within(s, output_throughput=0.080, ttft_ms=0.064, tpot_ms=0.094)
 
 
 @pytest.mark.parametrize("tag, files, n, note", [
@@ -116,20 +139,6 @@ def test_sealed_rows_moved_to_fit_with_the_reason(rows, tag, files, n, note):
         assert moved["split"] == "fit" and note in moved["split_note"]
         assert "pre-registered" in moved["added"]
         assert moved["measured"] == r["measured"]
-
-
-def test_v7_errors_as_measured(results, rows):
-    # the one evaluation (v7_first_evaluation_B.txt): 1.8 % throughput (27 rows), 32.9 %
-    # TTFT (27), 1.7 % TPOT (1 row)
-    s = accuracy.summary(_of(results, _added(rows, "v7")), "holdout")
-    _within(s, output_throughput=0.019, ttft_ms=0.33, tpot_ms=0.018)
-
-
-def test_every_heldout_error_as_measured(results):
-    # all held-out rows, v1 / v2 + v7: 7.1 % (50 rows) / 33.8 % (28) / 10.1 % (25)
-    s = accuracy.summary(results, "holdout")
-    assert s["output_throughput"] <= 0.072 and s["ttft_ms"] <= 0.34, s
-    assert s["tpot_ms"] <= 0.102, s
 
 
 def test_v3_rows_moved_to_fit_with_the_reason(rows):
@@ -156,11 +165,11 @@ def test_v5_rows_moved_to_fit_with_the_reason(rows):
 
 
 def test_v5_errors_as_measured(fit_results, rows):
-    # the 87 v5 rows (fit rows now), the v7 coefficients, the fast loop: 66.3 / 52.5 /
-    # 36.9 % (their one held-out evaluation, v2, v5_first_evaluation_v2.txt: 56.1 / 55.4
+    # the 87 v5 rows (fit rows now), the v10 coefficients, the fast loop: 25.3 / 40.4 /
+    # 24.6 % (their one held-out evaluation, v2, v5_first_evaluation_v2.txt: 56.1 / 55.4
     # / 36.8 %); bounded at what was measured so they cannot get worse unnoticed
     s = accuracy.summary(_of(fit_results, _added(rows, "v5")), "fit")
-    _within(s, output_throughput=0.665, ttft_ms=0.53, tpot_ms=0.37)
+    _within(s, output_throughput=0.253, ttft_ms=0.404, tpot_ms=0.246)
 
 
 def test_v6_rows_moved_to_fit_with_the_reason(rows):
@@ -176,12 +185,17 @@ def test_v6_rows_moved_to_fit_with_the_reason(rows):
         assert moved["measured"] == r["measured"]
 
 
-def test_v6_errors_as_measured(fit_results, rows):
-    # the 15 v6 rows (fit rows now), the v7 coefficients, the fast loop: 17.2 / 30.6 /
-    # 22.4 % (their one held-out evaluation, the engine: v6 fit 25.0 / 93.0 / 16.3 %, v2
-    # 22.4 / 26.1 / 14.5 %: v6_first_evaluation_*.txt)
-    s = accuracy.summary(_of(fit_results, _added(rows, "v6")), "fit")
-    _within(s, output_throughput=0.175, ttft_ms=0.31, tpot_ms=0.225)
+@pytest.mark.parametrize("tag, bounds", [
+    # the fit rows of each later round, the v10 coefficients, the fast loop.  v6 and v7
+    # (H100 runs of recent vLLM: 20k-token prefills, Qwen3-8B under load) are where
+    # v10's compute 0.5 is too slow: TTFT 108 % and 58 % against 11 % each with v8
+    ("v6", dict(output_throughput=0.184, ttft_ms=1.084, tpot_ms=0.180)),
+    ("v7", dict(output_throughput=0.136, ttft_ms=0.579, tpot_ms=0.018)),
+    ("v8", dict(output_throughput=0.116, ttft_ms=0.347, tpot_ms=0.126)),
+    ("v9", dict(output_throughput=0.066, ttft_ms=0.316, tpot_ms=0.083))])
+def test_later_rounds_errors_as_measured(fit_results, rows, tag, bounds):
+    s = accuracy.summary(_of(fit_results, _added(rows, tag)), "fit")
+    _within(s, **bounds)
 
 
 def test_heldout_throughput_and_tpot_goals(results):
@@ -191,10 +205,18 @@ def test_heldout_throughput_and_tpot_goals(results):
     assert s["output_throughput"] <= 0.15 and s["tpot_ms"] <= 0.15, s
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21's TTFT goal (25 %) is missed on the "
-                   "held-out rows: 33.8 % (28 rows); docs/SIM_ACCURACY.md, v7")
 def test_heldout_ttft_goal(results):
+    # issue 21: TTFT <= 25 % on rows not fitted on: 6.3 % over the 3 held-out TTFTs (the
+    # AWQ 16k prefill and two v10 rows), a thin base (docs/SIM_ACCURACY.md, v10)
     s = accuracy.summary(results, "holdout")
+    assert s["ttft_ms"] <= 0.25, s
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21's TTFT goal is missed on the larger blind "
+                   "set of v10's model: the 37 v9 TTFTs, where v10's figures are v9's fit "
+                   "D's, fixed before the v9 rows were read: 31 %; docs/SIM_ACCURACY.md")
+def test_ttft_goal_on_the_v9_rows(fit_results, rows):
+    s = accuracy.summary(_of(fit_results, _added(rows, "v9")), "fit")
     assert s["ttft_ms"] <= 0.25, s
 
 
