@@ -337,7 +337,8 @@ def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICI
     out = []
     for row, got in zip(rows, figs):
         rec: dict[str, Any] = {"id": row["id"], "split": row["split"]}
-        skip = row.get("excluded") if isinstance(row.get("excluded"), dict) else {}
+        excl = row.get("excluded")
+        skip: dict[str, Any] = excl if isinstance(excl, dict) else {}
         for m in METRICS:
             if m in row["measured"] and m not in skip:
                 meas = float(row["measured"][m])

@@ -641,13 +641,13 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     # s (a float's step there is 1.2e-4 s); each request's absolute times are restored
     # when it is done (``_unshift``: floats as usual), the results' at the end
     shifted: dict[int, float] = {}
-    first: SimRequest | None = next(source, None)
+    head: SimRequest | None = next(source, None)
     # (one replica: run_engine's order exactly, its epochs already keep times exact)
-    t_base = first.arrival if first is not None and replicas > 1 else 0.0
+    t_base = head.arrival if head is not None and replicas > 1 else 0.0
 
     def _shifting(src: Any) -> Any:
-        if first is not None:
-            yield first
+        if head is not None:
+            yield head
         yield from src
 
     def _intake(src: Any) -> Any:

@@ -175,7 +175,7 @@ def test_moe_compute_slows_only_the_routed_experts_flops() -> None:
     (1 / m - 1) / (peak x compute), and a dense model does not change."""
     kv = kvcore.plan_model("qwen3-30b-a3b", kv_cache_memory_bytes=8 << 30,
                            max_model_len=8192, max_num_batched_tokens=8192)
-    a = roofline_for("qwen3-30b-a3b", kv, gpu="H100")
+    a = roofline_for("qwen3-30b-a3b", kv, gpu="H100", moe_compute=1.0)
     b = roofline_for("qwen3-30b-a3b", kv, gpu="H100", moe_compute=0.5)
     want = 2 * 48 * 8 * 3 * 2048 * 768
     assert a.expert_flops_per_token == pytest.approx(want, rel=1e-12)
@@ -185,7 +185,7 @@ def test_moe_compute_slows_only_the_routed_experts_flops() -> None:
     assert db.compute_s - da.compute_s == pytest.approx(extra, rel=1e-9)
     dense_kv = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
                                  max_model_len=8192, max_num_batched_tokens=8192)
-    d1 = roofline_for("llama-3.1-8b", dense_kv, gpu="H100")
+    d1 = roofline_for("llama-3.1-8b", dense_kv, gpu="H100", moe_compute=1.0)
     d2 = roofline_for("llama-3.1-8b", dense_kv, gpu="H100", moe_compute=0.5)
     bd = describe_batch(dense_kv, [ScheduledRequest(8192, 0, True)])
     assert d1.expert_flops_per_token == 0.0
