@@ -196,7 +196,7 @@ def test_fit_from_default_starts_at_the_default(monkeypatch):
     for flag, want in (("default", accuracy.DEFAULT_EFFICIENCY),
                        ("v2", accuracy.V2_EFFICIENCY)):
         with pytest.raises(SystemExit):
-            accuracy._main(["--fit", "--fast", "--fit-from", flag])
+            accuracy._main(["--fit", "--fast", "--fit-from", flag, "--data", str(DATA)])
         assert seen[-1] == want
 
 

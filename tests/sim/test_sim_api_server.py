@@ -212,17 +212,17 @@ def test_compute_factors_apply_where_they_say(model, gpu, factor, moves) -> None
 
 
 def test_compute_fp8_applies_to_an_fp8_checkpoint() -> None:
-    """An FP8 checkpoint (Qwen3-Next-80B-A3B FP8, block-wise) runs its GEMMs in fp8 on
-    H100: compute_fp8 0.5 doubles its prefill compute time; 1.0 is v8's model."""
+    """An FP8 checkpoint (Llama-3.1-70B-Instruct-FP8, ModelOpt) runs its GEMMs in fp8 on
+    H200: compute_fp8 0.5 doubles its prefill compute time; 1.0 is v8's model."""
     from pathlib import Path
 
     cfg = str(Path(__file__).resolve().parents[1] / "data" / "sim_accuracy" / "configs"
-              / "qwen3-next-80b-a3b-fp8.json")
+              / "llama-3.1-70b-instruct-fp8.derived.json")
     kv = kvcore.plan_model(cfg, kv_cache_memory_bytes=8 << 30, max_model_len=8192,
-                           max_num_batched_tokens=8192, tensor_parallel_size=2)
-    a = roofline_for(cfg, kv, gpu="H100", tensor_parallel_size=2)
+                           max_num_batched_tokens=8192)
+    a = roofline_for(cfg, kv, gpu="H200")
     assert a.compute_dtype == "fp8"
-    b = roofline_for(cfg, kv, gpu="H100", tensor_parallel_size=2, compute_fp8=0.5)
+    b = roofline_for(cfg, kv, gpu="H200", compute_fp8=0.5)
     batch = describe_batch(kv, [ScheduledRequest(8192, 0, True)])
     assert b.breakdown(batch).compute_s == pytest.approx(2 * a.breakdown(batch).compute_s,
                                                          rel=1e-12)
