@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 import sys
 from functools import lru_cache
@@ -466,8 +467,6 @@ def source_family(row: dict[str, Any], scheme: str = "v9") -> str:
     # v9: the repository or thread the source names first ("owner/repo", "owner/repo#N"
     # or "vLLM blog"), so the files of one repository are one deployment (v8 split them
     # by file path)
-    import re
-
     m = re.match(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(#\d+)?", src)
     if m:
         return m.group(0)

@@ -645,18 +645,13 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     # (one replica: run_engine's order exactly, its epochs already keep times exact)
     t_base = head.arrival if head is not None and replicas > 1 else 0.0
 
-    def _shifting(src: Any) -> Any:
-        if head is not None:
-            yield head
-        yield from src
-
     def _intake(src: Any) -> Any:
         for r in src:
             shifted[id(r)] = r.arrival
             r.arrival = r.arrival - t_base
             yield r
 
-    source = _intake(_shifting(source))
+    source = _intake(itertools.chain([head] if head is not None else [], source))
 
     def _unshift(r: SimRequest) -> None:
         a = shifted.pop(id(r), None)

@@ -336,37 +336,20 @@ def _era(rows, tag):
 
 @pytest.mark.skipif(not os.environ.get("KVCORE_SIM_FIT"),
                     reason="re-fitting takes minutes of CPU; set KVCORE_SIM_FIT=1")
-def test_fit_reproduces_v7(rows):
-    # the v7 protocol's fit B: three terms, two rounds from v2 (v7_fit_log.txt), on the
-    # rows of then with v6's families; the v8 split moved the v7 rows to fit since
-    grid = {k: accuracy._GRID[k] for k in ("memory_hbm3", "moe_memory",
-                                           "moe_memory_tokens")}
-    got = accuracy.fit(_era(rows, "v7"), accuracy.V2_EFFICIENCY, base=DATA, sim="fast",
-                       rounds=2, grid=grid, workers=2, families="v6")
+@pytest.mark.parametrize("tag, start, terms, rounds, families, want", [
+    # v7's fit B (v7_fit_log.txt): three terms, two rounds from v2, v6's families
+    ("v7", "V2_EFFICIENCY", ("memory_hbm3", "moe_memory", "moe_memory_tokens"), 2, "v6",
+     "V7_EFFICIENCY"),
+    # v8's fit C (v8_fit_log.txt): from v7, two rounds, v6's families
+    ("v8", "V7_EFFICIENCY", ("api_stream_s", "request_overhead_s", "api_server_s"), 2,
+     "v6", "V8_EFFICIENCY"),
+    # v9's fit D (v9_fit_log.txt; rejected): from v8, one round, v9's families
+    ("v9", "V8_EFFICIENCY", ("compute", "compute_fp8", "compute_gddr", "moe_compute"), 1,
+     "v9", "V9_FIT_EFFICIENCY")])
+def test_fit_reproduces_each_round(rows, tag, start, terms, rounds, families, want):
+    # on the rows each fit had (later rounds' rows filtered out)
+    grid = {k: accuracy._GRID[k] for k in terms}
+    got = accuracy.fit(_era(rows, tag), getattr(accuracy, start), base=DATA, sim="fast",
+                       rounds=rounds, grid=grid, workers=2, families=families)
     assert dataclasses.asdict(got) == pytest.approx(
-        dataclasses.asdict(accuracy.V7_EFFICIENCY))
-
-
-@pytest.mark.skipif(not os.environ.get("KVCORE_SIM_FIT"),
-                    reason="re-fitting takes half an hour of CPU; set KVCORE_SIM_FIT=1")
-def test_fit_reproduces_v8(rows):
-    # the v8 protocol's fit C (v8_fit_log.txt): from v7, two rounds, v6's families
-    grid = {k: accuracy._GRID[k] for k in ("api_stream_s", "request_overhead_s",
-                                           "api_server_s")}
-    got = accuracy.fit(_era(rows, "v8"), accuracy.V7_EFFICIENCY, base=DATA, sim="fast",
-                       rounds=2, grid=grid, workers=2, families="v6")
-    assert dataclasses.asdict(got) == pytest.approx(
-        dataclasses.asdict(accuracy.V8_EFFICIENCY))
-
-
-@pytest.mark.skipif(not os.environ.get("KVCORE_SIM_FIT"),
-                    reason="re-fitting takes half an hour of CPU; set KVCORE_SIM_FIT=1")
-def test_fit_reproduces_v9(rows):
-    # the v9 protocol's fit D (v9_fit_log.txt; rejected): from v8, one round, v9's
-    # families
-    grid = {k: accuracy._GRID[k] for k in ("compute", "compute_fp8", "compute_gddr",
-                                           "moe_compute")}
-    got = accuracy.fit(_era(rows, "v9"), accuracy.V8_EFFICIENCY, base=DATA, sim="fast",
-                       rounds=1, grid=grid, workers=2)
-    assert dataclasses.asdict(got) == pytest.approx(
-        dataclasses.asdict(accuracy.V9_FIT_EFFICIENCY))
+        dataclasses.asdict(getattr(accuracy, want)))
