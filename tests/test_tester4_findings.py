@@ -17,6 +17,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kvcore_sim_support import ServedTimeModel, small_plan
 
 import kvcore
@@ -139,6 +141,29 @@ def test_f3_fleet_closed_loop_at_1e12_is_the_closed_loop_at_zero(over: float,
     assert [r.token_times for r in far] == [r.token_times for r in at0]
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**12), st.lists(st.integers(0, 2000), min_size=2, max_size=12),
+       st.integers(2, 4), st.sampled_from([None, 1, 3]),
+       st.sampled_from([(0.0, 0.0, 0.0), (0.02, 0.0051, 0.0), (0.01, 0.003, 1e-4)]))
+def test_f3_a_fleet_schedules_the_same_at_any_time(offset: int, ticks: list[int],
+                                                   replicas: int, conc: int | None,
+                                                   shares: tuple[float, float, float]
+                                                   ) -> None:
+    """Generated arrivals (multiples of 1/128 s, so ``offset + t`` is exact) on 2-4
+    replicas, open and closed loop, with the API server's terms: every token time
+    (relative to its send) at ``offset`` s is the one at 0, to the bit, and the absolute
+    sends are the ones at 0 moved by ``offset``."""
+    tm = ServedTimeModel(0.0123, 3.1e-5, *shares)
+    rel = sorted(k / 128 for k in ticks)
+    ds = random_dataset(len(rel), 32, 4, seed=len(rel))
+    at0 = _fleet(tm, with_arrivals(ds, rel), conc, replicas=replicas)
+    far = _fleet(tm, with_arrivals(ds, [offset + t for t in rel]), conc,
+                 replicas=replicas)
+    assert [r.token_times for r in far] == [r.token_times for r in at0]
+    for a, b in zip(at0, far):
+        assert b.sent == pytest.approx(a.sent + offset, rel=1e-15, abs=1e-3)
+
+
 # ---- finding 4 ---------------------------------------------------------------------
 
 
@@ -204,6 +229,24 @@ def test_f6_dotted_speculative_config_as_vllm_serve_takes_it(capsys: Any) -> Non
                  "--speculative-config.num_speculative_tokens", "3"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["output_throughput"] == want["output_throughput"]
+
+
+@pytest.mark.parametrize("extra, word", [
+    (["--speculative-config.method"], "speculative-config.method"),  # no value
+    (["--no-such-config.method", "ngram"], "no-such-config"),
+    (["--speculative-config.method", "medusa"], "method")])
+def test_f6_a_bad_dotted_flag_is_one_line_exit_2(capsys: Any, extra: list[str],
+                                                 word: str) -> None:
+    """The dotted form is rewritten before parsing, so its bad input meets the same
+    checks as the JSON form's: one line naming the flag or field, exit 2."""
+    from kvcore.cli import main
+
+    base = ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset-name", "random",
+            "--num-prompts", "2", "--random-input-len", "32", "--random-output-len", "4",
+            "--max-model-len", "4096", "--spec-acceptance-rate", "0.5"]
+    assert main([*base, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and word in err, err
 
 
 # ---- finding 7 ---------------------------------------------------------------------

@@ -160,9 +160,23 @@ def test_a_request_alone_gets_the_same_times_at_any_time(offset: float,
 
 @pytest.mark.parametrize("bad", [-1e-6, math.nan, math.inf, "1", True])
 def test_a_bad_api_stream_s_names_the_field(bad: Any) -> None:
+    """The one check (engine.resolve_request_overhead) on every path that reads it: the
+    engine, a fleet, a time model's attribute through the fast loop, and Efficiency."""
+    from kvcore.sim.fastsim import Workload, run_workload
+
     with pytest.raises(ConfigError, match="api_stream_s") as e:
         _run(ServedTimeModel(0.01), [0.0], api_stream_s=bad)
     assert e.value.extra["field"] == "api_stream_s"
+    reqs = [SimRequest(t) for t in random_dataset(2, 16, 2, seed=0)]
+    with pytest.raises(ConfigError, match="api_stream_s"):
+        run_fleet(small_plan(), reqs, ServedTimeModel(0.01), replicas=2,
+                  router="round-robin", max_num_seqs=8, max_num_batched_tokens=512,
+                  max_model_len=4096, api_stream_s=bad)
+    tm = ServedTimeModel(0.01)
+    object.__setattr__(tm, "api_stream_s", bad)  # a plugin model with a bad attribute
+    with pytest.raises(ConfigError, match="api_stream_s"):
+        run_workload(tm, small_plan(), Workload(16, 2, 2), max_num_seqs=8,
+                     max_num_batched_tokens=512)
     with pytest.raises(ConfigError, match="api_stream_s"):
         Efficiency(api_stream_s=bad)
 
