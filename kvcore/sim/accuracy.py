@@ -417,6 +417,9 @@ _GRID: dict[str, tuple[float, ...]] = {
     # v9 (tests/data/sim_accuracy/v9_protocol.md): factors of compute
     "compute_fp8": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "compute_gddr": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    # v11 (tests/data/sim_accuracy/v11_protocol.md): a factor of compute on HBM3 parts;
+    # 2.0 is the edge only where compute is 0.5 (the product is capped at 1)
+    "compute_hbm3": (0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0),
 }
 
 #: v2's coefficients (docs/SIM_ACCURACY.md), where the v6 fit starts

@@ -535,6 +535,11 @@ class Efficiency:
     compute_gddr: the same factor on GDDR parts (L40S, RTX 4090 / 6000 Ada): their
         datasheet tensor peak assumes boost clocks a power-limited card does not
         hold under a long GEMM; 1: as HBM parts (v8).
+    compute_hbm3: the same factor on HBM3 / HBM3e parts (H100 SXM / NVL, H200, B200,
+        GB200, MI300X and later): their generation's GEMM kernels (wgmma / TMA on
+        Hopper) and recent vLLM's compiled graphs reach more of the peak than an A100's
+        or a GDDR card's; the product ``compute x compute_hbm3`` is capped at 1 (the
+        datasheet peak); 1: as the other parts (v10).
     api_stream_s: the way back as one serial stage, seconds per streamed chunk (vLLM's
         OutputProcessor, detokeniser and one SSE chunk per request per engine step in
         the API server's event loop, and the benchmark client parsing it): a step
@@ -565,6 +570,7 @@ class Efficiency:
     api_stream_s: float = 0.0
     compute_fp8: float = 1.0
     compute_gddr: float = 1.0
+    compute_hbm3: float = 1.0
 
     def __post_init__(self) -> None:
         """Raises ConfigError naming the field: an efficiency or ``roofline_p`` that is
@@ -609,7 +615,8 @@ class RooflineTimeModel:
       PV over the keys each query attends to, :func:`describe_batch`);
       ``compute_s = (FLOPs - expert FLOPs) / (peak_flops x c) + expert FLOPs /
       (peak_flops x c x moe_compute)`` with ``c = compute`` (times ``compute_fp8``
-      where ``compute_dtype`` is fp8 / fp4, times ``compute_gddr`` on GDDR parts;
+      where ``compute_dtype`` is fp8 / fp4, times ``compute_gddr`` on GDDR parts or
+      ``compute_hbm3`` on HBM3 parts, there at most 1;
       expert FLOPs: ``expert_flops_per_token x T``, the routed experts' share of the
       2 x active params).
     * bytes = ``dense_weight_bytes + expert_bytes x touched / num_experts + KV read +
@@ -722,6 +729,8 @@ class RooflineTimeModel:
             ceff *= eff.compute_fp8
         if self.memory_type == "gddr":
             ceff *= eff.compute_gddr
+        elif self.memory_type == "hbm3":
+            ceff = min(1.0, ceff * eff.compute_hbm3)
         compute_s = flops / (self.peak_flops * ceff)
         if self.expert_flops_per_token and eff.moe_compute != 1.0:
             ef = self.expert_flops_per_token * m_tokens

@@ -197,11 +197,17 @@ def test_moe_compute_slows_only_the_routed_experts_flops() -> None:
     ("llama-3.1-8b", "H100", "compute_fp8", False),   # bf16 GEMMs
     ("llama-3.1-8b", "H100", "compute_gddr", False),  # an HBM part
     ("llama-3.1-8b", "L40S", "compute_gddr", True),   # a GDDR part
-    ("llama-3.1-8b", "L40S", "compute_fp8", False)])
+    ("llama-3.1-8b", "L40S", "compute_fp8", False),
+    ("llama-3.1-8b", "H100", "compute_hbm3", True),   # HBM3 parts (v11)
+    ("llama-3.1-8b", "B200", "compute_hbm3", True),
+    ("llama-3.1-8b", "A100-80GB", "compute_hbm3", False),  # HBM2e
+    ("llama-3.1-8b", "H100-PCIe", "compute_hbm3", False),  # HBM2e
+    ("llama-3.1-8b", "L40S", "compute_hbm3", False)])
 def test_compute_factors_apply_where_they_say(model, gpu, factor, moves) -> None:
     """compute_fp8 scales the compute time of fp8 / fp4 GEMMs only, compute_gddr that of
-    GDDR parts only: a compute-bound prefill's compute_s is 1 / factor times longer
-    there and the same elsewhere (v9 protocol)."""
+    GDDR parts only, compute_hbm3 that of HBM3 / HBM3e parts only: a compute-bound
+    prefill's compute_s is 1 / factor times longer there and the same elsewhere (v9,
+    v11 protocols)."""
     kv = kvcore.plan_model(model, kv_cache_memory_bytes=8 << 30, max_model_len=8192,
                            max_num_batched_tokens=8192)
     a = roofline_for(model, kv, gpu=gpu)
@@ -209,6 +215,22 @@ def test_compute_factors_apply_where_they_say(model, gpu, factor, moves) -> None
     batch = describe_batch(kv, [ScheduledRequest(8192, 0, True)])
     ca, cb = a.breakdown(batch).compute_s, b.breakdown(batch).compute_s
     assert cb == pytest.approx(2 * ca if moves else ca, rel=1e-12)
+
+
+@pytest.mark.parametrize("compute, factor", [(0.5, 2.0), (0.5, 3.0), (0.8, 1.5), (1.0, 4.0)])
+def test_compute_hbm3_is_capped_at_the_peak(compute, factor) -> None:
+    """compute x compute_hbm3 above 1 runs at the datasheet peak, no faster: a prefill's
+    compute_s is FLOPs / bf16 peak, as with compute 1.0 (v11 protocol)."""
+    kv = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 << 30,
+                           max_model_len=8192, max_num_batched_tokens=8192)
+    capped = roofline_for("llama-3.1-8b", kv, gpu="H100", compute=compute,
+                          compute_hbm3=factor)
+    peak = roofline_for("llama-3.1-8b", kv, gpu="H100", compute=1.0)
+    batch = describe_batch(kv, [ScheduledRequest(8192, 0, True)])
+    assert capped.breakdown(batch).compute_s == pytest.approx(
+        peak.breakdown(batch).compute_s, rel=1e-12)
+    assert peak.breakdown(batch).compute_s == pytest.approx(
+        peak.breakdown(batch).flops / 989.4e12, rel=1e-12)  # H100 SXM dense bf16
 
 
 def test_compute_fp8_applies_to_an_fp8_checkpoint() -> None:
