@@ -450,6 +450,11 @@ V9_FIT_EFFICIENCY = dataclasses.replace(V8_EFFICIENCY, compute=0.5, compute_fp8=
 #: v10's candidate E (v10_protocol.md): D without its edge term; adopted (the default)
 V10_E_EFFICIENCY = dataclasses.replace(V9_FIT_EFFICIENCY, compute_fp8=1.0)
 
+#: v11's candidate F (v11_protocol.md): E with compute_hbm3, compute, compute_gddr
+#: refitted from E, one round on every fit row (v11_fit_log.txt)
+V11_FIT_EFFICIENCY = dataclasses.replace(V10_E_EFFICIENCY, compute_hbm3=1.2,
+                                         compute_gddr=0.9)
+
 
 def source_family(row: dict[str, Any], scheme: str = "v9") -> str:
     """The deployment a row's figures come from, for the fit's weights (v6 protocol):

@@ -319,15 +319,17 @@ def test_fit_reproduces_the_v6_fit(rows):
     got = accuracy.fit(v6_era, accuracy.V2_EFFICIENCY, base=DATA, sim="fast", rounds=1,
                        grid={k: v for k, v in accuracy._GRID.items()
                              if k not in ("moe_memory_tokens", "api_stream_s",
-                                          "compute_fp8", "compute_gddr")},
+                                          "compute_fp8", "compute_gddr",
+                                          "compute_hbm3")},
                        workers=2, families="v6")
     assert dataclasses.asdict(got) == pytest.approx(
         dataclasses.asdict(accuracy.V6_FIT_EFFICIENCY))
 
 
 #: the rows each fit did not have yet (they came later)
-LATER = {"v6": ("v6", "v7", "v8", "v9", "v10"), "v7": ("v7", "v8", "v9", "v10"),
-         "v8": ("v8", "v9", "v10"), "v9": ("v9", "v10")}
+LATER = {"v6": ("v6", "v7", "v8", "v9", "v10", "v11"),
+         "v7": ("v7", "v8", "v9", "v10", "v11"), "v8": ("v8", "v9", "v10", "v11"),
+         "v9": ("v9", "v10", "v11"), "v11": ("v11",)}
 
 
 def _era(rows, tag):
@@ -345,7 +347,10 @@ def _era(rows, tag):
      "v6", "V8_EFFICIENCY"),
     # v9's fit D (v9_fit_log.txt; rejected): from v8, one round, v9's families
     ("v9", "V8_EFFICIENCY", ("compute", "compute_fp8", "compute_gddr", "moe_compute"), 1,
-     "v9", "V9_FIT_EFFICIENCY")])
+     "v9", "V9_FIT_EFFICIENCY"),
+    # v11's fit F (v11_fit_log.txt): from v10's E, one round, v9's families
+    ("v11", "V10_E_EFFICIENCY", ("compute_hbm3", "compute", "compute_gddr"), 1, "v9",
+     "V11_FIT_EFFICIENCY")])
 def test_fit_reproduces_each_round(rows, tag, start, terms, rounds, families, want):
     # on the rows each fit had (later rounds' rows filtered out)
     grid = {k: accuracy._GRID[k] for k in terms}
