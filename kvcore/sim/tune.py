@@ -2,7 +2,7 @@
 
 Every candidate (``--tensor-parallel-size`` x ``--max-num-batched-tokens`` x
 ``--max-num-seqs`` x ``--block-size`` x ``--kv-cache-dtype`` x prefix caching x
-``--mamba-cache-mode``) is planned on the GPU (:func:`kvcore.plan_model`: a TP whose
+``--mamba-cache-mode`` x chunked prefill, ``--chunked-prefill on|off|both``) is planned on the GPU (:func:`kvcore.plan_model`: a TP whose
 weights do not fit, or a layout the planner refuses, is dropped and listed) and
 simulated once on the workload (``--dataset-name random | prefix_repetition | burstgpt |
 sharegpt ...`` as ``vllm bench serve`` draws it, :mod:`kvcore.sim.datasets`, or
@@ -127,7 +127,9 @@ def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
     res = run_engine(mgr, [SimRequest(r) for r in _trace_requests(wl)], model,
                      max_num_seqs=int(cand["max_num_seqs"]), max_num_batched_tokens=mnbt,
                      max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
-                     record_steps=False, **spec_kw)
+                     record_steps=False,
+                     enable_chunked_prefill=bool(cand.get("enable_chunked_prefill", True)),
+                     **spec_kw)
     from kvcore.sim.engine import check_some_served
 
     check_some_served(res.requests, max_model_len=mml, num_blocks=kv.num_blocks)
@@ -207,6 +209,12 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}
+    mml_run = int(kv.max_model_len or cand.get("max_model_len") or 0)
+    if not bool(cand.get("enable_chunked_prefill", True)) and \
+            int(cand["max_num_batched_tokens"]) < mml_run:
+        return {"config": cand, "error": f"max_num_batched_tokens "
+                f"{cand['max_num_batched_tokens']} is below max_model_len {mml_run} with "
+                f"chunked prefill off; vLLM 0.32 refuses it (SchedulerConfig)"}
     model: Any = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
                               tensor_parallel_size=tp, pipeline_parallel_size=pp,
                               kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
@@ -246,6 +254,8 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
                            kv_capacity_tokens=cap,
                            enable_prefix_caching=bool(cand.get("enable_prefix_caching",
                                                                  True)),
+                           enable_chunked_prefill=bool(cand.get("enable_chunked_prefill",
+                                                                  True)),
                            goodput=cand.get("goodput") or None)
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc)}
@@ -270,12 +280,15 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
                block_size: Sequence[int | None], kv_cache_dtype: Sequence[str],
                prefix_caching: Sequence[bool], mamba_cache_mode: Sequence[str],
                workload: dict[str, Any], goodput: dict[str, float],
-               max_model_len: int | None = None, sim: str = "engine"
-               ) -> list[dict[str, Any]]:
+               max_model_len: int | None = None, sim: str = "engine",
+               chunked_prefill: Sequence[bool] = (True,)) -> list[dict[str, Any]]:
     """The cross product of the searched values, as :func:`simulate_once` configs
     (``max_num_batched_tokens`` below ``max_model_len`` is allowed: chunked prefill;
     pairs with ``max_num_batched_tokens < max_num_seqs`` are left out: vLLM 0.32's
-    ``SchedulerConfig`` refuses to start with them).
+    ``SchedulerConfig`` refuses to start with them; so are, with ``chunked_prefill``
+    False -- vLLM's ``--no-enable-chunked-prefill``, whole prompts only --,
+    ``max_num_batched_tokens`` below a given ``max_model_len``; without one the model's
+    is known after planning and :func:`simulate_once` gives the refusal as an error).
 
     Only what vLLM 0.32 runs is a candidate (:mod:`kvcore.sim.modes`): a mode vLLM
     refuses (kvcore's ``all``) raises ConfigError naming ``mamba_cache_mode``; on a
@@ -294,13 +307,15 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
     has_mamba = _has_mamba(model)
     out = []
     seen = set()
-    for t, p, b, s, bs, d, pc, mm in itertools.product(
+    for t, p, b, s, bs, d, pc, mm, cp in itertools.product(
             tp, pp, max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
-            prefix_caching, mamba_cache_mode):
+            prefix_caching, mamba_cache_mode, chunked_prefill):
         if b < s:  # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
             continue
+        if not cp and max_model_len and b < max_model_len:  # and this, chunked off
+            continue
         mm, _ = resolve_mamba_cache_mode(mm, pc, has_mamba)
-        key = (t, p, b, s, bs, d, pc, mm)
+        key = (t, p, b, s, bs, d, pc, mm, cp)
         if key in seen:  # a combination vLLM rewrites into one already listed
             continue
         seen.add(key)
@@ -308,7 +323,7 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
                     "pipeline_parallel_size": p, "max_num_batched_tokens": b,
                     "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
                     "enable_prefix_caching": pc, "mamba_cache_mode": mm,
-                    "max_model_len": max_model_len, "workload": workload,
+                    "enable_chunked_prefill": bool(cp), "max_model_len": max_model_len, "workload": workload,
                     "goodput": goodput, "sim": sim})
     return out
 
@@ -323,10 +338,12 @@ def _score(res: dict[str, Any], objective: str) -> tuple[float, float]:
 def _complexity(cand: dict[str, Any]) -> tuple[int, int]:
     """How far a candidate's config is from ``vllm serve``'s defaults (fewer is simpler): GPUs
     used, then the knobs set away from their default (``kv_cache_dtype`` not auto --
-    lower KV precision --, prefix caching off, a block size given)."""
+    lower KV precision --, prefix caching off, chunked prefill off, a block size
+    given)."""
     gpus = int(cand.get("tensor_parallel_size", 1)) * int(cand.get("pipeline_parallel_size", 1))
     knobs = (int(cand.get("kv_cache_dtype", "auto") != "auto")
              + int(not cand.get("enable_prefix_caching", True))
+             + int(not cand.get("enable_chunked_prefill", True))
              + int(cand.get("block_size") is not None))
     return gpus, knobs
 
@@ -435,7 +452,8 @@ def vllm_command(model: str, cand: dict[str, Any], *,
     out: pipeline parallel 1, mamba mode none, and the block size unless it was
     searched: vLLM then picks it as kvcore's planner did).  Prefix caching is printed
     when it differs from vLLM's default for the model (``prefix_caching_default``:
-    on, off for attention-free models; :func:`kvcore.sim.modes.default_prefix_caching`).
+    on, off for attention-free models; :func:`kvcore.sim.modes.default_prefix_caching`);
+    chunked prefill off as ``--no-enable-chunked-prefill``.
     A mode vLLM 0.32 refuses raises ConfigError (``mamba_cache_mode``)."""
     from kvcore.sim.modes import check_vllm_mamba_cache_mode
 
@@ -451,6 +469,8 @@ def vllm_command(model: str, cand: dict[str, Any], *,
     pc = bool(cand.get("enable_prefix_caching", True))
     if pc != prefix_caching_default:
         parts.append("--enable-prefix-caching" if pc else "--no-enable-prefix-caching")
+    if not bool(cand.get("enable_chunked_prefill", True)):  # vLLM's default: on
+        parts.append("--no-enable-chunked-prefill")
     if cand.get("max_model_len"):
         parts += ["--max-model-len", str(cand["max_model_len"])]
     sp = cand.get("speculative")
@@ -534,6 +554,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    help="comma-separated kv_cache_dtype values (default auto,fp8)")
     p.add_argument("--prefix-caching", default=None, choices=["on", "off", "both"],
                    help="default: both with --random-prefix-len or a trace, else on")
+    p.add_argument("--chunked-prefill", default="on", choices=["on", "off", "both"],
+                   help="chunked prefill on (vLLM's default), off "
+                        "(--no-enable-chunked-prefill: whole prompts only, "
+                        "max_num_batched_tokens >= max_model_len) or both (default on)")
     p.add_argument("--mamba-cache-mode", default=None,
                    help="comma-separated vLLM 0.32 modes, align and/or none (default: "
                         "both for models with Mamba layers); as in vLLM the mode that "
@@ -704,7 +728,9 @@ def run(args: argparse.Namespace) -> int:
         block_size=args.block_size or [None], kv_cache_dtype=dtypes,
         prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
         goodput=goodput, max_model_len=args.max_model_len,
-        sim="fast" if args.fast else "engine")
+        sim="fast" if args.fast else "engine",
+        chunked_prefill={"on": [True], "off": [False], "both": [True, False]}[
+            args.chunked_prefill])
     from kvcore.sim.command import speculative_setup
 
     spec, acceptance = speculative_setup(args)
@@ -757,6 +783,7 @@ def run(args: argparse.Namespace) -> int:
     def entry(r: dict[str, Any]) -> dict[str, Any]:
         c = {k: r["config"][k] for k, _ in _FLAGS}
         c["enable_prefix_caching"] = r["config"]["enable_prefix_caching"]
+        c["enable_chunked_prefill"] = r["config"].get("enable_chunked_prefill", True)
         f = {k: r["figures"][k] for k in keys if k in r["figures"]}
         f["planned_block_size"] = r["figures"]["block_size"]
         f["num_gpus"] = r["figures"]["num_gpus"]
@@ -789,7 +816,8 @@ def run(args: argparse.Namespace) -> int:
     print("  " + ", ".join(f"{k} {_fmt(v)}" for k, v in best["figures"].items()))
     if margin_note:
         print(f"  note: {margin_note}")
-    headers = ["#", "tp", "mnbt", "max_num_seqs", "block", "kv dtype", "prefix", "mamba",
+    headers = ["#", "tp", "mnbt", "max_num_seqs", "block", "kv dtype", "prefix", "chunked",
+               "mamba",
                objective + "/gpu", "out tok/s", "med TTFT ms", "med TPOT ms"]
     rows = []
     for i, e in enumerate([best, *runners]):
@@ -797,7 +825,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append([str(i + 1), str(c["tensor_parallel_size"]),
                      str(c["max_num_batched_tokens"]), str(c["max_num_seqs"]),
                      str(c["block_size"] or f["planned_block_size"]), c["kv_cache_dtype"],
-                     "on" if c["enable_prefix_caching"] else "off", c["mamba_cache_mode"],
+                     "on" if c["enable_prefix_caching"] else "off",
+                     "on" if c["enable_chunked_prefill"] else "off", c["mamba_cache_mode"],
                      _fmt(f[f"{objective}_per_gpu"]), _fmt(f["output_throughput"]),
                      _fmt(f["median_ttft_ms"]), _fmt(f["median_tpot_ms"])])
     try:

@@ -307,3 +307,91 @@ def test_tune_hybrid_ranks_the_block_size_vllm_runs(sizes: list[int]) -> None:
         bs = e["config"]["block_size"]
         assert f"--block-size {bs}" in e["vllm_serve"]
         assert e["figures"]["planned_block_size"] == bs
+
+
+# ---- chunked prefill (vLLM's --enable-chunked-prefill / --no-enable-chunked-prefill) --
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([256, 512, 1024, 2048, 4096, 8192, 16384]), min_size=1,
+                max_size=4, unique=True),
+       st.lists(st.sampled_from([8, 64, 256, 1024]), min_size=1, max_size=3, unique=True),
+       st.sampled_from([None, 1024, 4096, 8192]),
+       st.sampled_from([[True], [False], [True, False]]))
+def test_candidates_keep_only_the_chunked_prefill_settings_vllm_starts(mnbt, mns, mml, cp):
+    # vLLM 0.32's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs, and,
+    # with chunked prefill off, max_num_batched_tokens < max_model_len
+    from kvcore.sim.tune import candidates
+
+    got = candidates("llama-3.1-8b", "H100", tp=[1], max_num_batched_tokens=mnbt,
+                     max_num_seqs=mns, block_size=[None], kv_cache_dtype=["auto"],
+                     prefix_caching=[True], mamba_cache_mode=["none"], workload={},
+                     goodput={}, max_model_len=mml, chunked_prefill=cp)
+    want = {(b, s, c) for b in mnbt for s in mns for c in cp
+            if b >= s and (c or not mml or b >= mml)}
+    assert {(g["max_num_batched_tokens"], g["max_num_seqs"], g["enable_chunked_prefill"])
+            for g in got} == want
+    assert len(got) == len(want)
+
+
+def test_vllm_command_prints_chunked_prefill_off_only():
+    cfg = {"tensor_parallel_size": 1, "max_num_batched_tokens": 8192, "max_num_seqs": 64,
+           "kv_cache_dtype": "auto", "enable_chunked_prefill": False}
+    assert vllm_command("m", cfg).endswith("--no-enable-chunked-prefill")
+    assert "chunked" not in vllm_command("m", {**cfg, "enable_chunked_prefill": True})
+    assert "chunked" not in vllm_command("m", {k: v for k, v in cfg.items()
+                                               if k != "enable_chunked_prefill"})
+    pytest.importorskip("vllm.engine.arg_utils")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    cmd = shlex.split(vllm_command("m", cfg))
+    assert parser.parse_args(["--model", cmd[2], *cmd[3:]]).enable_chunked_prefill is False
+
+
+_CP_WORKLOAD = ["llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                "--random-input-len", "3000", "--random-output-len", "16",
+                "--num-prompts", "24", "--max-concurrency", "8", "--max-model-len", "4096",
+                "--max-num-batched-tokens", "4096", "--max-num-seqs", "64"]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_tune_chunked_prefill_figures_are_simulates(capsys, fast):
+    # each tuned candidate's figures are those `kvcore simulate` gives with the same
+    # flags, chunked prefill on and off (3,000-token prompts in a 4,096-token budget:
+    # with it on a second prompt is chunked in beside the first, off it waits)
+    # (--fast: the token-level loop, which equals the engine on this traffic, no
+    # preemption or prefix hits: kvcore.sim.fastsim; within 1 % here)
+    extra = ["--fast"] if fast else []
+    assert main(["tune", *_CP_WORKLOAD, "--tp", "1", "--kv-cache-dtype", "auto",
+                 "--chunked-prefill", "both", "--objective", "output_throughput",
+                 "--backend", "serial", "--json", *extra]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    entries = {e["config"]["enable_chunked_prefill"]: e
+               for e in [tuned["best"], *tuned["runner_ups"]]}
+    assert set(entries) == {True, False}
+    sim = {}
+    for on in (True, False):
+        flag = [] if on else ["--no-enable-chunked-prefill"]
+        assert main(["simulate", *_CP_WORKLOAD, *flag, "--json"]) == 0
+        sim[on] = json.loads(capsys.readouterr().out)
+        for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms"):
+            assert entries[on]["figures"][k] == pytest.approx(
+                sim[on][k], rel=1e-2 if fast else 1e-9), k
+    assert sim[True]["median_ttft_ms"] != sim[False]["median_ttft_ms"]
+    assert ("--no-enable-chunked-prefill" in entries[False]["vllm_serve"]
+            and "chunked" not in entries[True]["vllm_serve"])
+
+
+def test_chunked_prefill_off_below_the_models_max_model_len_is_a_failed_candidate():
+    # no --max-model-len: the model's (131,072 for Llama-3.1-8B) is known after
+    # planning; vLLM refuses a smaller budget with chunked prefill off
+    from kvcore.sim.tune import simulate_once
+
+    res = simulate_once({"model": "llama-3.1-8b", "gpu": "H100", "tensor_parallel_size": 1,
+                         "max_num_batched_tokens": 8192, "max_num_seqs": 64,
+                         "enable_chunked_prefill": False,
+                         "workload": {"input_len": 100, "output_len": 4,
+                                      "num_prompts": 2}})
+    assert "figures" not in res
+    assert "max_num_batched_tokens 8192" in res["error"] and "131072" in res["error"]
