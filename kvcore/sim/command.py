@@ -1280,6 +1280,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     has_mamba = mamba_layout(args.model)[0]
     mamba_mode, mode_note = resolve_mamba_cache_mode(
         getattr(args, "mamba_cache_mode", None), not args.no_prefix_caching, has_mamba)
+    from kvcore.sim.modes import check_vllm_chunked_prefill
+
+    check_vllm_chunked_prefill(mamba_mode, chunked)
     if mamba_mode != "none":
         plan_kw["mamba_cache_mode"] = mamba_mode
     if gpu_info is not None:

@@ -16,6 +16,9 @@ run, not what a flag literally says.  vLLM 0.32 (paths relative to ``vllm/``):
   ``mamba_cache_mode`` from prefix caching: on and ``none`` -> ``align`` (an info
   log), off and not ``none`` -> ``none`` (a warning).  So with Mamba layers the mode
   that runs is ``align`` exactly when prefix caching is on.
+* With prefix caching on, the same method asserts chunked prefill ("Chunked prefill is
+  required for mamba cache mode 'align'."): vLLM does not start a model with Mamba
+  layers, prefix caching on and ``--no-enable-chunked-prefill``.
 
 :func:`resolve_mamba_cache_mode` applies these rules; :func:`mamba_layout` says whether a
 model has Mamba layers and attention layers (planned once per model and cached).
@@ -29,7 +32,8 @@ from typing import Any
 from kvcore.errors import ConfigError
 
 __all__ = ["VLLM_MAMBA_CACHE_MODES", "check_vllm_mamba_cache_mode", "mamba_layout",
-           "default_prefix_caching", "resolve_mamba_cache_mode"]
+           "default_prefix_caching", "resolve_mamba_cache_mode",
+           "check_vllm_chunked_prefill"]
 
 #: vLLM 0.32's ``MambaCacheMode`` (config/cache.py)
 VLLM_MAMBA_CACHE_MODES = ("align", "none")
@@ -95,3 +99,17 @@ def resolve_mamba_cache_mode(mode: str | None, enable_prefix_caching: bool,
                 f"caching is {'on' if enable_prefix_caching else 'off'} "
                 f"(model_executor/models/config.py MambaModelConfig)")
     return run, note
+
+
+def check_vllm_chunked_prefill(mode_run: str, enable_chunked_prefill: bool) -> None:
+    """Refuse what vLLM 0.32 refuses to start: the Mamba cache mode ``align`` (the mode
+    that runs, :func:`resolve_mamba_cache_mode`: a model with Mamba layers and prefix
+    caching on) without chunked prefill (``MambaModelConfig.verify_and_update_config``
+    asserts it).  Raises ConfigError naming ``enable_chunked_prefill``."""
+    if mode_run == "align" and not enable_chunked_prefill:
+        raise ConfigError("enable_chunked_prefill False: vLLM 0.32 requires chunked prefill "
+                          "for mamba cache mode 'align', which it runs on models with "
+                          "Mamba layers when prefix caching is on "
+                          "(model_executor/models/config.py MambaModelConfig); valid: "
+                          "chunked prefill on, or prefix caching off",
+                          field="enable_chunked_prefill", value=False)

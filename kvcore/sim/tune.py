@@ -181,13 +181,14 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     pp = int(cand.get("pipeline_parallel_size", 1))
     try:
         from kvcore.deploy.gpus import check_attention_block_size
-        from kvcore.sim.modes import resolve_mamba_cache_mode
+        from kvcore.sim.modes import check_vllm_chunked_prefill, resolve_mamba_cache_mode
 
         # what vLLM 0.32 runs for this line (kvcore.sim.modes): the mode follows prefix
         # caching on Mamba models; a mode or block size vLLM refuses is an error entry
         mode, _ = resolve_mamba_cache_mode(cand.get("mamba_cache_mode"),
                                            bool(cand.get("enable_prefix_caching", True)),
                                            _has_mamba(cand["model"]))
+        check_vllm_chunked_prefill(mode, bool(cand.get("enable_chunked_prefill", True)))
         cand = {**cand, "mamba_cache_mode": mode}
         spec, _ = _speculative(cand)
         spec_plan: dict[str, Any] = {} if spec is None else {
@@ -287,8 +288,10 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
     pairs with ``max_num_batched_tokens < max_num_seqs`` are left out: vLLM 0.32's
     ``SchedulerConfig`` refuses to start with them; so are, with ``chunked_prefill``
     False -- vLLM's ``--no-enable-chunked-prefill``, whole prompts only --,
-    ``max_num_batched_tokens`` below a given ``max_model_len``; without one the model's
-    is known after planning and :func:`simulate_once` gives the refusal as an error).
+    ``max_num_batched_tokens`` below a given ``max_model_len`` (without one the model's
+    is known after planning and :func:`simulate_once` gives the refusal as an error),
+    and Mamba models with prefix caching on: vLLM asserts chunked prefill for the
+    ``align`` mode it then runs, :func:`kvcore.sim.modes.check_vllm_chunked_prefill`).
 
     Only what vLLM 0.32 runs is a candidate (:mod:`kvcore.sim.modes`): a mode vLLM
     refuses (kvcore's ``all``) raises ConfigError naming ``mamba_cache_mode``; on a
@@ -315,6 +318,8 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
         if not cp and max_model_len and b < max_model_len:  # and this, chunked off
             continue
         mm, _ = resolve_mamba_cache_mode(mm, pc, has_mamba)
+        if mm == "align" and not cp:  # vLLM asserts chunked prefill for align
+            continue
         key = (t, p, b, s, bs, d, pc, mm, cp)
         if key in seen:  # a combination vLLM rewrites into one already listed
             continue

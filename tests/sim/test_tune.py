@@ -395,3 +395,43 @@ def test_chunked_prefill_off_below_the_models_max_model_len_is_a_failed_candidat
                                       "num_prompts": 2}})
     assert "figures" not in res
     assert "max_num_batched_tokens 8192" in res["error"] and "131072" in res["error"]
+
+
+@pytest.mark.parametrize("pcs, cps", [([True], [False]), ([True, False], [True, False]),
+                                      ([False], [False]), ([True], [True, False])])
+def test_mamba_models_need_chunked_prefill_with_prefix_caching(pcs, cps):
+    # vLLM 0.32 runs mamba cache mode align on a Mamba model with prefix caching on, and
+    # asserts chunked prefill for it (MambaModelConfig.verify_and_update_config): no
+    # candidate has both; the rest of the cross product stays
+    from kvcore_plugin_needs import skip_unless_served
+
+    from kvcore.sim.tune import candidates
+
+    skip_unless_served("qwen3-next-80b-a3b-thinking")
+    got = candidates("qwen3-next-80b-a3b-thinking", "H100", tp=[4],
+                     max_num_batched_tokens=[8192], max_num_seqs=[64], block_size=[None],
+                     kv_cache_dtype=["auto"], prefix_caching=pcs,
+                     mamba_cache_mode=["none", "align"], workload={}, goodput={},
+                     max_model_len=8192, chunked_prefill=cps)
+    want = {(pc, cp) for pc in pcs for cp in cps if cp or not pc}
+    assert {(c["enable_prefix_caching"], c["enable_chunked_prefill"]) for c in got} == want
+    assert all(c["mamba_cache_mode"] == ("align" if c["enable_prefix_caching"] else "none")
+               for c in got)
+
+
+def test_simulate_refuses_a_mamba_model_without_chunked_prefill(capsys):
+    # the CLI: one line naming the field, exit 2, as vLLM refuses to start; with prefix
+    # caching off (mode none) it runs
+    from kvcore_plugin_needs import skip_unless_served
+
+    skip_unless_served("qwen3-next-80b-a3b-thinking")
+    base = ["simulate", "qwen3-next-80b-a3b-thinking", "--gpu", "H100", "--tp", "4",
+            "--dataset", "random", "--random-input-len", "64", "--random-output-len", "2",
+            "--num-prompts", "2", "--max-model-len", "2048",
+            "--no-enable-chunked-prefill"]
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "enable_chunked_prefill" in err[0] and "align" in err[0]
+    assert "Traceback" not in err[0]
+    assert main([*base, "--no-prefix-caching", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 2

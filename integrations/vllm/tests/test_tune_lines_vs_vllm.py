@@ -63,7 +63,8 @@ def _vllm_runs(parser: Any, line: str, model: str) -> tuple[Any, str | None]:
     vcfg = SimpleNamespace(model_config=SimpleNamespace(architecture=model,
                                                         max_model_len=8192),
                            cache_config=cc,
-                           scheduler_config=SimpleNamespace(enable_chunked_prefill=True))
+                           scheduler_config=SimpleNamespace(enable_chunked_prefill=(
+                               ns.enable_chunked_prefill is not False)))
     MambaModelConfig.verify_and_update_config(vcfg)
     return ns, cc.mamba_cache_mode
 
@@ -80,6 +81,8 @@ def _check(parser: Any, model: str, cand: dict[str, Any], line: str) -> None:
     pc = ns.enable_prefix_caching
     assert (default_prefix_caching(model) if pc is None else pc) == \
         cand["enable_prefix_caching"]
+    # enable_chunked_prefill None: vLLM's default, on
+    assert (ns.enable_chunked_prefill is not False) == cand["enable_chunked_prefill"]
     if mode is not None:
         assert mode == cand["mamba_cache_mode"], (line, cand)
 
@@ -96,15 +99,16 @@ def _check(parser: Any, model: str, cand: dict[str, Any], line: str) -> None:
                        unique=True),
        pcs=st.lists(st.booleans(), min_size=1, max_size=2, unique=True),
        modes=st.lists(st.sampled_from(["none", "align"]), min_size=1, max_size=2,
-                      unique=True))
+                      unique=True),
+       cps=st.lists(st.booleans(), min_size=1, max_size=2, unique=True))
 def test_generated_candidates_print_lines_vllm_runs_as_simulated(
         parser: Any, model: str, tp: list[int], mnbt: list[int], seqs: list[int],
-        bs: list[int | None], dtypes: list[str], pcs: list[bool], modes: list[str]
-        ) -> None:
+        bs: list[int | None], dtypes: list[str], pcs: list[bool], modes: list[str],
+        cps: list[bool]) -> None:
     cands = candidates(model, "H100-SXM", tp=tp, max_num_batched_tokens=mnbt,
                        max_num_seqs=seqs, block_size=bs, kv_cache_dtype=dtypes,
                        prefix_caching=pcs, mamba_cache_mode=modes, workload={},
-                       goodput={}, max_model_len=8192)
+                       goodput={}, max_model_len=8192, chunked_prefill=cps)
     keys = [tuple(sorted((k, str(v)) for k, v in c.items())) for c in cands]
     assert len(keys) == len(set(keys))  # combinations vLLM rewrites are merged
     for c in cands:
@@ -146,3 +150,33 @@ def test_a_real_tune_run_prints_only_lines_vllm_runs_as_simulated(parser: Any,
     for e in entries:
         _check(parser, model, {**e["config"], "block_size": e["config"]["block_size"]},
                e["vllm_serve"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(mnbt=st.lists(st.sampled_from([256, 1024, 4096, 8192, 16384]), min_size=1,
+                     max_size=3, unique=True),
+       seqs=st.lists(st.sampled_from([64, 512, 2048]), min_size=1, max_size=2, unique=True),
+       mml=st.sampled_from([2048, 8192, 16384]),
+       cps=st.lists(st.booleans(), min_size=1, max_size=2, unique=True))
+def test_candidates_are_the_scheduler_configs_vllm_starts(
+        mnbt: list[int], seqs: list[int], mml: int, cps: list[bool]) -> None:
+    # a (max_num_batched_tokens, max_num_seqs, chunked prefill) combination is a
+    # candidate exactly when vLLM 0.32's SchedulerConfig accepts it at that max_model_len
+    from vllm.config import SchedulerConfig
+
+    def vllm_starts(b: int, s: int, cp: bool) -> bool:
+        try:
+            SchedulerConfig(max_num_batched_tokens=b, max_num_seqs=s, max_model_len=mml,
+                            is_encoder_decoder=False, enable_chunked_prefill=cp)
+        except Exception:  # pydantic's ValidationError / vLLM's ValueError
+            return False
+        return True
+
+    cands = candidates("llama-3.1-8b", "H100-SXM", tp=[1], max_num_batched_tokens=mnbt,
+                       max_num_seqs=seqs, block_size=[None], kv_cache_dtype=["auto"],
+                       prefix_caching=[True], mamba_cache_mode=["none"], workload={},
+                       goodput={}, max_model_len=mml, chunked_prefill=cps)
+    got = {(c["max_num_batched_tokens"], c["max_num_seqs"], c["enable_chunked_prefill"])
+           for c in cands}
+    assert got == {(b, s, cp) for b in mnbt for s in seqs for cp in cps
+                   if vllm_starts(b, s, cp)}
