@@ -176,10 +176,12 @@ def engine_of(row: dict[str, Any]) -> str | None:
 @lru_cache(maxsize=64)
 def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int,
           kv_gib: float | None = None, engine: str | None = None, pp: int = 1,
-          kv_cache_dtype: str = "auto") -> Any:
+          kv_cache_dtype: str = "auto", mamba_cache_mode: str = "none") -> Any:
     import kvcore
 
     extra: dict[str, Any] = {}
+    if mamba_cache_mode != "none":
+        extra["mamba_cache_mode"] = mamba_cache_mode
     if pp != 1:
         extra["pipeline_parallel_size"] = pp
     if kv_cache_dtype != "auto":
@@ -250,9 +252,17 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
         # vLLM 0.32 EngineArgs: without chunked prefill the default budget holds a
         # whole max_model_len prompt
         mnbt = max(mnbt, mml)
+    from kvcore.sim.modes import (check_vllm_chunked_prefill, mamba_layout,
+                                  resolve_mamba_cache_mode)
+
+    # the Mamba cache mode vLLM 0.32 runs: align on a model with Mamba layers and
+    # prefix caching on (kvcore.sim.modes); it refuses that without chunked prefill
+    mode, _ = resolve_mamba_cache_mode(None, _row_bool(row, "enable_prefix_caching", True),
+                                       mamba_layout(cfg_path)[0])
+    check_vllm_chunked_prefill(mode, chunked)
     try:
         kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"),
-                   engine_of(row), pp, kvd)
+                   engine_of(row), pp, kvd, mode)
     except KVCoreError as e:
         # the run was published, so vLLM started it: kvcore's fit verdict refused a
         # deployment that runs.  Recorded (``_REFUSALS``, printed by the table) and
@@ -262,10 +272,11 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
                 e, NotEnoughMemoryError):
             raise
         big = _plan(cfg_path, gpu, tp, mml, mnbt, mns, float(1 << 14), None, pp,
-                    kvd)  # 16 TiB
+                    kvd, mode)  # 16 TiB
         need = big.stats.kv_cache_memory_bytes_for_one_request
         _REFUSALS[row["id"]] = f"{e} (simulated with {need / (1 << 30):.2f} GiB of KV)"
-        kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, need / (1 << 30), None, pp, kvd)
+        kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, need / (1 << 30), None, pp, kvd,
+                   mode)
     g0 = kv.kv_cache_groups[0].spec
     cap = (kv.num_blocks - 1) * g0.block_size if kv.num_blocks else None
     model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,

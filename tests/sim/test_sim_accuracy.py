@@ -358,3 +358,30 @@ def test_fit_reproduces_each_round(rows, tag, start, terms, rounds, families, wa
                        rounds=rounds, grid=grid, workers=2, families=families)
     assert dataclasses.asdict(got) == pytest.approx(
         dataclasses.asdict(getattr(accuracy, want)))
+
+
+@pytest.mark.parametrize("pc, want", [(True, "align"), (False, "none")])
+def test_rows_plan_the_mamba_cache_mode_vllm_runs(rows, monkeypatch, pc, want):
+    # a Mamba-hybrid row is planned with the mode vLLM 0.32 runs: align with prefix
+    # caching on (MambaModelConfig.verify_and_update_config), none with it off
+    from kvcore_plugin_needs import skip_unless_served
+
+    skip_unless_served("qwen3-next-80b-a3b-thinking")
+    row = dict(next(r for r in rows if r["id"].startswith("v6-recipes-qwen3-next")))
+    row.update(enable_prefix_caching=pc, num_prompts=2, max_concurrency=2)
+    seen = []
+    real = accuracy._plan
+
+    def spy(*a, **kw):
+        seen.append(a[10] if len(a) > 10 else kw.get("mamba_cache_mode", "none"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(accuracy, "_plan", spy)
+    accuracy.simulate_row(row, base=DATA, sim="fast")
+    assert seen and set(seen) == {want}
+    if pc:  # and vLLM refuses align without chunked prefill
+        from kvcore.errors import ConfigError
+
+        with pytest.raises(ConfigError, match="enable_chunked_prefill"):
+            accuracy.simulate_row({**row, "enable_chunked_prefill": False}, base=DATA,
+                                  sim="fast")
