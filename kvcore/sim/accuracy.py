@@ -252,8 +252,7 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
         # vLLM 0.32 EngineArgs: without chunked prefill the default budget holds a
         # whole max_model_len prompt
         mnbt = max(mnbt, mml)
-    from kvcore.sim.modes import (check_vllm_chunked_prefill, mamba_layout,
-                                  resolve_mamba_cache_mode)
+    from kvcore.sim.modes import check_vllm_chunked_prefill, mamba_layout, resolve_mamba_cache_mode
 
     # the Mamba cache mode vLLM 0.32 runs: align on a model with Mamba layers and
     # prefix caching on (kvcore.sim.modes); it refuses that without chunked prefill
