@@ -95,7 +95,8 @@ def _of(results, ids):
 def test_v1_v2_heldout_errors_as_measured(results, rows):
     # the v1 + v2 held-out rows (v10 coefficients): 9.7 % throughput (23 rows), 1.1 %
     # TTFT (1 row: the AWQ 16k prefill), 12.4 % TPOT (v10_first_evaluation_E.txt)
-    old = {r["id"] for r in rows if r["split"] == "holdout"} - _added(rows, "v10")
+    old = ({r["id"] for r in rows if r["split"] == "holdout"} - _added(rows, "v10")
+           - _added(rows, "v11"))
     assert len(old) == 24
     s = accuracy.summary(_of(results, old), "holdout")
     _within(s, output_throughput=0.098, ttft_ms=0.012, tpot_ms=0.125)
@@ -117,10 +118,37 @@ def test_v10_errors_as_measured(results, rows):
     _within(s, output_throughput=0.045, ttft_ms=0.081, tpot_ms=0.043)
 
 
+def test_v11_rows_are_preregistered_and_held_out(rows):
+    v11 = [r for r in rows if str(r.get("added", "")).startswith("v11")]
+    assert len(v11) == 15 and {r["split"] for r in v11} == {"holdout"}
+    assert all("pre-registered" in r["added"] and r["id"].startswith("v11b") for r in v11)
+    sealed = accuracy.load_measurements(DATA / "v11b_rows.json")
+    assert [r["id"] for r in sealed] == [r["id"] for r in v11]
+    assert all(a["measured"] == b["measured"] for a, b in zip(sealed, v11))
+    assert accuracy.load_measurements(DATA / "v11c_rows.json") == []
+
+
+def test_v11_errors_as_measured(results, rows):
+    # the one evaluation (v11_first_evaluation_A_E.txt, the default): 8.4 % throughput
+    # (15 rows), 68.0 % TTFT (3), 33.7 % TPOT (15): the H100 PCIe decode too slow, the
+    # 4090's 32 requests/s queue (v11_protocol.md, outcome)
+    s = accuracy.summary(_of(results, _added(rows, "v11")), "holdout")
+    _within(s, output_throughput=0.085, ttft_ms=0.681, tpot_ms=0.338)
+
+
+def test_v11_fit_f_not_adopted():
+    # F (v11_fit_log.txt) was not lower than E on any v11 median: E stays the default,
+    # compute_hbm3 at its neutral 1.0 (v11_protocol.md)
+    assert DEFAULT_EFFICIENCY == accuracy.V10_E_EFFICIENCY
+    assert DEFAULT_EFFICIENCY.compute_hbm3 == 1.0
+    assert (accuracy.V11_FIT_EFFICIENCY.compute_hbm3,
+            accuracy.V11_FIT_EFFICIENCY.compute_gddr) == (1.2, 0.9)
+
+
 def test_every_heldout_error_as_measured(results):
-    # all held-out rows, v1 / v2 + v10: 7.9 % (30 rows) / 6.3 % (3) / 9.4 % (31)
+    # all held-out rows, v1 / v2 + v10 + v11: 8.0 % (45 rows) / 34.2 % (6) / 12.7 % (46)
     s = accuracy.summary(results, "holdout")
-    _within(s, output_throughput=0.080, ttft_ms=0.064, tpot_ms=0.094)
+    _within(s, output_throughput=0.081, ttft_ms=0.343, tpot_ms=0.128)
 
 
 @pytest.mark.parametrize("tag, files, n, note", [
@@ -205,9 +233,12 @@ def test_heldout_throughput_and_tpot_goals(results):
     assert s["output_throughput"] <= 0.15 and s["tpot_ms"] <= 0.15, s
 
 
+@pytest.mark.xfail(strict=True, reason="issue 21's TTFT goal is missed on the held-out rows "
+                   "since v11: 34.2 % over 6 TTFTs (v11's three at 68 %); "
+                   "docs/SIM_ACCURACY.md, v11")
 def test_heldout_ttft_goal(results):
-    # issue 21: TTFT <= 25 % on rows not fitted on: 6.3 % over the 3 held-out TTFTs (the
-    # AWQ 16k prefill and two v10 rows), a thin base (docs/SIM_ACCURACY.md, v10)
+    # issue 21: TTFT <= 25 % on rows not fitted on: 6.3 % over the 3 held-out TTFTs of
+    # v1 / v2 + v10, 34.2 % with v11's three (docs/SIM_ACCURACY.md, v11)
     s = accuracy.summary(results, "holdout")
     assert s["ttft_ms"] <= 0.25, s
 
