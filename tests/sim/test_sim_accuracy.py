@@ -102,13 +102,20 @@ def test_v1_v2_heldout_errors_as_measured(results, rows):
     _within(s, output_throughput=0.098, ttft_ms=0.012, tpot_ms=0.125)
 
 
-def test_v10_rows_are_preregistered_and_held_out(rows):
-    v10 = [r for r in rows if str(r.get("added", "")).startswith("v10")]
-    assert len(v10) == 7 and {r["split"] for r in v10} == {"holdout"}
-    assert all("pre-registered" in r["added"] and r["id"].startswith("v10") for r in v10)
-    sealed = accuracy.load_measurements(DATA / "v10b_rows.json")
-    assert [r["id"] for r in sealed] == [r["id"] for r in v10]
-    assert all(a["measured"] == b["measured"] for a, b in zip(sealed, v10))
+@pytest.mark.parametrize("tag, file, n, empty", [
+    ("v10", "v10b_rows.json", 7, ["v10c_rows.json"]),
+    ("v11", "v11b_rows.json", 15, ["v11c_rows.json", "v11d_rows.json"])])
+def test_sealed_rows_are_preregistered_and_held_out(rows, tag, file, n, empty):
+    # held out as sealed (the record as committed); the round's other collectors found
+    # none
+    here = [r for r in rows if str(r.get("added", "")).startswith(tag)]
+    assert len(here) == n and {r["split"] for r in here} == {"holdout"}
+    assert all("pre-registered" in r["added"] and r["id"].startswith(file[:4])
+               for r in here)
+    sealed = accuracy.load_measurements(DATA / file)
+    assert [r["id"] for r in sealed] == [r["id"] for r in here]
+    assert all(a["measured"] == b["measured"] for a, b in zip(sealed, here))
+    assert all(accuracy.load_measurements(DATA / f) == [] for f in empty)
 
 
 def test_v10_errors_as_measured(results, rows):
@@ -116,16 +123,6 @@ def test_v10_errors_as_measured(results, rows):
     # TTFT (2), 4.2 % TPOT (7)
     s = accuracy.summary(_of(results, _added(rows, "v10")), "holdout")
     _within(s, output_throughput=0.045, ttft_ms=0.081, tpot_ms=0.043)
-
-
-def test_v11_rows_are_preregistered_and_held_out(rows):
-    v11 = [r for r in rows if str(r.get("added", "")).startswith("v11")]
-    assert len(v11) == 15 and {r["split"] for r in v11} == {"holdout"}
-    assert all("pre-registered" in r["added"] and r["id"].startswith("v11b") for r in v11)
-    sealed = accuracy.load_measurements(DATA / "v11b_rows.json")
-    assert [r["id"] for r in sealed] == [r["id"] for r in v11]
-    assert all(a["measured"] == b["measured"] for a, b in zip(sealed, v11))
-    assert accuracy.load_measurements(DATA / "v11c_rows.json") == []
 
 
 def test_v11_errors_as_measured(results, rows):
