@@ -128,7 +128,7 @@ def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
                      max_num_seqs=int(cand["max_num_seqs"]), max_num_batched_tokens=mnbt,
                      max_model_len=mml, max_concurrency=wl.get("max_concurrency"),
                      record_steps=False,
-                     enable_chunked_prefill=bool(cand.get("enable_chunked_prefill", True)),
+                     enable_chunked_prefill=_chunked(cand),
                      **spec_kw)
     from kvcore.sim.engine import check_some_served
 
@@ -188,7 +188,7 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
         mode, _ = resolve_mamba_cache_mode(cand.get("mamba_cache_mode"),
                                            bool(cand.get("enable_prefix_caching", True)),
                                            _has_mamba(cand["model"]))
-        check_vllm_chunked_prefill(mode, bool(cand.get("enable_chunked_prefill", True)))
+        check_vllm_chunked_prefill(mode, _chunked(cand))
         cand = {**cand, "mamba_cache_mode": mode}
         spec, _ = _speculative(cand)
         spec_plan: dict[str, Any] = {} if spec is None else {
@@ -211,7 +211,7 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc)}
     mml_run = int(kv.max_model_len or cand.get("max_model_len") or 0)
-    if not bool(cand.get("enable_chunked_prefill", True)) and \
+    if not _chunked(cand) and \
             int(cand["max_num_batched_tokens"]) < mml_run:
         return {"config": cand, "error": f"max_num_batched_tokens "
                 f"{cand['max_num_batched_tokens']} is below max_model_len {mml_run} with "
@@ -255,8 +255,7 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
                            kv_capacity_tokens=cap,
                            enable_prefix_caching=bool(cand.get("enable_prefix_caching",
                                                                  True)),
-                           enable_chunked_prefill=bool(cand.get("enable_chunked_prefill",
-                                                                  True)),
+                           enable_chunked_prefill=_chunked(cand),
                            goodput=cand.get("goodput") or None)
     except KVCoreError as exc:
         return {"config": cand, "error": str(exc)}
@@ -268,6 +267,19 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     fig["num_blocks"] = kv.num_blocks
     fig["block_size"] = attn_bs
     return {"config": cand, "figures": fig}
+
+
+def _chunked(cand: dict[str, Any]) -> bool:
+    """A candidate's ``enable_chunked_prefill`` (default True, vLLM's); ConfigError naming
+    the field for anything but True / False (a string such as "off" is not taken)."""
+    return _check_chunked(cand.get("enable_chunked_prefill", True))
+
+
+def _check_chunked(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"enable_chunked_prefill must be True or False, got {value!r}",
+                          field="enable_chunked_prefill", value=repr(value))
+    return value
 
 
 def _has_mamba(model: Any) -> bool:
@@ -307,6 +319,8 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
         check_vllm_mamba_cache_mode(mm)
     for bs in block_size:
         check_attention_block_size(bs, gpu)
+    for cp in chunked_prefill:
+        _check_chunked(cp)
     has_mamba = _has_mamba(model)
     out = []
     seen = set()
@@ -328,7 +342,7 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
                     "pipeline_parallel_size": p, "max_num_batched_tokens": b,
                     "max_num_seqs": s, "block_size": bs, "kv_cache_dtype": d,
                     "enable_prefix_caching": pc, "mamba_cache_mode": mm,
-                    "enable_chunked_prefill": bool(cp), "max_model_len": max_model_len, "workload": workload,
+                    "enable_chunked_prefill": cp, "max_model_len": max_model_len, "workload": workload,
                     "goodput": goodput, "sim": sim})
     return out
 
@@ -474,7 +488,7 @@ def vllm_command(model: str, cand: dict[str, Any], *,
     pc = bool(cand.get("enable_prefix_caching", True))
     if pc != prefix_caching_default:
         parts.append("--enable-prefix-caching" if pc else "--no-enable-prefix-caching")
-    if not bool(cand.get("enable_chunked_prefill", True)):  # vLLM's default: on
+    if not _chunked(cand):  # vLLM's default: on
         parts.append("--no-enable-chunked-prefill")
     if cand.get("max_model_len"):
         parts += ["--max-model-len", str(cand["max_model_len"])]

@@ -435,3 +435,26 @@ def test_simulate_refuses_a_mamba_model_without_chunked_prefill(capsys):
     assert "Traceback" not in err[0]
     assert main([*base, "--no-prefix-caching", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["completed"] == 2
+
+
+@pytest.mark.parametrize("bad", ["off", "False", 0, 1, None, [False]])
+def test_bad_chunked_prefill_is_named_on_every_path(capsys, bad):
+    # the Python API (candidates, simulate_once) takes True / False only, as run_engine
+    # does; the CLI's --chunked-prefill takes on / off / both: one line, exit 2
+    from kvcore.sim.tune import candidates, simulate_once
+
+    with pytest.raises(ConfigError) as exc:
+        candidates("llama-3.1-8b", "H100", tp=[1], max_num_batched_tokens=[8192],
+                   max_num_seqs=[64], block_size=[None], kv_cache_dtype=["auto"],
+                   prefix_caching=[True], mamba_cache_mode=["none"], workload={},
+                   goodput={}, max_model_len=4096, chunked_prefill=[True, bad])
+    assert exc.value.extra["field"] == "enable_chunked_prefill"
+    res = simulate_once({"model": "llama-3.1-8b", "gpu": "H100", "tensor_parallel_size": 1,
+                         "max_num_batched_tokens": 8192, "max_num_seqs": 64,
+                         "max_model_len": 4096, "enable_chunked_prefill": bad,
+                         "workload": {"input_len": 100, "output_len": 4,
+                                      "num_prompts": 2}})
+    assert "figures" not in res and "enable_chunked_prefill" in res["error"]
+    assert main(["tune", *_CP_WORKLOAD, "--chunked-prefill", f"{bad}!"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--chunked-prefill" in err[0] and "Traceback" not in err[0]
