@@ -1275,13 +1275,11 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         plan_kw["num_speculative_tokens"] = spec.num_speculative_tokens
         if spec.include_mtp_layers:
             plan_kw["include_mtp_layers"] = True
-    from kvcore.sim.modes import mamba_layout, resolve_mamba_cache_mode
+    from kvcore.sim.modes import check_vllm_chunked_prefill, mamba_layout, resolve_mamba_cache_mode
 
     has_mamba = mamba_layout(args.model)[0]
     mamba_mode, mode_note = resolve_mamba_cache_mode(
         getattr(args, "mamba_cache_mode", None), not args.no_prefix_caching, has_mamba)
-    from kvcore.sim.modes import check_vllm_chunked_prefill
-
     check_vllm_chunked_prefill(mamba_mode, chunked)
     if mamba_mode != "none":
         plan_kw["mamba_cache_mode"] = mamba_mode
