@@ -30,6 +30,7 @@ from kvcore.errors import KVCoreError, NotEnoughMemoryError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
 
 __all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
+           "sharegpt_output_lengths", "is_sharegpt_row", "LENGTH_MODELS",
            "select_rows", "summary", "fit", "source_family", "METRICS", "V2_EFFICIENCY"]
 
 #: the compared figures: measured key -> simulated key (the simulated statistic follows
@@ -140,6 +141,66 @@ def _burstiness(row: dict[str, Any]) -> float:
     return math.inf if b == "inf" else float(b)
 
 
+#: how a row's lengths are replayed (v12_protocol.md): ``mean`` every request at the
+#: row's mean lengths; ``sharegpt`` ShareGPT rows' outputs drawn from
+#: :func:`sharegpt_output_lengths` (other rows as ``mean``)
+LENGTH_MODELS = ("mean", "sharegpt")
+
+#: the lognormal shape of ShareGPT output lengths (v12_protocol.md): ln(p95 / p50) /
+#: 1.645 of the output lengths of DO-Solutions/gtc-2026-doks's vLLM 0.14.1 ShareGPT run
+#: (dev/vllm/benchmarks/phase0/20260224-185458/rate-1.0.json, 300 prompts, seed 0, no
+#: queue: e2el = TTFT + (n - 1) x TPOT gives p50 147, p95 574 tokens)
+SHAREGPT_OUTPUT_SIGMA = 0.83
+
+
+def is_sharegpt_row(row: dict[str, Any]) -> bool:
+    """Whether the row's ``dataset`` text names vLLM's ShareGPT dataset (it starts with
+    "sharegpt", any case)."""
+    return str(row.get("dataset", "")).strip().lower().startswith("sharegpt")
+
+
+def sharegpt_output_lengths(num_prompts: int, mean_output_len: int, input_len: int,
+                            seed: int = 0, sigma: float = SHAREGPT_OUTPUT_SIGMA
+                            ) -> list[int]:
+    """``num_prompts`` output lengths (tokens) shaped as ShareGPT's: lognormal with
+    ``sigma`` (seeded), clipped to vLLM's ShareGPT filter (at least 4 tokens, ``input_len
+    + output`` at most 2,048: ``is_valid_sequence`` of vllm/benchmarks/datasets.py), and
+    scaled so their mean is ``mean_output_len`` (as close as integers allow; the
+    clipped maximum when the mean cannot be reached).
+
+    Raises ConfigError naming the argument for a count below 1 or a sigma not > 0."""
+    import random
+
+    from kvcore.errors import ConfigError
+
+    for name, v in (("num_prompts", num_prompts), ("output_len", mean_output_len),
+                    ("input_len", input_len)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name} {v!r} must be an integer >= 1", field=name,
+                              value=repr(v))
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not (
+            0 < sigma < math.inf):
+        raise ConfigError(f"sigma {sigma!r} must be a number > 0", field="sigma",
+                          value=repr(sigma))
+    low, high = 4, max(4, 2048 - input_len)
+    target = min(max(mean_output_len, low), high)
+    rng = random.Random(seed)
+    raw = [rng.lognormvariate(0.0, float(sigma)) for _ in range(num_prompts)]
+
+    def draw(scale: float) -> list[int]:
+        return [min(max(round(scale * x), low), high) for x in raw]
+
+    lo, hi = 0.0, float(high) / min(raw) + 1.0  # draw(hi) is all ``high``
+    for _ in range(100):  # the mean of draw(scale) grows with scale
+        mid = (lo + hi) / 2
+        if statistics.fmean(draw(mid)) < target:
+            lo = mid
+        else:
+            hi = mid
+    a, b = draw(lo), draw(hi)
+    return a if abs(statistics.fmean(a) - target) <= abs(statistics.fmean(b) - target) else b
+
+
 def vllm_serve_defaults(gpu: Any) -> tuple[int, int]:
     """``(max_num_batched_tokens, max_num_seqs)`` ``vllm serve`` 0.32 picks on ``gpu``
     (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``, API server):
@@ -198,10 +259,11 @@ def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: in
 
 
 def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: int,
-                    mml: int) -> dict[str, Any]:
+                    mml: int, outputs: list[int] | None = None) -> dict[str, Any]:
     """Figures of the vLLM-faithful engine (:mod:`kvcore.sim.engine`) for a row; the
     model's ``request_overhead_s`` (the API server's share) is the time between a
-    request's send and the engine seeing it, inside every latency and the duration."""
+    request's send and the engine seeing it, inside every latency and the duration.
+    ``outputs``: per-request output lengths (None: the row's ``output_len`` each)."""
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
     from kvcore.sim.metrics import serving_metrics
@@ -209,6 +271,8 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
 
     reqs = random_dataset(int(row["num_prompts"]), int(row["input_len"]),
                           int(row["output_len"]), 0, 0.0, 0)
+    if outputs is not None:
+        reqs = [dataclasses.replace(r, output_len=n) for r, n in zip(reqs, outputs)]
     rate = row.get("request_rate", "inf")
     if rate != "inf":
         reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate),
@@ -229,13 +293,22 @@ _REFUSALS: dict[str, str] = {}
 
 
 def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
-                 base: Path | None = None, sim: str = "engine") -> dict[str, float]:
+                 base: Path | None = None, sim: str = "engine", lengths: str = "mean"
+                 ) -> dict[str, float]:
     """Simulated ``output_throughput``, ``ttft_ms`` and ``tpot_ms`` of one row (mean or
     median as the row's ``statistic`` says).  ``sim``: ``engine`` (kvcore.sim.engine,
-    vLLM's scheduler over kvcore's KVCacheManager) or ``fast`` (kvcore.sim.fastsim)."""
+    vLLM's scheduler over kvcore's KVCacheManager) or ``fast`` (kvcore.sim.fastsim).
+    ``lengths`` (:data:`LENGTH_MODELS`): ``mean`` replays every request at the row's
+    mean lengths; ``sharegpt`` draws a ShareGPT row's output lengths from
+    :func:`sharegpt_output_lengths` (v12_protocol.md).  Raises ConfigError naming the
+    row's key for a malformed row, or ``lengths`` for an unknown model."""
+    from kvcore.errors import ConfigError
     from kvcore.models.config import load_model_config
     from kvcore.sim.fastsim import Workload, run_workload
 
+    if lengths not in LENGTH_MODELS:
+        raise ConfigError(f"lengths {lengths!r} is not a length model; valid: "
+                          f"{', '.join(LENGTH_MODELS)}", field="lengths", value=repr(lengths))
     _check_row(row)
     cfg_path = _config_path(row, base)
     gpu = row["gpu"]
@@ -282,13 +355,23 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
                          tensor_parallel_size=tp, pipeline_parallel_size=pp,
                          kv_cache_dtype=kvd, efficiency=efficiency)
     rate = row.get("request_rate", "inf")
+    outputs = (sharegpt_output_lengths(int(row["num_prompts"]), osl, isl)
+               if lengths == "sharegpt" and is_sharegpt_row(row) else None)
     if sim == "engine":
-        fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml))
+        fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml),
+                              outputs)
     else:
+        reqs: tuple[tuple[int, int, float], ...] = ()
+        if outputs is not None:
+            from kvcore.sim.workload import arrival_times
+
+            times = arrival_times(len(outputs), math.inf if rate == "inf" else
+                                  float(rate), _burstiness(row), 0)
+            reqs = tuple((isl, n, t) for n, t in zip(outputs, times))
         w = Workload(isl, osl, int(row["num_prompts"]),
                      max_concurrency=row.get("max_concurrency"),
                      request_rate=math.inf if rate == "inf" else float(rate),
-                     burstiness=_burstiness(row))
+                     burstiness=_burstiness(row), requests=reqs)
         fig = run_workload(model, kv, w, max_num_seqs=mns, max_num_batched_tokens=mnbt,
                            kv_capacity_tokens=cap,
                            enable_prefix_caching=_row_bool(row, "enable_prefix_caching",
@@ -299,10 +382,10 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
             "ttft_ms": fig[f"{stat}_ttft_ms"], "tpot_ms": fig[f"{stat}_tpot_ms"]}
 
 
-def _simulate_one(args: tuple[dict[str, Any], Efficiency, Path | None, str]
+def _simulate_one(args: tuple[dict[str, Any], Efficiency, Path | None, str, str]
                   ) -> tuple[dict[str, float], str | None]:
-    row, eff, base, sim = args
-    got = simulate_row(row, eff, base=base, sim=sim)
+    row, eff, base, sim, lengths = args
+    got = simulate_row(row, eff, base=base, sim=sim, lengths=lengths)
     return got, _REFUSALS.get(row["id"])
 
 
@@ -330,13 +413,14 @@ def _pool(workers: int) -> Any:
 
 
 def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
-             base: Path | None = None, sim: str = "engine", workers: int = 1
-             ) -> list[dict[str, Any]]:
+             base: Path | None = None, sim: str = "engine", workers: int = 1,
+             lengths: str = "mean") -> list[dict[str, Any]]:
     """Per row: id, split, and per metric the measured and simulated value and the
     relative error ``simulated / measured - 1`` (metrics the row does not quote are
     left out).  ``workers`` > 1: the rows are replayed in a process pool of that many
-    (the same figures: each replay is deterministic)."""
-    args = [(row, efficiency, base, sim) for row in rows]
+    (the same figures: each replay is deterministic).  ``lengths``: as
+    :func:`simulate_row`'s."""
+    args = [(row, efficiency, base, sim, lengths) for row in rows]
     if workers > 1 and len(rows) > 1:
         done = list(_pool(workers).map(_simulate_one, args, chunksize=1))
         for row, (_, why) in zip(rows, done):
@@ -344,7 +428,8 @@ def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICI
                 _REFUSALS[row["id"]] = why
         figs = [g for g, _ in done]
     else:
-        figs = [simulate_row(row, efficiency, base=base, sim=sim) for row in rows]
+        figs = [simulate_row(row, efficiency, base=base, sim=sim, lengths=lengths)
+                for row in rows]
     out = []
     for row, got in zip(rows, figs):
         rec: dict[str, Any] = {"id": row["id"], "split": row["split"]}
@@ -505,7 +590,7 @@ def _weighted_median(pairs: list[tuple[float, float]]) -> float:
 
 def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
           sim: str = "engine", weighted: bool = False, workers: int = 1,
-          families: str = "v9") -> float:
+          families: str = "v9", lengths: str = "mean") -> float:
     """The fit's loss: the median plus a quarter of the mean absolute log error over
     every quoted figure of the rows, pooled (each figure counts the same; v2's loss, kept
     in v5: a loss weighing each metric the same (v4, v5b) let the seven noisy
@@ -521,14 +606,15 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
         wt = {row["id"]: 1.0 / math.sqrt(count[source_family(row, families)])
               for row in rows}
         pairs = []
-        for r in evaluate(rows, eff, base=base, sim=sim, workers=workers):
+        for r in evaluate(rows, eff, base=base, sim=sim, workers=workers,
+                          lengths=lengths):
             for m in METRICS:
                 if m in r:
                     pairs.append((abs(math.log1p(r[m]["error"])), wt[r["id"]]))
         tot = sum(w for _, w in pairs)
         return _weighted_median(pairs) + 0.25 * sum(v * w for v, w in pairs) / tot
     errs = []
-    for r in evaluate(rows, eff, base=base, sim=sim, workers=workers):
+    for r in evaluate(rows, eff, base=base, sim=sim, workers=workers, lengths=lengths):
         for m in METRICS:
             if m in r:
                 errs.append(abs(math.log1p(r[m]["error"])))
@@ -538,7 +624,8 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
 def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
         base: Path | None = None, rounds: int = 2, sim: str = "engine",
         grid: dict[str, tuple[float, ...]] | None = None, weighted: bool = True,
-        workers: int = 1, log: Any = None, families: str = "v9") -> Efficiency:
+        workers: int = 1, log: Any = None, families: str = "v9", lengths: str = "mean"
+        ) -> Efficiency:
     """Coordinate descent over ``grid`` (default :data:`_GRID`, v6's) on the ``fit``
     rows of ``rows`` but those with a ``fit_excluded`` reason (loss: :func:`_loss`, the
     median plus a quarter of the mean absolute log error over every quoted figure,
@@ -548,7 +635,7 @@ def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
     :data:`DEFAULT_EFFICIENCY`; the v6 fit starts from :data:`V2_EFFICIENCY`).
     ``workers``: processes replaying the rows; ``log(name, value, loss, best)``: called
     per candidate.  ``families``: :func:`source_family`'s scheme (``v6`` reproduces
-    the v6 - v8 fits)."""
+    the v6 - v8 fits); ``lengths``: as :func:`simulate_row`'s."""
     fit_rows = [r for r in rows if r["split"] == "fit" and not r.get("fit_excluded")]
     if not fit_rows:
         from kvcore.errors import ConfigError
@@ -557,14 +644,15 @@ def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
                           "measurements with fit rows", field="split", value="fit")
     eff = start if start is not None else Efficiency()
     grid = _GRID if grid is None else grid
-    best = _loss(fit_rows, eff, base, sim, weighted, workers, families)
+    best = _loss(fit_rows, eff, base, sim, weighted, workers, families, lengths)
     for _ in range(rounds):
         for name, values in grid.items():
             for v in values:
                 cand = dataclasses.replace(eff, **{name: v})
                 if cand == eff:
                     continue  # the current point: its loss is ``best``
-                loss = _loss(fit_rows, cand, base, sim, weighted, workers, families)
+                loss = _loss(fit_rows, cand, base, sim, weighted, workers, families,
+                             lengths)
                 if log is not None:
                     log(name, v, loss, best)
                 if loss < best - 1e-12:
@@ -606,6 +694,10 @@ def _parser() -> Any:
                         "protocol fits)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="replay the rows in N processes (the same figures)")
+    p.add_argument("--lengths", choices=LENGTH_MODELS, default="mean",
+                   help="how rows' lengths are replayed: mean (every request at the row's "
+                        "mean lengths, default) or sharegpt (ShareGPT rows' outputs drawn "
+                        "from ShareGPT's length shape; v12_protocol.md)")
     p.add_argument("--fit-from", choices=("v2", "default"), default="v2",
                    help="where --fit starts: v2's coefficients (default, as the v6 and v7 "
                         "fits) or DEFAULT_EFFICIENCY (the v8 refit)")
@@ -653,9 +745,10 @@ def _main(argv: list[str]) -> int:
             grid = {t: _GRID[t] for t in names}
         start = V2_EFFICIENCY if args.fit_from == "v2" else DEFAULT_EFFICIENCY
         eff = fit(rows, start, base=base, sim=sim, workers=args.workers, log=log,
-                  rounds=args.rounds, grid=grid)
+                  rounds=args.rounds, grid=grid, lengths=args.lengths)
         print(f"fitted: {eff}")
-    res = evaluate(rows, eff, base=base, sim=sim, workers=args.workers)
+    res = evaluate(rows, eff, base=base, sim=sim, workers=args.workers,
+                   lengths=args.lengths)
     print("| row | split | output tok/s meas / sim (err) | TTFT ms meas / sim (err) | "
           "TPOT ms meas / sim (err) |")
     print("|---|---|---|---|---|")
