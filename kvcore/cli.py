@@ -99,10 +99,12 @@ def _add_plan(sub: Any) -> None:
                         "for that GPU and --usage)")
     p.add_argument("--max-num-encoder-input-tokens",
                    type=length_arg("max_num_encoder_input_tokens", minimum=0), metavar="N")
-    p.add_argument("--mamba-cache-mode", default="none", choices=["none", "align", "all"],
+    p.add_argument("--mamba-cache-mode", default=None, choices=["none", "align", "all"],
                    help="none | align (vLLM 0.32's values) | all (kvcore's own mode, not "
                         "vLLM's: a state cached at every block; never printed in a "
-                        "vllm serve line)")
+                        "vllm serve line); default: the mode vLLM 0.32 runs, align on a "
+                        "model with Mamba and attention layers with prefix caching on, "
+                        "else none")
     p.add_argument("--mamba-ssm-cache-dtype", metavar="D",
                    help="recurrent-state dtype of Mamba/linear-attention layers (default: "
                         "the config's)")
@@ -189,7 +191,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
                 opts[key] = getattr(args, flag)
         if args.max_num_batched_tokens is not None:
             opts["max_num_batched_tokens"] = args.max_num_batched_tokens
-        if args.mamba_cache_mode != "none":
+        if args.mamba_cache_mode not in (None, "none"):
             opts["mamba_cache_mode"] = args.mamba_cache_mode
         if args.disable_hybrid_kv_cache_manager:
             opts["disable_hybrid_kv_cache_manager"] = True

@@ -649,6 +649,25 @@ def plan_on_gpu(
     # a block size the GPU's attention backends refuse: vLLM does not start
     check_attention_block_size(plan_kwargs.get("block_size"), gpu or "this GPU")
     cfg, hub_note = _resolve(model)
+    mode_note = None
+    if "mamba_cache_mode" in plan_kwargs and plan_kwargs["mamba_cache_mode"] is None:
+        # the mode vLLM 0.32 runs (kvcore.models.planner.vllm_mamba_cache_mode), given
+        # to the planner and to the ceilings / vLLM-layout checks alike
+        from kvcore.models.planner import vllm_mamba_cache_mode, vllm_mamba_mode_note
+
+        from kvcore.deploy.engines import get_engine
+
+        pc = plan_kwargs.get("enable_prefix_caching", True)
+        _check_bool(pc, "enable_prefix_caching")
+        # the rule is vLLM 0.32's (the reference kit's); from which release vLLM switches
+        # a hybrid to align is not known here, so older profiles plan none as before
+        mode = "none"
+        if get_engine(engine).first >= (0, 32, 0):
+            mode = vllm_mamba_cache_mode(
+                cfg, pc, tensor_parallel_size=plan_kwargs.get("tensor_parallel_size", 1),
+                pipeline_parallel_size=plan_kwargs.get("pipeline_parallel_size", 1))
+        plan_kwargs = dict(plan_kwargs, mamba_cache_mode=mode)
+        mode_note = vllm_mamba_mode_note(mode)
     for name, flag in (("enable_expert_parallel", enable_expert_parallel),
                        ("cuda_graphs", cuda_graphs),
                        ("raise_if_not_fits", raise_if_not_fits)):
@@ -824,4 +843,6 @@ def plan_on_gpu(
     notes.extend(w.notes)
     if notes:
         config.stats.notes = [*(config.stats.notes or []), *notes]
+    if mode_note:
+        config.notes.append(mode_note)
     return config

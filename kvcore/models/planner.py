@@ -11,7 +11,8 @@ from kvcore.kv_cache_config import KVCacheConfig
 from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
 from kvcore.specs import KVCacheSpec
 
-__all__ = ["layer_specs_for", "plan_model", "supported_model_types", "default_max_model_len"]
+__all__ = ["layer_specs_for", "plan_model", "supported_model_types", "default_max_model_len",
+           "vllm_mamba_cache_mode", "vllm_mamba_mode_note"]
 
 
 def supported_model_types() -> list[str]:
@@ -64,6 +65,34 @@ def layer_specs_for(model: ModelConfig, cache: CacheConfig) -> dict[str, KVCache
         f"{model.source or model.name}: model_type {model.model_type!r} is not supported by "
         f"the installed adapters; supported: {', '.join(supported_model_types())}",
         model_type=model.model_type)
+
+
+def vllm_mamba_cache_mode(model: str | Path | ModelConfig, enable_prefix_caching: bool = True,
+                          **cache_options: Any) -> str:
+    """The ``mamba_cache_mode`` vLLM 0.32 runs a model with by default: ``align`` when
+    the model has Mamba / linear-attention layers and attention layers and prefix
+    caching is on, else ``none``.
+
+    Source: vllm/model_executor/models/config.py ``MambaModelConfig.
+    verify_and_update_config`` (prefix caching on and mode ``none`` -> ``align``; off ->
+    ``none``) and vllm/config/model.py ``is_prefix_caching_supported`` (prefix caching
+    is off by default on attention-free models, so their mode stays ``none``).
+    ``cache_options``: :class:`~kvcore.models.config.CacheConfig` fields (TP / PP) the
+    specs are built with.  Raises what :func:`layer_specs_for` raises."""
+    if not enable_prefix_caching:
+        return "none"
+    cfg = model if isinstance(model, ModelConfig) else load_model_config(model)
+    kinds = {s.kind for s in layer_specs_for(cfg, CacheConfig(**cache_options)).values()}
+    return "align" if "mamba" in kinds and kinds - {"mamba"} else "none"
+
+
+def vllm_mamba_mode_note(mode: str) -> str | None:
+    """The plan note for a mode :func:`vllm_mamba_cache_mode` chose (None for none)."""
+    if mode == "none":
+        return None
+    return (f"mamba cache mode {mode}: the mode vLLM 0.32 runs this model with, prefix "
+            "caching on (MambaModelConfig.verify_and_update_config); --mamba-cache-mode "
+            "none plans one state per request")
 
 
 def _installed_distributions() -> set[str]:
@@ -157,7 +186,7 @@ def plan_model(
     pipeline_parallel_size: int = 1,
     max_num_batched_tokens: int = 8192,
     max_num_encoder_input_tokens: int | None = None,
-    mamba_cache_mode: str = "none",
+    mamba_cache_mode: str | None = "none",
     num_speculative_tokens: int = 0,
     include_mtp_layers: bool = False,
     enable_prefix_caching: bool = True,
@@ -185,6 +214,9 @@ def plan_model(
     ConfigError naming both, as vLLM 0.32 refuses it (``_get_and_verify_max_len``);
     vLLM's override ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` in the environment allows it.
     Booleans (``include_mtp_layers``, ``enable_prefix_caching``) must be real bools.
+    ``mamba_cache_mode`` None: the mode vLLM 0.32 runs the model with
+    (:func:`vllm_mamba_cache_mode`: ``align`` on a hybrid with prefix caching on; a
+    note says so), the CLI's default.
 
     Raises ConfigError, MissingPluginError, UnknownModelTypeError,
     NotEnoughMemoryError (see :func:`layer_specs_for` and :func:`kvcore.planning.plan`).
@@ -229,6 +261,15 @@ def plan_model(
                                    not isinstance(block_size, int) or block_size < 1):
         raise ConfigError(f"block_size must be a positive int, got {block_size!r}",
                           field="block_size")
+    mode_note = None
+    if mamba_cache_mode is None:
+        if not isinstance(enable_prefix_caching, bool):
+            raise ConfigError(f"enable_prefix_caching must be True or False, got "
+                              f"{enable_prefix_caching!r}", field="enable_prefix_caching")
+        mamba_cache_mode = vllm_mamba_cache_mode(
+            cfg, enable_prefix_caching, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size)
+        mode_note = vllm_mamba_mode_note(mamba_cache_mode)
     cache = CacheConfig(block_size=block_size, kv_cache_dtype=kv_cache_dtype,
                         tensor_parallel_size=tensor_parallel_size,
                         pipeline_parallel_size=pipeline_parallel_size,
@@ -276,4 +317,6 @@ def plan_model(
     })
     if hub_note:
         config.stats.notes = [*(config.stats.notes or []), hub_note]
+    if mode_note:
+        config.notes.append(mode_note)
     return config
