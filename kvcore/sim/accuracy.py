@@ -30,7 +30,7 @@ from kvcore.errors import KVCoreError, NotEnoughMemoryError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
 
 __all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
-           "sharegpt_output_lengths", "is_sharegpt_row", "LENGTH_MODELS",
+           "sharegpt_output_lengths", "is_sharegpt_row", "LENGTH_MODELS", "DEFAULT_LENGTHS",
            "select_rows", "summary", "fit", "source_family", "METRICS", "V2_EFFICIENCY"]
 
 #: the compared figures: measured key -> simulated key (the simulated statistic follows
@@ -142,9 +142,12 @@ def _burstiness(row: dict[str, Any]) -> float:
 
 
 #: how a row's lengths are replayed (v12_protocol.md): ``mean`` every request at the
-#: row's mean lengths; ``sharegpt`` ShareGPT rows' outputs drawn from
+#: row's mean lengths (v1 - v11); ``sharegpt`` ShareGPT rows' outputs drawn from
 #: :func:`sharegpt_output_lengths` (other rows as ``mean``)
 LENGTH_MODELS = ("mean", "sharegpt")
+
+#: the harness's default (v12's candidate G, adopted by its rule: v12_protocol.md)
+DEFAULT_LENGTHS = "sharegpt"
 
 #: the lognormal shape of ShareGPT output lengths (v12_protocol.md): ln(p95 / p50) /
 #: 1.645 of the output lengths of DO-Solutions/gtc-2026-doks's vLLM 0.14.1 ShareGPT run
@@ -293,14 +296,15 @@ _REFUSALS: dict[str, str] = {}
 
 
 def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
-                 base: Path | None = None, sim: str = "engine", lengths: str = "mean"
-                 ) -> dict[str, float]:
+                 base: Path | None = None, sim: str = "engine",
+                 lengths: str = DEFAULT_LENGTHS) -> dict[str, float]:
     """Simulated ``output_throughput``, ``ttft_ms`` and ``tpot_ms`` of one row (mean or
     median as the row's ``statistic`` says).  ``sim``: ``engine`` (kvcore.sim.engine,
     vLLM's scheduler over kvcore's KVCacheManager) or ``fast`` (kvcore.sim.fastsim).
-    ``lengths`` (:data:`LENGTH_MODELS`): ``mean`` replays every request at the row's
-    mean lengths; ``sharegpt`` draws a ShareGPT row's output lengths from
-    :func:`sharegpt_output_lengths` (v12_protocol.md).  Raises ConfigError naming the
+    ``lengths`` (:data:`LENGTH_MODELS`, default :data:`DEFAULT_LENGTHS`): ``mean``
+    replays every request at the row's mean lengths (rounds v1 - v11); ``sharegpt``
+    draws a ShareGPT row's output lengths from :func:`sharegpt_output_lengths`
+    (v12_protocol.md).  Raises ConfigError naming the
     row's key for a malformed row, or ``lengths`` for an unknown model."""
     from kvcore.errors import ConfigError
     from kvcore.models.config import load_model_config
@@ -414,7 +418,7 @@ def _pool(workers: int) -> Any:
 
 def evaluate(rows: list[dict[str, Any]], efficiency: Efficiency = DEFAULT_EFFICIENCY, *,
              base: Path | None = None, sim: str = "engine", workers: int = 1,
-             lengths: str = "mean") -> list[dict[str, Any]]:
+             lengths: str = DEFAULT_LENGTHS) -> list[dict[str, Any]]:
     """Per row: id, split, and per metric the measured and simulated value and the
     relative error ``simulated / measured - 1`` (metrics the row does not quote are
     left out).  ``workers`` > 1: the rows are replayed in a process pool of that many
@@ -590,7 +594,7 @@ def _weighted_median(pairs: list[tuple[float, float]]) -> float:
 
 def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
           sim: str = "engine", weighted: bool = False, workers: int = 1,
-          families: str = "v9", lengths: str = "mean") -> float:
+          families: str = "v9", lengths: str = DEFAULT_LENGTHS) -> float:
     """The fit's loss: the median plus a quarter of the mean absolute log error over
     every quoted figure of the rows, pooled (each figure counts the same; v2's loss, kept
     in v5: a loss weighing each metric the same (v4, v5b) let the seven noisy
@@ -624,8 +628,8 @@ def _loss(rows: list[dict[str, Any]], eff: Efficiency, base: Path | None,
 def fit(rows: list[dict[str, Any]], start: Efficiency | None = None, *,
         base: Path | None = None, rounds: int = 2, sim: str = "engine",
         grid: dict[str, tuple[float, ...]] | None = None, weighted: bool = True,
-        workers: int = 1, log: Any = None, families: str = "v9", lengths: str = "mean"
-        ) -> Efficiency:
+        workers: int = 1, log: Any = None, families: str = "v9",
+        lengths: str = DEFAULT_LENGTHS) -> Efficiency:
     """Coordinate descent over ``grid`` (default :data:`_GRID`, v6's) on the ``fit``
     rows of ``rows`` but those with a ``fit_excluded`` reason (loss: :func:`_loss`, the
     median plus a quarter of the mean absolute log error over every quoted figure,
@@ -694,10 +698,10 @@ def _parser() -> Any:
                         "protocol fits)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="replay the rows in N processes (the same figures)")
-    p.add_argument("--lengths", choices=LENGTH_MODELS, default="mean",
-                   help="how rows' lengths are replayed: mean (every request at the row's "
-                        "mean lengths, default) or sharegpt (ShareGPT rows' outputs drawn "
-                        "from ShareGPT's length shape; v12_protocol.md)")
+    p.add_argument("--lengths", choices=LENGTH_MODELS, default=DEFAULT_LENGTHS,
+                   help="how rows' lengths are replayed: sharegpt (default: ShareGPT rows' "
+                        "outputs drawn from ShareGPT's length shape, v12_protocol.md) or "
+                        "mean (every request at the row's mean lengths, as v1 - v11)")
     p.add_argument("--fit-from", choices=("v2", "default"), default="v2",
                    help="where --fit starts: v2's coefficients (default, as the v6 and v7 "
                         "fits) or DEFAULT_EFFICIENCY (the v8 refit)")

@@ -78,7 +78,7 @@ def test_the_weighted_loss_weighs_a_family_by_one_over_sqrt_n(monkeypatch):
     rs.append({"id": "b", "split": "fit", "source": "other 'y'"})
     errs = {"a0": 0.1, "a1": 0.1, "a2": 0.1, "a3": 0.1, "b": 1.0}
 
-    def fake_evaluate(rows, eff, base=None, sim="engine", workers=1):
+    def fake_evaluate(rows, eff, base=None, sim="engine", workers=1, lengths="sharegpt"):
         return [{"id": r["id"], "split": "fit",
                  "tpot_ms": {"measured": 1.0, "simulated": 1.0 + errs[r["id"]],
                              "error": errs[r["id"]]}} for r in rows]

@@ -97,13 +97,14 @@ def test_lengths_act_on_sharegpt_rows_only(monkeypatch):
     monkeypatch.setenv("KVCORE_CHECK_INVARIANTS", "0")
     sg = _row()
     rnd = _row(dataset="random 200 / 200")
-    a = accuracy.simulate_row(sg, sim="fast")
+    a = accuracy.simulate_row(sg, sim="fast", lengths="mean")
     g = accuracy.simulate_row(sg, sim="fast", lengths="sharegpt")
+    assert accuracy.simulate_row(sg, sim="fast") == g  # the default since v12
     # the same tokens, but a long-tailed batch drains slower: all at once, the run
     # lasts until its longest request ends
     assert g["output_throughput"] < 0.9 * a["output_throughput"]
     assert accuracy.simulate_row(rnd, sim="fast", lengths="sharegpt") == \
-        accuracy.simulate_row(rnd, sim="fast")
+        accuracy.simulate_row(rnd, sim="fast", lengths="mean")
 
 
 def test_the_engine_and_the_fast_loop_agree_on_drawn_lengths(monkeypatch):
