@@ -653,9 +653,8 @@ def plan_on_gpu(
     if "mamba_cache_mode" in plan_kwargs and plan_kwargs["mamba_cache_mode"] is None:
         # the mode vLLM 0.32 runs (kvcore.models.planner.vllm_mamba_cache_mode), given
         # to the planner and to the ceilings / vLLM-layout checks alike
-        from kvcore.models.planner import vllm_mamba_cache_mode, vllm_mamba_mode_note
-
         from kvcore.deploy.engines import get_engine
+        from kvcore.models.planner import vllm_mamba_cache_mode, vllm_mamba_mode_note
 
         pc = plan_kwargs.get("enable_prefix_caching", True)
         _check_bool(pc, "enable_prefix_caching")
