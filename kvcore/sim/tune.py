@@ -116,7 +116,7 @@ def _run_engine(model: Any, kv: Any, cand: dict[str, Any]) -> dict[str, Any]:
     wl = cand["workload"]
     mnbt = int(cand["max_num_batched_tokens"])
     mml = int(kv.max_model_len or cand.get("max_model_len") or 0)
-    pc = bool(cand.get("enable_prefix_caching", True))
+    pc = _prefix_caching(cand)
     spec, acceptance = _speculative(cand)
     mgr = KVCacheManager(kv, max_model_len=mml, enable_caching=pc,
                          max_num_batched_tokens=mnbt,
@@ -155,68 +155,94 @@ def _speculative(cand: dict[str, Any]) -> tuple[Any, Any]:
 
 def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     """Plan and simulate one candidate; returns ``{"config": ..., "figures": {...}}``
-    or ``{"config": ..., "error": "..."}`` when the planner refuses it.
+    or ``{"config": ..., "error": "...", "field": ..., "value": ...}`` when the planner
+    (or vLLM's rules) refuses it, or a field is malformed (:func:`check_candidate`:
+    the error names it).
 
-    ``config`` keys: ``model``, ``gpu``, ``tensor_parallel_size``,
-    ``pipeline_parallel_size``, ``max_num_batched_tokens``, ``max_num_seqs``,
+    ``config`` keys: ``model`` (a config.json path, folder, embedded name or HF id),
+    ``gpu``, ``tensor_parallel_size``, ``pipeline_parallel_size``,
+    ``max_num_batched_tokens`` (None: vLLM's default for the run, with chunked prefill
+    off ``max(max_model_len, the serve default)``), ``max_num_seqs``,
     ``block_size`` (None: the planner's), ``kv_cache_dtype``,
-    ``enable_prefix_caching``, ``mamba_cache_mode``, ``max_model_len`` and the workload:
+    ``enable_prefix_caching``, ``enable_chunked_prefill`` (True / False),
+    ``mamba_cache_mode``, ``max_model_len`` (None: the model's; -1: the longest that
+    fits) and the workload:
     ``workload`` (``input_len``, ``output_len``, ``num_prompts``, ``prefix_len``,
     ``max_concurrency``, ``request_rate``, ``burstiness``, ``seed``, or ``trace`` /
-    ``trace_format`` / ``limit`` for a trace file, or ``dataset`` / ``dataset_opts``
+    ``trace_format`` / ``limit`` (>= 1) for a trace file, or ``dataset`` / ``dataset_opts``
     (the flags of :func:`kvcore.sim.datasets.dataset_requests`) for another dataset),
-    ``goodput`` (ms per SLO key) and ``sim`` (``engine``, default, or ``fast``).  A plain
-    dict in, a plain dict out (it crosses process and Ray boundaries).  The returned
-    ``config`` carries the Mamba cache mode vLLM 0.32 runs
-    (:func:`kvcore.sim.modes.resolve_mamba_cache_mode`); a mode or block size vLLM
-    refuses gives an ``error``.
+    ``goodput`` (ms per SLO key: ttft, tpot, e2el) and ``sim`` (``engine``, default, or
+    ``fast``).  A plain dict in, a plain dict out (it crosses process and Ray
+    boundaries).  The returned ``config`` carries the Mamba cache mode vLLM 0.32 runs
+    (:func:`kvcore.sim.modes.resolve_mamba_cache_mode`) and the
+    ``max_num_batched_tokens`` it runs; a mode or block size vLLM refuses gives an
+    ``error``.
     """
+    try:
+        return _simulate_once(cand)
+    except KVCoreError as exc:
+        extra = {k: exc.extra[k] for k in ("field", "value") if k in exc.extra}
+        return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
+                                               else exc), **extra}
+
+
+def _simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     import kvcore
-    from kvcore.models.config import load_model_config
+    from kvcore.deploy.gpus import check_attention_block_size
+    from kvcore.sim.command import _model_config
     from kvcore.sim.engine import check_scheduler_limits
     from kvcore.sim.fastsim import Workload, run_workload
+    from kvcore.sim.modes import check_vllm_chunked_prefill, resolve_mamba_cache_mode
     from kvcore.sim.timing import roofline_for
 
-    tp = int(cand.get("tensor_parallel_size", 1))
-    pp = int(cand.get("pipeline_parallel_size", 1))
-    try:
-        from kvcore.deploy.gpus import check_attention_block_size
-        from kvcore.sim.modes import check_vllm_chunked_prefill, resolve_mamba_cache_mode
+    cand = check_candidate(cand)
+    tp = cand["tensor_parallel_size"]
+    pp = cand["pipeline_parallel_size"]
+    pc = _prefix_caching(cand)
+    chunked = _chunked(cand)
+    # what vLLM 0.32 runs for this line (kvcore.sim.modes): the mode follows prefix
+    # caching on Mamba models; a mode or block size vLLM refuses is an error entry
+    mode, _ = resolve_mamba_cache_mode(cand.get("mamba_cache_mode"), pc,
+                                       _has_mamba(cand["model"]))
+    check_vllm_chunked_prefill(mode, chunked)
+    cand = {**cand, "mamba_cache_mode": mode}
+    spec, _ = _speculative(cand)
+    spec_plan: dict[str, Any] = {} if spec is None else {
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "include_mtp_layers": spec.include_mtp_layers}
+    check_attention_block_size(cand.get("block_size"), cand["gpu"])
+    given_mml = cand.get("max_model_len")
+    known_mml = given_mml if given_mml is not None and given_mml > 0 else None
+    mnbt = cand["max_num_batched_tokens"]
+    if mnbt is None:  # vLLM's default; with chunked prefill off it needs max_model_len
+        mnbt = _default_mnbt(cand["gpu"], known_mml or 0, chunked)
+    check_scheduler_limits(cand["max_num_seqs"], mnbt, known_mml or 1 << 62)
 
-        # what vLLM 0.32 runs for this line (kvcore.sim.modes): the mode follows prefix
-        # caching on Mamba models; a mode or block size vLLM refuses is an error entry
-        mode, _ = resolve_mamba_cache_mode(cand.get("mamba_cache_mode"),
-                                           bool(cand.get("enable_prefix_caching", True)),
-                                           _has_mamba(cand["model"]))
-        check_vllm_chunked_prefill(mode, _chunked(cand))
-        cand = {**cand, "mamba_cache_mode": mode}
-        spec, _ = _speculative(cand)
-        spec_plan: dict[str, Any] = {} if spec is None else {
-            "num_speculative_tokens": spec.num_speculative_tokens,
-            "include_mtp_layers": spec.include_mtp_layers}
-        check_attention_block_size(cand.get("block_size"), cand["gpu"])
-        check_scheduler_limits(int(cand["max_num_seqs"]),
-                               int(cand["max_num_batched_tokens"]),
-                               int(cand.get("max_model_len") or 1 << 62))
-        kv = kvcore.plan_model(
+    def plan(mnbt: int) -> Any:
+        return kvcore.plan_model(
             cand["model"], gpu=cand["gpu"], tensor_parallel_size=tp,
-            pipeline_parallel_size=pp, max_model_len=cand.get("max_model_len"),
+            pipeline_parallel_size=pp, max_model_len=given_mml,
             block_size=cand.get("block_size"),
             kv_cache_dtype=cand.get("kv_cache_dtype", "auto"),
-            max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
-            max_num_seqs=int(cand["max_num_seqs"]),
-            enable_prefix_caching=bool(cand.get("enable_prefix_caching", True)),
-            mamba_cache_mode=mode, **spec_plan)
-    except KVCoreError as exc:
-        return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
-                                               else exc)}
-    mml_run = int(kv.max_model_len or cand.get("max_model_len") or 0)
-    if not _chunked(cand) and \
-            int(cand["max_num_batched_tokens"]) < mml_run:
-        return {"config": cand, "error": f"max_num_batched_tokens "
-                f"{cand['max_num_batched_tokens']} is below max_model_len {mml_run} with "
-                f"chunked prefill off; vLLM 0.32 refuses it (SchedulerConfig)"}
-    model: Any = roofline_for(load_model_config(cand["model"]), kv, gpu=cand["gpu"],
+            max_num_batched_tokens=mnbt, max_num_seqs=cand["max_num_seqs"],
+            enable_prefix_caching=pc, mamba_cache_mode=mode, **spec_plan)
+
+    kv = plan(mnbt)
+    mml_run = int(kv.max_model_len or known_mml or 0)
+    if cand["max_num_batched_tokens"] is None and not chunked and mnbt < mml_run:
+        mnbt = _default_mnbt(cand["gpu"], mml_run, chunked)  # the model's length: replan
+        check_scheduler_limits(cand["max_num_seqs"], mnbt, mml_run)
+        kv = plan(mnbt)
+        mml_run = int(kv.max_model_len or known_mml or 0)
+    cand = {**cand, "max_num_batched_tokens": mnbt}
+    if not chunked and mnbt < mml_run:
+        raise ConfigError(
+            f"max_num_batched_tokens {mnbt} is below max_model_len {mml_run} with chunked "
+            f"prefill off; vLLM 0.32 refuses it (SchedulerConfig): give "
+            f"max_num_batched_tokens >= {mml_run}, a smaller max_model_len, or none "
+            f"(vLLM then uses max(max_model_len, its default))",
+            field="max_num_batched_tokens", value=mnbt)
+    model: Any = roofline_for(_model_config(cand["model"]), kv, gpu=cand["gpu"],
                               tensor_parallel_size=tp, pipeline_parallel_size=pp,
                               kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
     if spec is not None and (cand.get("speculative") or {}).get("draft_cost"):
@@ -228,58 +254,38 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     attn = [g.spec.block_size for g in kv.kv_cache_groups
             if g.spec.scales_with_block_size]
     attn_bs = attn[0] if attn else None
-    try:
-        if cand.get("sim", "engine") == "engine":
-            fig = _run_engine(model, kv, cand)
-            fig["num_gpus"] = tp * pp
-            fig["num_blocks"] = kv.num_blocks
-            fig["block_size"] = attn_bs
-            return {"config": cand, "figures": fig}
-    except KVCoreError as exc:
-        return {"config": cand, "error": str(exc)}
+    if cand.get("sim", "engine") == "engine":
+        fig = _run_engine(model, kv, cand)
+        fig["num_gpus"] = tp * pp
+        fig["num_blocks"] = kv.num_blocks
+        fig["block_size"] = attn_bs
+        return {"config": cand, "figures": fig}
     wl = {k: v for k, v in cand["workload"].items()
           if k not in ("trace", "trace_format", "limit", "dataset", "dataset_opts",
                        "range_ratio", "ramp_up_strategy", "ramp_up_start_rps",
                        "ramp_up_end_rps")}
-    if cand["workload"].get("trace") or cand["workload"].get("dataset_opts") or \
-            cand["workload"].get("range_ratio") or cand["workload"].get("ramp_up_strategy"):
-        traces = _trace_requests(cand["workload"])
+    cw = cand["workload"]
+    if cw.get("trace") or cw.get("dataset_opts") or cw.get("range_ratio") or \
+            cw.get("ramp_up_strategy") or not cw.get("input_len") or \
+            not cw.get("output_len"):
+        traces = _trace_requests(cw)
         w = Workload.from_trace(traces, max_concurrency=wl.get("max_concurrency"))
     else:
         wl["requests"] = ()
         w = Workload(**wl)
     cap = (kv.num_blocks - 1) * spec.block_size if kv.num_blocks else None
-    try:
-        fig = run_workload(model, kv, w, max_num_seqs=int(cand["max_num_seqs"]),
-                           max_num_batched_tokens=int(cand["max_num_batched_tokens"]),
-                           kv_capacity_tokens=cap,
-                           enable_prefix_caching=bool(cand.get("enable_prefix_caching",
-                                                                 True)),
-                           enable_chunked_prefill=_chunked(cand),
-                           goodput=cand.get("goodput") or None)
-    except KVCoreError as exc:
-        return {"config": cand, "error": str(exc)}
+    fig = run_workload(model, kv, w, max_num_seqs=cand["max_num_seqs"],
+                       max_num_batched_tokens=mnbt, kv_capacity_tokens=cap,
+                       enable_prefix_caching=pc, enable_chunked_prefill=chunked,
+                       goodput=cand.get("goodput") or None)
     if not fig.get("completed") and fig.get("failed"):
-        mml = int(kv.max_model_len or cand.get("max_model_len") or 0)
         return {"config": cand, "error": f"no request can be served: every request is "
-                f"rejected (max_model_len {mml}, num_blocks {kv.num_blocks})"}
+                f"rejected (max_model_len {mml_run}, num_blocks {kv.num_blocks})",
+                "field": "max_model_len", "value": mml_run}
     fig["num_gpus"] = tp * pp
     fig["num_blocks"] = kv.num_blocks
     fig["block_size"] = attn_bs
     return {"config": cand, "figures": fig}
-
-
-def _chunked(cand: dict[str, Any]) -> bool:
-    """A candidate's ``enable_chunked_prefill`` (default True, vLLM's); ConfigError naming
-    the field for anything but True / False (a string such as "off" is not taken)."""
-    return _check_chunked(cand.get("enable_chunked_prefill", True))
-
-
-def _check_chunked(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"enable_chunked_prefill must be True or False, got {value!r}",
-                          field="enable_chunked_prefill", value=repr(value))
-    return value
 
 
 def _has_mamba(model: Any) -> bool:
@@ -311,26 +317,67 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
     with it on, none with it off), so combinations vLLM rewrites merge into the one it
     runs (listed once); ``block_size`` values CUDA / ROCm attention backends refuse
     raise ConfigError naming ``block_size`` (:func:`kvcore.deploy.gpus.
-    check_attention_block_size`)."""
-    from kvcore.deploy.gpus import check_attention_block_size
-    from kvcore.sim.modes import check_vllm_mamba_cache_mode, resolve_mamba_cache_mode
+    check_attention_block_size`).
 
-    for mm in mamba_cache_mode:
+    Every argument is checked (ConfigError naming the field, the value and what is
+    valid): each searched argument is a non-empty list (a string is not: ``"auto"`` is
+    no list of dtypes), counts are ints (no bool, no float), ``max_num_batched_tokens``
+    / ``max_model_len`` lengths as vLLM reads them (``8k``; None in
+    ``max_num_batched_tokens``: vLLM's default, which with chunked prefill off is
+    ``max(max_model_len, the serve default)``, resolved by :func:`simulate_once`),
+    ``kv_cache_dtype`` one of vLLM 0.32's ``--kv-cache-dtype`` names
+    (:data:`VLLM_KV_CACHE_DTYPES`: a candidate is a ``vllm serve`` line), the flags
+    True / False, ``goodput`` vLLM's SLO keys with finite values >= 0, ``sim`` engine
+    or fast, ``gpu`` a catalog GPU."""
+    from kvcore.deploy.gpus import check_attention_block_size, get_gpu
+    from kvcore.errors import shorten
+    from kvcore.sim.modes import check_vllm_mamba_cache_mode, resolve_mamba_cache_mode
+    from kvcore.units import check_int
+
+    if not isinstance(gpu, str):
+        raise ConfigError(f"gpu: expected a GPU name, got {shorten(gpu)}", field="gpu",
+                          value=shorten(gpu))
+    get_gpu(gpu)
+    tp = [check_int(t, "tensor_parallel_size") for t in _values(tp, "tensor_parallel_size")]
+    pp = [check_int(p, "pipeline_parallel_size")
+          for p in _values(pp, "pipeline_parallel_size")]
+    max_num_batched_tokens = [_mnbt(b) for b in _values(max_num_batched_tokens,
+                                                        "max_num_batched_tokens")]
+    max_num_seqs = [check_int(s, "max_num_seqs") for s in _values(max_num_seqs,
+                                                                  "max_num_seqs")]
+    block_size = [None if bs is None else check_int(bs, "block_size")
+                  for bs in _values(block_size, "block_size")]
+    kv_cache_dtype = [check_vllm_kv_cache_dtype(d)
+                      for d in _values(kv_cache_dtype, "kv_cache_dtype")]
+    prefix_caching = [_check_flag(pc, "enable_prefix_caching")
+                      for pc in _values(prefix_caching, "enable_prefix_caching")]
+    chunked_prefill = [_check_chunked(cp)
+                       for cp in _values(chunked_prefill, "enable_chunked_prefill")]
+    for mm in _values(mamba_cache_mode, "mamba_cache_mode"):
+        if not isinstance(mm, str):
+            raise ConfigError(f"mamba_cache_mode: expected align or none, got "
+                              f"{shorten(mm)}", field="mamba_cache_mode", value=shorten(mm))
         check_vllm_mamba_cache_mode(mm)
     for bs in block_size:
         check_attention_block_size(bs, gpu)
-    for cp in chunked_prefill:
-        _check_chunked(cp)
+    if not isinstance(workload, dict):
+        raise ConfigError(f"workload: expected a dict, got {shorten(workload)}",
+                          field="workload", value=shorten(workload))
+    goodput = _check_goodput(goodput)
+    max_model_len = _max_model_len(max_model_len)
+    _check_sim(sim)
     has_mamba = _has_mamba(model)
     out = []
     seen = set()
     for t, p, b, s, bs, d, pc, mm, cp in itertools.product(
             tp, pp, max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
             prefix_caching, mamba_cache_mode, chunked_prefill):
-        if b < s:  # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs
+        # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs (None:
+        # vLLM's default, known once planned: simulate_once checks it)
+        if b is not None and b < s:
             continue
-        if not cp and max_model_len and b < max_model_len:  # and this, chunked off
-            continue
+        if not cp and b is not None and max_model_len and b < max_model_len:
+            continue  # and this, chunked off
         mm, _ = resolve_mamba_cache_mode(mm, pc, has_mamba)
         if mm == "align" and not cp:  # vLLM asserts chunked prefill for align
             continue
@@ -397,9 +444,24 @@ def tune(configs: Sequence[dict[str, Any]], *, objective: str = "goodput",
     :func:`prefer_simpler`)."""
     from kvcore.sim.backends import run_tasks
 
-    if objective not in OBJECTIVES:
+    if objective not in OBJECTIVES or not isinstance(objective, str):
         raise ConfigError(f"--objective: unknown objective {objective!r}; valid: "
                           f"{', '.join(OBJECTIVES)}", field="objective", value=objective)
+    if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, (list, tuple)):
+        raise ConfigError(f"configs: expected a list of simulate_once configs, got "
+                          f"{type(configs).__name__}", field="configs",
+                          value=type(configs).__name__)
+    if not configs:
+        raise ConfigError("configs: no candidates to simulate (an empty list)",
+                          field="configs", value="[]")
+    for c in configs:
+        check_candidate(c)
+        if objective == "goodput" and not c.get("goodput"):
+            raise ConfigError("objective goodput needs a goodput SLO in every config "
+                              "(e.g. {'ttft': 500}; the CLI's --goodput KEY:MS); or rank "
+                              "by another objective: "
+                              f"{', '.join(o for o in OBJECTIVES if o != 'goodput')}",
+                              field="goodput", value=repr(c.get("goodput")))
     results = run_tasks(simulate_once, list(configs), backend=backend, workers=workers,
                         address=address, progress=progress, label="tuning")
     ok = [r for r in results if "figures" in r]
@@ -472,8 +534,13 @@ def vllm_command(model: str, cand: dict[str, Any], *,
     searched: vLLM then picks it as kvcore's planner did).  Prefix caching is printed
     when it differs from vLLM's default for the model (``prefix_caching_default``:
     on, off for attention-free models; :func:`kvcore.sim.modes.default_prefix_caching`);
-    chunked prefill off as ``--no-enable-chunked-prefill``.
-    A mode vLLM 0.32 refuses raises ConfigError (``mamba_cache_mode``)."""
+    chunked prefill off as ``--no-enable-chunked-prefill``.  Every argument is
+    shell-quoted (:func:`shlex.quote`: a model path with a space stays one argument).
+    A mode vLLM 0.32 refuses raises ConfigError (``mamba_cache_mode``), so does a
+    ``kv_cache_dtype`` ``vllm serve`` has no such name for (:data:`VLLM_KV_CACHE_DTYPES`:
+    a kvcore alias such as ``bf16`` or a kvcore plugin's scheme)."""
+    import shlex
+
     from kvcore.sim.modes import check_vllm_mamba_cache_mode
 
     parts = ["vllm", "serve", serve_model(model)]
@@ -481,11 +548,13 @@ def vllm_command(model: str, cand: dict[str, Any], *,
         v = cand.get(key)
         if key == "mamba_cache_mode" and v is not None:
             check_vllm_mamba_cache_mode(v)
+        if key == "kv_cache_dtype" and v is not None:
+            check_vllm_kv_cache_dtype(v)  # only vLLM's spellings go on the line
         if v is None or (key == "pipeline_parallel_size" and v == 1) or \
                 (key == "mamba_cache_mode" and v == "none"):
             continue
         parts += [flag, str(v)]
-    pc = bool(cand.get("enable_prefix_caching", True))
+    pc = _prefix_caching(cand)
     if pc != prefix_caching_default:
         parts.append("--enable-prefix-caching" if pc else "--no-enable-prefix-caching")
     if not _chunked(cand):  # vLLM's default: on
@@ -494,22 +563,358 @@ def vllm_command(model: str, cand: dict[str, Any], *,
         parts += ["--max-model-len", str(cand["max_model_len"])]
     sp = cand.get("speculative")
     if sp:  # a fixed setting, as given (kvcore's --spec-acceptance-rate is not vLLM's)
-        import shlex
+        parts += ["--speculative-config", json.dumps(sp["config"])]
+    return " ".join(shlex.quote(p) for p in parts)  # a shell runs it as meant
 
-        parts += ["--speculative-config", shlex.quote(json.dumps(sp["config"]))]
-    return " ".join(parts)
+
+# ---- input checks of the Python API (candidates, simulate_once, tune) ------------------
+
+#: vLLM 0.32's ``--kv-cache-dtype`` choices, ``CacheDType`` (vllm/config/cache.py): the
+#: only spellings a printed ``vllm serve`` line may carry (argparse's ``choices`` are
+#: case-sensitive; kvcore's aliases and kvcore-plugin schemes are not among them)
+VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
+                        "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4",
+                        "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                        "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+                        "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+
+#: kvcore's own names of a dtype vLLM spells otherwise (for the hint only: not rewritten)
+_VLLM_SPELLING = {"bf16": "bfloat16", "half": "float16", "fp16": "float16"}
+
+#: the keys of a :func:`simulate_once` config
+_CAND_KEYS = frozenset({"model", "gpu", "tensor_parallel_size", "pipeline_parallel_size",
+                        "max_num_batched_tokens", "max_num_seqs", "block_size",
+                        "kv_cache_dtype", "enable_prefix_caching", "mamba_cache_mode",
+                        "enable_chunked_prefill", "max_model_len", "workload", "goodput",
+                        "sim", "speculative", "requested_block_size"})
+
+#: the keys of a workload dict
+_WORKLOAD_KEYS = frozenset({"input_len", "output_len", "num_prompts", "prefix_len",
+                            "max_concurrency", "request_rate", "burstiness", "seed",
+                            "range_ratio", "ramp_up_strategy", "ramp_up_start_rps",
+                            "ramp_up_end_rps", "trace", "trace_format", "limit",
+                            "dataset", "dataset_opts"})
+
+_SIMS = ("engine", "fast")
+_GOODPUT_KEYS = ("ttft", "tpot", "e2el")
+
+
+def _check_flag(value: Any, field: str) -> bool:
+    """True / False only (a string such as "off", 0, 1 or None is not read as a flag):
+    ConfigError naming ``field``, the value and "True or False"."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field} must be True or False, got {value!r}", field=field,
+                          value=repr(value))
+    return value
+
+
+def _check_chunked(value: Any) -> bool:
+    return _check_flag(value, "enable_chunked_prefill")
+
+
+def _chunked(cand: dict[str, Any]) -> bool:
+    """A candidate's ``enable_chunked_prefill`` (default True, vLLM's); ConfigError naming
+    the field for anything but True / False (a string such as "off" is not taken)."""
+    return _check_chunked(cand.get("enable_chunked_prefill", True))
+
+
+def _prefix_caching(cand: dict[str, Any]) -> bool:
+    """A candidate's ``enable_prefix_caching`` (default True), checked as
+    :func:`_chunked`."""
+    return _check_flag(cand.get("enable_prefix_caching", True), "enable_prefix_caching")
+
+
+def check_vllm_kv_cache_dtype(value: Any, field: str = "kv_cache_dtype") -> str:
+    """``value`` if ``vllm serve --kv-cache-dtype`` takes it (:data:`VLLM_KV_CACHE_DTYPES`,
+    exact spelling), else ConfigError naming the field, the value, vLLM's spelling
+    where there is one and the valid names."""
+    from kvcore.errors import shorten
+
+    if isinstance(value, str) and value in VLLM_KV_CACHE_DTYPES:
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{field}: expected a kv_cache_dtype name, got {shorten(value)}; "
+                          f"valid (vLLM 0.32's --kv-cache-dtype): "
+                          f"{', '.join(VLLM_KV_CACHE_DTYPES)}", field=field,
+                          value=shorten(value))
+    low = value.strip().lower()
+    if low in VLLM_KV_CACHE_DTYPES:
+        hint = f"vLLM's choices are case-sensitive and lower-case: {low!r}"
+    elif low in _VLLM_SPELLING:
+        hint = f"vLLM spells it {_VLLM_SPELLING[low]!r}"
+    else:
+        hint = ("vllm serve has no such --kv-cache-dtype (a kvcore alias or a kvcore "
+                "plugin's scheme cannot go on a vllm serve line; simulate it with "
+                "kvcore simulate)")
+    raise ConfigError(f"{field} {shorten(value)}: {hint}; valid (vLLM 0.32's "
+                      f"--kv-cache-dtype, vllm/config/cache.py CacheDType): "
+                      f"{', '.join(VLLM_KV_CACHE_DTYPES)}", field=field,
+                      value=shorten(value))
+
+
+def _values(value: Any, field: str) -> list[Any]:
+    """A non-empty list or tuple of searched values (a string is not a sequence of
+    values here: ``"auto"`` is not ``["a", "u", "t", "o"]``)."""
+    from kvcore.errors import shorten
+
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple, range)):
+        raise ConfigError(f"{field}: expected a list of values, got {shorten(value)}",
+                          field=field, value=shorten(value))
+    if not value:
+        raise ConfigError(f"{field}: expected a non-empty list of values, got []",
+                          field=field, value="[]")
+    return list(value)
+
+
+def _max_model_len(value: Any) -> int | None:
+    """None (the model's), -1 (the longest that fits, vLLM's ``auto``) or a length
+    (an int, or vLLM's suffixes as :func:`kvcore.units.parse_length`)."""
+    from kvcore.units import parse_length
+
+    if value is None:
+        return None
+    if isinstance(value, float):  # 4096.0 is not silently an int (nor nan)
+        from kvcore.units import check_int
+
+        return check_int(value, "max_model_len")
+    return parse_length(value, "max_model_len", allow_auto=True)
+
+
+def _mnbt(value: Any) -> int | None:
+    """``max_num_batched_tokens``: a length (vLLM's ``human_readable_int``) or None
+    (vLLM's default for the run: :func:`_default_mnbt`)."""
+    from kvcore.units import check_int, parse_length
+
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return check_int(value, "max_num_batched_tokens")
+    return parse_length(value, "max_num_batched_tokens")
+
+
+def _check_goodput(goodput: Any) -> dict[str, float]:
+    """``{"ttft": ms, ...}``: keys of vLLM's ``--goodput`` (ttft, tpot, e2el), values
+    finite numbers >= 0 (``check_goodput_args``); None / {} for no SLO."""
+    from kvcore.errors import shorten
+
+    if goodput is None:
+        return {}
+    if not isinstance(goodput, dict):
+        raise ConfigError(f"goodput: expected a dict of SLOs in ms such as "
+                          f"{{'ttft': 500, 'tpot': 50}}, got {shorten(goodput)}",
+                          field="goodput", value=shorten(goodput))
+    out = {}
+    for k, v in goodput.items():
+        if k not in _GOODPUT_KEYS:
+            raise ConfigError(f"goodput: unknown SLO {shorten(k)}; valid (vLLM's "
+                              f"--goodput): {', '.join(_GOODPUT_KEYS)}", field="goodput",
+                              value=shorten(k))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                not math.isfinite(v) or v < 0:
+            raise ConfigError(f"goodput {k} = {shorten(v)}: must be a finite number of "
+                              f"ms >= 0", field="goodput", value=shorten(v))
+        out[k] = v
+    return out
+
+
+def _check_sim(sim: Any) -> str:
+    if sim not in _SIMS or not isinstance(sim, str):
+        raise ConfigError(f"sim: unknown simulator {sim!r}; valid: {', '.join(_SIMS)}",
+                          field="sim", value=repr(sim))
+    return sim
+
+
+def _check_real(value: Any, field: str, *, allow_inf: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            value != value or (not allow_inf and math.isinf(value)) or not value > 0:
+        inf = " (inf: all at once)" if allow_inf else ""
+        raise ConfigError(f"workload.{field} = {value!r}: must be a number > 0{inf}",
+                          field=field, value=repr(value))
+    return float(value)
+
+
+def _check_workload(wl: Any) -> dict[str, Any]:
+    """A workload dict as :func:`simulate_once` reads it (see there), checked: unknown
+    and missing keys, counts, rates, the dataset name and the trace limit.  Raises
+    ConfigError naming the field."""
+    from kvcore.errors import shorten
+    from kvcore.units import check_int
+
+    if not isinstance(wl, dict):
+        raise ConfigError(f"workload: expected a dict, got {shorten(wl)}", field="workload",
+                          value=shorten(wl))
+    for k in wl:
+        if k not in _WORKLOAD_KEYS:
+            raise ConfigError(f"workload: unknown key {shorten(k)}; valid: "
+                              f"{', '.join(sorted(_WORKLOAD_KEYS))}", field="workload",
+                              value=shorten(k))
+    if wl.get("max_concurrency") is not None:
+        check_int(wl["max_concurrency"], "max_concurrency")
+    _check_real(wl.get("request_rate", math.inf), "request_rate", allow_inf=True)
+    _check_real(wl.get("burstiness", 1.0), "burstiness", allow_inf=True)
+    seed = check_int(wl.get("seed", 0), "seed", minimum=0, maximum=(1 << 63) - 1)
+    if (not math.isinf(wl.get("request_rate", math.inf)) or wl.get("ramp_up_strategy")) \
+            and seed > (1 << 32) - 1:
+        raise ConfigError(f"seed = {seed}: must be in [0, 2**32 - 1] with a request rate "
+                          f"(vllm bench serve's numpy RandomState)", field="seed",
+                          value=seed)
+    if wl.get("limit") is not None:
+        if not wl.get("trace") and not wl.get("dataset_opts"):
+            raise ConfigError(f"workload.limit {wl['limit']!r}: takes the first N requests "
+                              f"of a trace; the random dataset has num_prompts",
+                              field="limit", value=repr(wl["limit"]))
+        check_int(wl["limit"], "limit", minimum=1)
+    if wl.get("trace") is not None:
+        import os
+
+        if not isinstance(wl["trace"], (str, os.PathLike)) or not str(wl["trace"]):
+            raise ConfigError(f"workload.trace: expected a file path, got "
+                              f"{shorten(wl['trace'])}", field="trace",
+                              value=shorten(wl["trace"]))
+        if not isinstance(wl.get("trace_format", "auto"), str):
+            raise ConfigError(f"workload.trace_format: expected a format name, got "
+                              f"{shorten(wl['trace_format'])}", field="trace_format",
+                              value=shorten(wl["trace_format"]))
+        return wl
+    ds = wl.get("dataset")
+    opts = wl.get("dataset_opts")
+    from kvcore.sim.datasets import DATASET_NAMES
+
+    if ds is not None and ds not in DATASET_NAMES:
+        raise ConfigError(f"workload.dataset {shorten(ds)}: valid: "
+                          f"{', '.join(DATASET_NAMES)}", field="dataset", value=shorten(ds))
+    if opts is not None or ds not in (None, "random"):
+        if not isinstance(opts, dict):
+            raise ConfigError(f"workload.dataset_opts: expected a dict of the dataset's "
+                              f"flags (num_prompts, dataset_path ...), got {shorten(opts)}",
+                              field="dataset_opts", value=shorten(opts))
+        name = opts.get("dataset", ds)
+        if name not in DATASET_NAMES or (ds is not None and name != ds):
+            raise ConfigError(f"workload.dataset_opts dataset {shorten(name)}: valid: "
+                              f"{', '.join(DATASET_NAMES)} (and workload.dataset's, "
+                              f"{shorten(ds)})", field="dataset", value=shorten(name))
+        if "num_prompts" not in opts:
+            raise ConfigError("workload.dataset_opts: missing 'num_prompts'",
+                              field="num_prompts", value=None)
+        from kvcore.sim.datasets import DATASET_FLAGS, GENERAL_DATASET_FLAGS, check_dataset_flags
+
+        known = {"dataset", "num_prompts", "seed", "model",
+                 *(k for _, fl in DATASET_FLAGS.items() for k, _ in fl),
+                 *(k for k, _ in GENERAL_DATASET_FLAGS)}
+        for k in opts:
+            if k not in known:
+                raise ConfigError(f"workload.dataset_opts: unknown key {shorten(k)}; "
+                                  f"valid: {', '.join(sorted(known))}", field="dataset_opts",
+                                  value=shorten(k))
+        check_int(opts["num_prompts"], "num_prompts")
+        ns = argparse.Namespace(**{"seed": 0, **opts, "dataset": name})
+        check_dataset_flags(ns, defaults={"num_prompts": opts["num_prompts"]})
+        return {**wl, "dataset": name, "dataset_opts": vars(ns)}
+    for k in ("num_prompts", "input_len", "output_len"):
+        if k not in wl:
+            raise ConfigError(f"workload: missing {k!r} (the random dataset's "
+                              f"num_prompts, input_len, output_len)", field=k, value=None)
+    from kvcore.sim.workload import MAX_NUM_PROMPTS
+
+    check_int(wl["num_prompts"], "num_prompts", maximum=MAX_NUM_PROMPTS)
+    check_int(wl["input_len"], "input_len", minimum=0)
+    check_int(wl["output_len"], "output_len", minimum=0)
+    check_int(wl.get("prefix_len", 0), "prefix_len", minimum=0)
+    if wl["input_len"] + wl.get("prefix_len", 0) < 1:
+        raise ConfigError(f"workload: input_len {wl['input_len']} with prefix_len "
+                          f"{wl.get('prefix_len', 0)} gives empty prompts; prefix_len + "
+                          f"input_len must be >= 1", field="input_len", value=wl["input_len"])
+    return wl
+
+
+def check_candidate(cand: Any) -> dict[str, Any]:
+    """A :func:`simulate_once` config, checked and with its lengths read
+    (``max_model_len`` / ``max_num_batched_tokens`` take vLLM's suffixes, as
+    :mod:`kvcore.units`): the counts are ints (no bool, no float), the flags True /
+    False, ``kv_cache_dtype`` a name, ``goodput`` vLLM's SLO keys, ``sim`` engine or
+    fast, the workload as :func:`_check_workload`; unknown keys are refused.  Raises
+    ConfigError naming the field, the value and what is valid."""
+    from kvcore.errors import shorten
+    from kvcore.units import check_int
+
+    if not isinstance(cand, dict):
+        raise ConfigError(f"config: expected a dict, got {shorten(cand)}", field="config",
+                          value=shorten(cand))
+    for k in cand:
+        if k not in _CAND_KEYS:
+            raise ConfigError(f"config: unknown key {shorten(k)}; valid: "
+                              f"{', '.join(sorted(_CAND_KEYS))}", field="config",
+                              value=shorten(k))
+    for k in ("model", "gpu", "max_num_seqs", "workload"):
+        if k not in cand:
+            raise ConfigError(f"config: missing {k!r}", field=k, value=None)
+    if not isinstance(cand["gpu"], str):
+        raise ConfigError(f"gpu: expected a GPU name, got {shorten(cand['gpu'])}",
+                          field="gpu", value=shorten(cand["gpu"]))
+    from kvcore.deploy.gpus import get_gpu
+
+    get_gpu(cand["gpu"])
+    out = dict(cand)
+    for k in ("tensor_parallel_size", "pipeline_parallel_size"):
+        out[k] = check_int(cand.get(k, 1), k)
+    out["max_num_seqs"] = check_int(cand["max_num_seqs"], "max_num_seqs")
+    out["max_num_batched_tokens"] = _mnbt(cand.get("max_num_batched_tokens"))
+    out["max_model_len"] = _max_model_len(cand.get("max_model_len"))
+    if cand.get("block_size") is not None:
+        out["block_size"] = check_int(cand["block_size"], "block_size")
+    dt = cand.get("kv_cache_dtype", "auto")
+    if not isinstance(dt, str) or not dt.strip():
+        raise ConfigError(f"kv_cache_dtype: expected a kv_cache_dtype name, got "
+                          f"{shorten(dt)}", field="kv_cache_dtype", value=shorten(dt))
+    mm = cand.get("mamba_cache_mode")
+    if mm is not None and not isinstance(mm, str):
+        raise ConfigError(f"mamba_cache_mode: expected align, none or None, got "
+                          f"{shorten(mm)}", field="mamba_cache_mode", value=shorten(mm))
+    _prefix_caching(cand)
+    _chunked(cand)
+    out["goodput"] = _check_goodput(cand.get("goodput"))
+    _check_sim(cand.get("sim", "engine"))
+    out["workload"] = _check_workload(cand["workload"])
+    return out
+
+
+def _default_mnbt(gpu: str, max_model_len: int, chunked: bool) -> int:
+    """vLLM 0.32's ``max_num_batched_tokens`` when ``vllm serve`` is not given one
+    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``): the serve default
+    of the GPU (:func:`kvcore.sim.command.vllm_serve_defaults`), raised with chunked
+    prefill off to ``max(max_model_len, default)`` (arg_utils.py: "If max_model_len is
+    too short, use the default for higher throughput")."""
+    from kvcore.deploy.gpus import get_gpu
+    from kvcore.sim.command import vllm_serve_defaults
+
+    g = get_gpu(gpu)
+    default = vllm_serve_defaults(getattr(g, "memory_bytes", None), g.name)[1]
+    return default if chunked else max(max_model_len, default)
 
 
 # ---- CLI -------------------------------------------------------------------------------
 
-def _ints(flag: str) -> Any:
+def _ints(flag: str, *, lengths: bool = False) -> Any:
+    """An argparse ``type=`` for a comma list of positive ints; ``lengths``: each item
+    read as vLLM reads a length (``8k``, ``16K``: :func:`kvcore.units.parse_length`, as
+    ``vllm serve --max-num-batched-tokens`` does)."""
+    from kvcore.units import parse_length
+
     def parse(text: str) -> list[int]:
         out = []
         for part in str(text).split(","):
-            try:
-                v = int(part)
-            except ValueError:
-                v = 0
+            if lengths:
+                try:
+                    v = parse_length(part, flag[2:].replace("-", "_"))
+                except ConfigError as exc:
+                    raise argparse.ArgumentTypeError(
+                        f"{flag}: expected positive lengths separated by commas, got "
+                        f"{text!r} ({exc.message})") from None
+            else:
+                try:
+                    v = int(part)
+                except ValueError:
+                    v = 0
             if v < 1:
                 raise argparse.ArgumentTypeError(
                     f"{flag}: expected positive integers separated by commas, got "
@@ -517,6 +922,20 @@ def _ints(flag: str) -> Any:
             out.append(v)
         return out
     return parse
+
+
+def _dtypes_arg(text: str) -> list[str]:
+    """``--kv-cache-dtype auto,fp8``: a comma list of vLLM 0.32's kv_cache_dtype names
+    (no empty item; a name ``vllm serve`` refuses is refused here, naming it)."""
+    items = str(text).split(",")
+    if not text.strip() or any(not d.strip() for d in items):
+        raise argparse.ArgumentTypeError(
+            f"--kv-cache-dtype: expected a comma list of kv_cache_dtype names, got "
+            f"{text!r}")
+    try:
+        return [check_vllm_kv_cache_dtype(d.strip(), "--kv-cache-dtype") for d in items]
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def add_subparser(sub: Any) -> argparse.ArgumentParser:
@@ -558,19 +977,24 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ramp-up-start-rps", type=int, default=None)
     p.add_argument("--ramp-up-end-rps", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit", type=int, default=None, help="first N trace requests")
+    p.add_argument("--limit", type=int, default=None,
+                   help="first N trace requests (N >= 1)")
     p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                    help="SLOs as vLLM's --goodput: ttft:MS tpot:MS e2el:MS")
     p.add_argument("--objective", choices=OBJECTIVES, default=None,
                    help="rank by this figure per GPU (default: goodput with --goodput, "
                         "else output_throughput)")
-    p.add_argument("--max-num-batched-tokens", type=_ints("--max-num-batched-tokens"),
-                   default=[2048, 8192, 16384])
+    p.add_argument("--max-num-batched-tokens",
+                   type=_ints("--max-num-batched-tokens", lengths=True), default=None,
+                   help="token budgets to try, with vLLM's suffixes (8k, 16K; default "
+                        "2048,8192,16384, and with chunked prefill off also vLLM's own "
+                        "default then: max(max_model_len, the serve default))")
     p.add_argument("--max-num-seqs", type=_ints("--max-num-seqs"), default=[64, 256, 1024])
     p.add_argument("--block-size", type=_ints("--block-size"), default=None,
                    help="block sizes to try (default: the planner's)")
-    p.add_argument("--kv-cache-dtype", default="auto,fp8",
-                   help="comma-separated kv_cache_dtype values (default auto,fp8)")
+    p.add_argument("--kv-cache-dtype", type=_dtypes_arg, default=["auto", "fp8"],
+                   help="comma-separated kv_cache_dtype values as vllm serve spells them "
+                        "(default auto,fp8)")
     p.add_argument("--prefix-caching", default=None, choices=["on", "off", "both"],
                    help="default: both with --random-prefix-len or a trace, else on")
     p.add_argument("--chunked-prefill", default="on", choices=["on", "off", "both"],
@@ -582,7 +1006,12 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                         "both for models with Mamba layers); as in vLLM the mode that "
                         "runs is align with prefix caching on and none with it off, so "
                         "each prefix-caching setting gives one candidate")
-    p.add_argument("--max-model-len", type=int, default=None)
+    from kvcore.units import length_arg
+
+    p.add_argument("--max-model-len", type=length_arg("max_model_len", allow_auto=True),
+                   default=None,
+                   help="with vLLM's suffixes (8k, 128K); -1 or auto: the longest that "
+                        "fits (default: the model's)")
     p.add_argument("--top", type=int, default=5, help="runner-ups to print")
     p.add_argument("--backend", choices=["local", "ray", "serial"], default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
@@ -627,14 +1056,21 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
                 "num_prompts": args.num_prompts, "max_concurrency": args.max_concurrency,
                 "request_rate": args.request_rate, "burstiness": args.burstiness,
                 "seed": args.seed}
-    w = Workload(args.random_input_len or 1024, args.random_output_len or 128,
+    input_len = 1024 if args.random_input_len is None else args.random_input_len
+    output_len = 128 if args.random_output_len is None else args.random_output_len
+    prefix_len = args.random_prefix_len or 0
+    if not args.trace:  # vLLM's rule: the shortest prompt (prefix + input) >= 1 token
+        from kvcore.sim.workload import random_dataset
+
+        random_dataset(1, input_len, output_len, prefix_len, 0.0, args.seed)
+    w = Workload(max(1, input_len), max(1, output_len),
                  args.num_prompts, max_concurrency=args.max_concurrency,
                  request_rate=args.request_rate, burstiness=args.burstiness,
-                 prefix_len=args.random_prefix_len or 0,
-                 seed=args.seed)  # validates the numbers
+                 prefix_len=prefix_len, seed=args.seed)  # validates the numbers
     d: dict[str, Any] = {k: getattr(w, k) for k in (
-        "input_len", "output_len", "num_prompts", "max_concurrency", "request_rate",
-        "burstiness", "prefix_len", "seed")}
+        "num_prompts", "max_concurrency", "request_rate", "burstiness", "prefix_len",
+        "seed")}
+    d.update(input_len=input_len, output_len=output_len)
     from kvcore.sim.workload import check_ramp_up, parse_range_ratio
 
     if args.random_range_ratio is not None:
@@ -695,6 +1131,9 @@ def run(args: argparse.Namespace) -> int:
     from kvcore.deploy.gpus import get_gpu
 
     gpu = get_gpu(args.gpu).name
+    from kvcore.sim.command import _model_config
+
+    _model_config(args.model)  # a path, embedded name or HF id (resolved once, here)
     goodput = parse_goodput(args.goodput)
     objective = args.objective or ("goodput" if goodput else "output_throughput")
     if objective == "goodput" and not goodput:
@@ -705,6 +1144,9 @@ def run(args: argparse.Namespace) -> int:
     check_dataset_flags(args, defaults={"num_prompts": 500})
     if args.num_prompts is None:  # a trace: the Workload's placeholder count
         args.num_prompts = 500
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be an integer >= 1 (the first N requests of "
+                          f"--trace), got {args.limit}", field="limit", value=args.limit)
     if args.limit is not None and not args.trace:
         raise ConfigError(f"--limit {args.limit}: takes the first N requests of --trace; "
                           f"the random dataset has --num-prompts", field="limit",
@@ -717,7 +1159,8 @@ def run(args: argparse.Namespace) -> int:
                           value=args.num_prompts)
     lows = [("--num-prompts", args.num_prompts, 1), ("--top", args.top, 1)]
     if args.dataset == "random":
-        lows += [("--random-input-len", args.random_input_len, 1),
+        # vLLM's rule is prefix + shortest input >= 1 (random_dataset checks it)
+        lows += [("--random-input-len", args.random_input_len, 0),
                  ("--random-output-len", args.random_output_len, 0),
                  ("--random-prefix-len", args.random_prefix_len, 0)]
     for flag, v, low in lows:
@@ -728,7 +1171,7 @@ def run(args: argparse.Namespace) -> int:
         # vLLM's get_sampling_params clamps output lengths to >= 1, as kvcore simulate
         args.random_output_len = max(1, args.random_output_len)
     workload = _workload(args)
-    dtypes = [d.strip() for d in args.kv_cache_dtype.split(",") if d.strip()]
+    dtypes = list(args.kv_cache_dtype)
     shared_prefix = bool(args.trace) or args.dataset == "prefix_repetition" or (
         args.dataset == "random" and args.random_prefix_len > 0)
     from kvcore.sim.modes import default_prefix_caching
@@ -741,15 +1184,20 @@ def run(args: argparse.Namespace) -> int:
         mamba = [m.strip() for m in args.mamba_cache_mode.split(",") if m.strip()]
     else:
         mamba = ["none", "align"] if _has_mamba(args.model) else ["none"]
-    configs = candidates(
-        args.model, gpu, tp=args.tp or [1, 2, 4, 8], pp=args.pp,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        block_size=args.block_size or [None], kv_cache_dtype=dtypes,
-        prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
-        goodput=goodput, max_model_len=args.max_model_len,
-        sim="fast" if args.fast else "engine",
-        chunked_prefill={"on": [True], "off": [False], "both": [True, False]}[
-            args.chunked_prefill])
+    mnbt = args.max_num_batched_tokens or [2048, 8192, 16384]
+    chunked = {"on": [True], "off": [False], "both": [True, False]}[args.chunked_prefill]
+    configs = []
+    for cp in chunked:
+        # chunked prefill off and no --max-num-batched-tokens: vLLM's own default then,
+        # max(max_model_len, the serve default) (EngineArgs), is searched too
+        grid = mnbt if cp or args.max_num_batched_tokens else [*mnbt, None]
+        configs += candidates(
+            args.model, gpu, tp=args.tp or [1, 2, 4, 8], pp=args.pp,
+            max_num_batched_tokens=grid, max_num_seqs=args.max_num_seqs,
+            block_size=args.block_size or [None], kv_cache_dtype=dtypes,
+            prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
+            goodput=goodput, max_model_len=args.max_model_len,
+            sim="fast" if args.fast else "engine", chunked_prefill=[cp])
     from kvcore.sim.command import speculative_setup
 
     spec, acceptance = speculative_setup(args)
@@ -758,20 +1206,25 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--fast: the token-level loop does not model speculative "
                               "decoding; drop --fast to simulate --speculative-config",
                               field="fast", value=True)
-        from kvcore.models.config import load_model_config
         from kvcore.sim.speculative import check_model_supports
 
-        check_model_supports(spec, load_model_config(args.model), str(args.model))
+        check_model_supports(spec, _model_config(args.model), str(args.model))
         sp = {"config": spec.config, "rates": list(acceptance.rates), "seed": args.seed,
               "draft_cost": args.spec_draft_cost or 0.0}
         for c in configs:
             c["speculative"] = sp
     if not configs:
-        raise ConfigError(f"--max-num-batched-tokens {args.max_num_batched_tokens}: every "
-                          f"value is below every --max-num-seqs {args.max_num_seqs}; vLLM "
-                          f"refuses max_num_batched_tokens < max_num_seqs "
-                          f"(SchedulerConfig)", field="max_num_batched_tokens",
-                          value=args.max_num_batched_tokens)
+        if all(b < s for b in mnbt for s in args.max_num_seqs):
+            raise ConfigError(f"--max-num-batched-tokens {mnbt}: every value is below "
+                              f"every --max-num-seqs {args.max_num_seqs}; vLLM refuses "
+                              f"max_num_batched_tokens < max_num_seqs (SchedulerConfig)",
+                              field="max_num_batched_tokens", value=str(mnbt))
+        raise ConfigError(f"--max-num-batched-tokens {mnbt}: with --chunked-prefill off "
+                          f"vLLM needs max_num_batched_tokens >= max_model_len "
+                          f"({args.max_model_len}) and >= max_num_seqs; give such values, "
+                          f"or leave --max-num-batched-tokens out (vLLM then uses "
+                          f"max(max_model_len, its default))",
+                          field="max_num_batched_tokens", value=str(mnbt))
     res = tune(configs, objective=objective, backend=args.backend, workers=args.workers,
                address=args.address, progress=None if not args.json else False)
     ranked = res["ranked"]
@@ -788,19 +1241,22 @@ def run(args: argparse.Namespace) -> int:
                           f"{', '.join(reached) or 'none'}; loosen the SLO or search "
                           f"other settings", field="goodput", value=slo)
     if not ranked:
-        reasons = sorted({r["error"] for r in res["failed"]})
-        served = [r for r in reasons if r.startswith("no request can be served")]
+        failed = sorted(res["failed"], key=lambda r: r["error"])
+        served = [r for r in failed if r["error"].startswith("no request can be served")]
         if served:
-            raise ConfigError(f"no candidate serves a request on {gpu}: {served[0]}",
-                              field="max_model_len", value=args.max_model_len)
-        raise ConfigError(f"no candidate could be planned on {gpu}: "
-                          f"{reasons[0] if reasons else 'no candidates'}", field="gpu",
-                          value=gpu)
+            raise ConfigError(f"no candidate serves a request on {gpu}: "
+                              f"{served[0]['error']}", field="max_model_len",
+                              value=args.max_model_len)
+        first = failed[0] if failed else {"error": "no candidates"}
+        # the underlying refusal's field and value (kv_cache_dtype 'fp9', not the GPU)
+        raise ConfigError(f"no candidate could be planned on {gpu}: {first['error']}",
+                          field=first.get("field", "gpu"),
+                          value=first.get("value", gpu))
     keys = ("request_goodput", "output_throughput", "request_throughput", "median_ttft_ms",
             "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "preemptions",
             "spec_decode_acceptance_length", "spec_decode_acceptance_rate")
     def entry(r: dict[str, Any]) -> dict[str, Any]:
-        c = {k: r["config"][k] for k, _ in _FLAGS}
+        c = {k: r["config"].get(k) for k, _ in _FLAGS}
         c["enable_prefix_caching"] = r["config"]["enable_prefix_caching"]
         c["enable_chunked_prefill"] = r["config"].get("enable_chunked_prefill", True)
         f = {k: r["figures"][k] for k in keys if k in r["figures"]}
@@ -827,7 +1283,8 @@ def run(args: argparse.Namespace) -> int:
                           "margin_note": margin_note,
                           "speculative_config": None if spec is None else spec.config,
                           "spec_acceptance_rate": args.spec_acceptance_rate,
-                          "failed": [{"config": {k: f["config"][k] for k, _ in _FLAGS},
+                          "failed": [{"config": {k: f["config"].get(k)
+                                                 for k, _ in _FLAGS},
                                       "error": f["error"]} for f in res["failed"]]}))
         return 0
     print(f"best of {len(ranked)} candidates on {gpu} (ranked by {objective} per GPU):")
@@ -863,5 +1320,5 @@ def run(args: argparse.Namespace) -> int:
             print("  ".join(r))
     if res["failed"]:
         print(f"{len(res['failed'])} candidates could not be planned (e.g. "
-              f"{res['failed'][0]['error'][:120]})", file=sys.stderr)
+              f"{res['failed'][0]['error']})", file=sys.stderr)
     return 0
