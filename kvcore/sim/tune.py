@@ -334,6 +334,7 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
     from kvcore.sim.modes import check_vllm_mamba_cache_mode, resolve_mamba_cache_mode
     from kvcore.units import check_int
 
+    _check_model(model)
     if not isinstance(gpu, str):
         raise ConfigError(f"gpu: expected a GPU name, got {shorten(gpu)}", field="gpu",
                           value=shorten(gpu))
@@ -542,7 +543,20 @@ def vllm_command(model: str, cand: dict[str, Any], *,
     import shlex
 
     from kvcore.sim.modes import check_vllm_mamba_cache_mode
+    from kvcore.units import check_int
 
+    _check_model(model)
+    if not isinstance(cand, dict):
+        raise ConfigError(f"vllm_command: the config must be a dict, got "
+                          f"{type(cand).__name__}", field="config",
+                          value=type(cand).__name__)
+    cand = dict(cand)
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
+                "block_size"):
+        if cand.get(key) is not None:
+            cand[key] = check_int(cand[key], key)
+    cand["max_num_batched_tokens"] = _mnbt(cand.get("max_num_batched_tokens"))
+    cand["max_model_len"] = _max_model_len(cand.get("max_model_len"))
     parts = ["vllm", "serve", serve_model(model)]
     for key, flag in _FLAGS:
         v = cand.get(key)
@@ -717,6 +731,21 @@ def _check_goodput(goodput: Any) -> dict[str, float]:
     return out
 
 
+def _check_model(model: Any) -> Any:
+    """A model as kvcore reads it: a config.json path, folder, embedded name or HF id
+    (a non-empty string or path) or a ModelConfig."""
+    import os
+
+    from kvcore.errors import shorten
+    from kvcore.models.config import ModelConfig
+
+    if isinstance(model, ModelConfig) or (isinstance(model, os.PathLike)) or (
+            isinstance(model, str) and model.strip()):
+        return model
+    raise ConfigError(f"model: expected a config.json path, folder, embedded model name or "
+                      f"HF id, got {shorten(model)}", field="model", value=shorten(model))
+
+
 def _check_sim(sim: Any) -> str:
     if sim not in _SIMS or not isinstance(sim, str):
         raise ConfigError(f"sim: unknown simulator {sim!r}; valid: {', '.join(_SIMS)}",
@@ -848,6 +877,7 @@ def check_candidate(cand: Any) -> dict[str, Any]:
     for k in ("model", "gpu", "max_num_seqs", "workload"):
         if k not in cand:
             raise ConfigError(f"config: missing {k!r}", field=k, value=None)
+    _check_model(cand["model"])
     if not isinstance(cand["gpu"], str):
         raise ConfigError(f"gpu: expected a GPU name, got {shorten(cand['gpu'])}",
                           field="gpu", value=shorten(cand["gpu"]))
@@ -1059,10 +1089,16 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
     input_len = 1024 if args.random_input_len is None else args.random_input_len
     output_len = 128 if args.random_output_len is None else args.random_output_len
     prefix_len = args.random_prefix_len or 0
-    if not args.trace:  # vLLM's rule: the shortest prompt (prefix + input) >= 1 token
-        from kvcore.sim.workload import random_dataset
+    from kvcore.sim.workload import check_ramp_up, parse_range_ratio, random_dataset
 
-        random_dataset(1, input_len, output_len, prefix_len, 0.0, args.seed)
+    if args.random_range_ratio is not None and args.trace:
+        raise ConfigError(f"--random-range-ratio {args.random_range_ratio}: shapes the "
+                          f"random dataset; a trace's requests have their own lengths",
+                          field="random_range_ratio", value=args.random_range_ratio)
+    ratio = (None if args.random_range_ratio is None else
+             parse_range_ratio(args.random_range_ratio))
+    if not args.trace:  # vLLM's rule: the shortest prompt (prefix + input) >= 1 token
+        random_dataset(1, input_len, output_len, prefix_len, ratio or 0.0, args.seed)
     w = Workload(max(1, input_len), max(1, output_len),
                  args.num_prompts, max_concurrency=args.max_concurrency,
                  request_rate=args.request_rate, burstiness=args.burstiness,
@@ -1071,14 +1107,8 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
         "num_prompts", "max_concurrency", "request_rate", "burstiness", "prefix_len",
         "seed")}
     d.update(input_len=input_len, output_len=output_len)
-    from kvcore.sim.workload import check_ramp_up, parse_range_ratio
-
-    if args.random_range_ratio is not None:
-        if args.trace:
-            raise ConfigError(f"--random-range-ratio {args.random_range_ratio}: shapes the "
-                              f"random dataset; a trace's requests have their own lengths",
-                              field="random_range_ratio", value=args.random_range_ratio)
-        d["range_ratio"] = parse_range_ratio(args.random_range_ratio)
+    if ratio is not None:
+        d["range_ratio"] = ratio
     check_ramp_up(args.ramp_up_strategy, args.ramp_up_start_rps, args.ramp_up_end_rps,
                   args.request_rate)
     if args.ramp_up_strategy is not None:
@@ -1180,8 +1210,13 @@ def run(args: argparse.Namespace) -> int:
     pc_mode = args.prefix_caching or ("both" if shared_prefix else
                                       "on" if pc_default else "off")
     prefix = {"on": [True], "off": [False], "both": [True, False]}[pc_mode]
-    if args.mamba_cache_mode:
-        mamba = [m.strip() for m in args.mamba_cache_mode.split(",") if m.strip()]
+    if args.mamba_cache_mode is not None:
+        items = args.mamba_cache_mode.split(",")
+        if any(not m.strip() for m in items):  # '' or 'align,,none' is no list of modes
+            raise ConfigError(f"--mamba-cache-mode: expected a comma list of modes (align, "
+                              f"none), got {args.mamba_cache_mode!r}",
+                              field="mamba_cache_mode", value=args.mamba_cache_mode)
+        mamba = [m.strip() for m in items]
     else:
         mamba = ["none", "align"] if _has_mamba(args.model) else ["none"]
     mnbt = args.max_num_batched_tokens or [2048, 8192, 16384]

@@ -578,3 +578,42 @@ def test_vllm_parses_the_printed_lines(tmp_path: Path) -> None:
     want = [[str(d), dt, mml, False, False] for dt in VLLM_KV_CACHE_DTYPES
             for mml in (-1, 8000)]
     assert got == want
+
+
+# ---- the same rules on tune's other paths ---------------------------------------------
+
+@pytest.mark.parametrize(("field", "bad"), [
+    ("tensor_parallel_size", "abc"), ("tensor_parallel_size", 1.7), ("max_num_seqs", True),
+    ("block_size", 16.0), ("max_num_batched_tokens", NAN), ("max_model_len", "4x"),
+    ("max_model_len", 0), ("enable_chunked_prefill", "off")])
+def test_vllm_command_refuses_what_it_cannot_print(field: str, bad: Any) -> None:
+    with pytest.raises(ConfigError) as exc:
+        vllm_command("llama-3.1-8b", {**BASE, field: bad})
+    assert exc.value.extra["field"] == field
+
+
+@pytest.mark.parametrize("model", [None, "", "  ", 5, ["llama-3.1-8b"]])
+def test_a_bad_model_argument_is_named(model: Any) -> None:
+    with pytest.raises(ConfigError) as exc:
+        vllm_command(model, BASE)
+    assert exc.value.extra["field"] == "model"
+    with pytest.raises(ConfigError) as exc:
+        candidates(model, "H100", **CAND_KW)
+    assert exc.value.extra["field"] == "model"
+    _err(simulate_once({**BASE, "model": model}), "model")
+
+
+@pytest.mark.parametrize("text", ["", ",", "none,", "align,,none"])
+def test_tune_empty_mamba_mode_items_are_refused(capsys: Any, text: str) -> None:
+    rc, _, err = _cli(capsys, [*TUNE, "--kv-cache-dtype", "auto", "--mamba-cache-mode", text])
+    assert_clean_error(rc, err, "--mamba-cache-mode")
+
+
+@pytest.mark.parametrize(("ilen", "ratio"), [(1, "0.99"), (1, "0.5"), (3, "0.7")])
+def test_tune_range_ratio_giving_empty_prompts_is_refused_once(capsys: Any, ilen: int,
+                                                               ratio: str) -> None:
+    # floor(ilen * (1 - ratio)) == 0 with no prefix: vLLM refuses (an empty prompt)
+    rc, _, err = _cli(capsys, [*TUNE, "--kv-cache-dtype", "auto", "--random-input-len",
+                               str(ilen), "--random-range-ratio", ratio])
+    assert_clean_error(rc, err, "random_input_len")
+    assert "no candidate" not in err
