@@ -74,7 +74,10 @@ INF = float("inf")
 
 
 def _vllm_source() -> Path | None:
-    hits = sorted(glob.glob("/work/main/.venv-vllm/lib/python3*/site-packages/vllm"))
+    # the vLLM venv of this checkout (integrations/vllm/ci_venv.py makes it)
+    root = Path(__file__).resolve().parents[2]
+    hits = sorted(glob.glob(str(root / ".venv-vllm" / "lib" / "python3*" / "site-packages"
+                                / "vllm")))
     try:
         import vllm  # noqa: F401
 
