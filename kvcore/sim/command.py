@@ -198,8 +198,10 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     ``num_blocks`` is passed to the planner as ``num_gpu_blocks_override`` (blocks,
     counting the null block).  ``requests`` (already read :class:`TraceRequest` objects)
     skips reading ``trace`` again.  Raises ConfigError (bad option or trace, naming the
-    field; every request rejected: naming ``max_model_len`` or ``num_blocks``) and the
-    planner's errors (NotEnoughMemoryError, ...).
+    field: ``max_num_seqs`` / ``limit`` / ``sample_every`` not integers >= 1,
+    ``num_blocks`` < 2, ``progress`` not callable; every request rejected: naming
+    ``max_model_len`` or ``num_blocks``) and the planner's errors
+    (NotEnoughMemoryError, ...).
     """
     import kvcore
     from kvcore.errors import ConfigError
@@ -207,8 +209,13 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     from kvcore.sim.replay import Job, replay
     from kvcore.sim.traces import mooncake_ideal_hit_ratio, read_trace
 
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a callable progress(done) or None, got "
+                          f"{type(progress).__name__}", field="progress",
+                          value=type(progress).__name__)
     for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("limit", limit, 1),
-                             ("num_blocks", num_blocks, 2)):
+                             ("num_blocks", num_blocks, 2),
+                             ("sample_every", sample_every, 1)):
         if value is None and name != "max_num_seqs":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -809,6 +816,14 @@ def select_percentile_metrics(fig: dict[str, Any], selected: Sequence[str] | Non
     for generative models, but issue 21 asks for ``mean_e2el_ms`` too)."""
     if selected is None:
         return fig
+    if isinstance(selected, (str, bytes)) or not isinstance(
+            selected, (list, tuple, set, frozenset)) or not all(
+            isinstance(m, str) for m in selected):
+        from kvcore.errors import ConfigError
+
+        raise ConfigError(f"percentile_metrics must be a list of metric names (of "
+                          f"{', '.join(PERCENTILE_METRICS)}), got {selected!r}",
+                          field="percentile_metrics", value=repr(selected))
     import re
 
     pat = re.compile(r"^(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
@@ -1167,6 +1182,17 @@ def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
     (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``, usage context
     OPENAI_API_SERVER): >= 160 GiB: (1024, 16384); >= 70 GiB and not an A100: (1024,
     8192); otherwise (256, 2048)."""
+    from kvcore.errors import ConfigError
+
+    if gpu_memory_bytes is not None and (isinstance(gpu_memory_bytes, bool) or not
+                                         isinstance(gpu_memory_bytes, int) or
+                                         gpu_memory_bytes < 0):
+        raise ConfigError(f"gpu_memory_bytes must be an integer >= 0 or None, got "
+                          f"{gpu_memory_bytes!r}", field="gpu_memory_bytes",
+                          value=repr(gpu_memory_bytes))
+    if not isinstance(gpu_name, str):
+        raise ConfigError(f"gpu_name must be a string, got {gpu_name!r}",
+                          field="gpu_name", value=repr(gpu_name))
     gib = 1 << 30
     mem = gpu_memory_bytes or 0
     if mem >= 160 * gib:

@@ -319,5 +319,17 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
 
 def with_arrivals(requests: Sequence[TraceRequest], times: Sequence[float]
                   ) -> list[TraceRequest]:
-    """Copies of ``requests`` arriving at ``times`` (seconds)."""
+    """Copies of ``requests`` arriving at ``times`` (seconds).  Raises ConfigError
+    (field ``times``) when the two lengths differ (no request is silently dropped) or
+    a time is not a finite number >= 0."""
+    requests, times = list(requests), list(times)
+    if len(requests) != len(times):
+        raise ConfigError(f"with_arrivals: {len(times)} times for {len(requests)} "
+                          f"requests; give one time per request", field="times",
+                          value=len(times))
+    for t in times:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or \
+                not 0 <= t < math.inf:
+            raise ConfigError(f"with_arrivals: each time must be a finite number of "
+                              f"seconds >= 0, got {t!r}", field="times", value=repr(t))
     return [replace(r, arrival_ms=t * 1000.0) for r, t in zip(requests, times)]

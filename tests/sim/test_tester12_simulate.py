@@ -723,3 +723,79 @@ def test_an_unmodelled_quant_method_is_noted(capsys, tmp_path):
     out = _json(capsys, ["simulate", str(tmp_path / "config.json"), "--gpu", "H100",
                          *SMALL])
     assert "quant_method 'bogus' is not modelled" in (out.get("note") or "")
+
+
+# ---- the other public entry points of these files -----------------------------------------
+
+TRACE = ROOT / "tests" / "data" / "tester1_mooncake_conversation_150.jsonl"
+
+
+@pytest.mark.parametrize("kw,field", [({"sample_every": 0}, "sample_every"),
+                                      ({"sample_every": -1}, "sample_every"),
+                                      ({"sample_every": "x"}, "sample_every"),
+                                      ({"sample_every": 1.5}, "sample_every"),
+                                      ({"progress": 5}, "progress"),
+                                      ({"limit": 0}, "limit"), ({"limit": -5}, "limit"),
+                                      ({"limit": True}, "limit"),
+                                      ({"max_num_seqs": 1.9}, "max_num_seqs"),
+                                      ({"enable_prefix_caching": "off"},
+                                       "enable_prefix_caching")])
+def test_simulate_api_refuses_bad_arguments(kw, field):
+    from kvcore.sim.command import simulate
+
+    with pytest.raises(ConfigError) as e:
+        simulate("llama-3.1-8b", str(TRACE), num_blocks=4000, max_model_len=8192, **kw)
+    assert e.value.extra["field"] == field
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 6), extra=st.integers(-3, 3).filter(bool))
+def test_with_arrivals_never_drops_requests(n, extra):
+    from kvcore.sim.workload import random_dataset, with_arrivals
+
+    reqs = random_dataset(n, 8, 2)
+    with pytest.raises(ConfigError) as e:
+        with_arrivals(reqs, [0.0] * max(0, n + extra))
+    assert e.value.extra["field"] == "times"
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "1", None, True])
+def test_with_arrivals_refuses_a_bad_time(bad):
+    from kvcore.sim.workload import random_dataset, with_arrivals
+
+    with pytest.raises(ConfigError):
+        with_arrivals(random_dataset(2, 8, 2), [0.0, bad])
+
+
+@pytest.mark.parametrize("args,field", [((-1,), "gpu_memory_bytes"),
+                                        (("80GiB",), "gpu_memory_bytes"),
+                                        ((1.5e11,), "gpu_memory_bytes"),
+                                        ((80 << 30, None), "gpu_name")])
+def test_vllm_serve_defaults_refuses_bad_arguments(args, field):
+    from kvcore.sim.command import vllm_serve_defaults
+
+    with pytest.raises(ConfigError) as e:
+        vllm_serve_defaults(*args)
+    assert e.value.extra["field"] == field
+
+
+@pytest.mark.parametrize("gib,name,expected", [(80, "H100", (1024, 8192)),
+                                               (80, "A100-80GB", (256, 2048)),
+                                               (141, "H200", (1024, 8192)),
+                                               (192, "B200", (1024, 16384)),
+                                               (48, "L40S", (256, 2048))])
+def test_vllm_serve_defaults_are_vllms(gib, name, expected):
+    """EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (serve): >= 160 GiB
+    (1024, 16384); >= 70 GiB and not A100 (1024, 8192); else (256, 2048)."""
+    from kvcore.sim.command import vllm_serve_defaults
+
+    assert vllm_serve_defaults(gib << 30, name) == expected
+
+
+@pytest.mark.parametrize("bad", ["ttft", 5, ["ttft", 5]])
+def test_select_percentile_metrics_refuses_a_string(bad):
+    from kvcore.sim.command import select_percentile_metrics
+
+    with pytest.raises(ConfigError) as e:
+        select_percentile_metrics({"mean_ttft_ms": 1.0}, bad)
+    assert e.value.extra["field"] == "percentile_metrics"
