@@ -680,7 +680,11 @@ def suggest_flags(unknown: Sequence[str], parser: argparse.ArgumentParser) -> st
         if alias in parser._option_string_actions:
             hints.append(f"{flag} is vLLM's spelling of {alias} here")
             continue
-        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.75)
+        # never the opposite switch: --no-enable-x is not "close" to --enable-x
+        negated = flag.startswith("--no-")
+        close = difflib.get_close_matches(
+            flag, [o for o in options if o.startswith("--no-") == negated], n=1,
+            cutoff=0.75)
         if close:
             hints.append(f"did you mean {close[0]} (for {flag})?")
     return f" ({'; '.join(hints)})" if hints else ""

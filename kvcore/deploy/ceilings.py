@@ -8,8 +8,9 @@ start"), the others warnings.
 
 * **Mamba state blocks < max_num_seqs** (fatal from vLLM 0.19, vllm#38270 / vllm#49064:
   "max_num_seqs (1024) exceeds available Mamba cache blocks (969)"): each decode
-  sequence holds one Mamba block; the largest ``max_num_seqs`` that starts is the
-  number of blocks.  Before 0.19 vLLM capped the CUDA-graph sizes silently (warning).
+  sequence holds one Mamba block (two in ``align`` mode: its running state and a
+  checkpoint); the largest ``max_num_seqs`` that starts is the number of blocks (half
+  of it in ``align`` mode), and the message states that count.  Before 0.19 vLLM capped the CUDA-graph sizes silently (warning).
 * **Block size above typical prompts** (vllm#40696, vllm#54504: hybrid unification
   inflates ``block_size`` to 528 or 4,224 tokens): prefix caching reuses whole blocks
   only, so a prompt of L tokens can reuse at most ``floor((L - 1) / B) x B`` tokens;
@@ -149,9 +150,15 @@ def check_ceilings(cfg: Any, config: Any, ledger: Any,
             other = "" if vnb == nb else (
                 f" on vLLM's own layout ({(vllm or {}).get('num_groups')} groups; "
                 f"kvcore's layout would have {nb} blocks)")
+            if per_seq == 1:
+                need = f"max_num_seqs ({seqs}) exceeds the Mamba cache blocks ({vnb})"
+            else:  # align: a sequence holds its running state and a checkpoint block
+                need = (f"max_num_seqs ({seqs}) needs {per_seq} Mamba cache blocks per "
+                        f"sequence in {mode} mode: {seqs} x {per_seq} = "
+                        f"{seqs * per_seq} > {vnb} blocks")
             out.append(Ceiling(
                 "mamba_blocks", fatal,
-                f"max_num_seqs ({seqs}) exceeds the Mamba cache blocks ({vnb}){other}: vLLM "
+                f"{need}{other}: vLLM "
                 + ("refuses to start" if fatal else "caps its CUDA-graph sizes")
                 + f"; give --max-num-seqs {limit} or less (or a shorter --max-model-len / "
                   f"more memory)", limit=limit,

@@ -10,8 +10,16 @@ module-level function, as process pools and Ray pickle it by reference).
   ``workers`` processes (default: the CPUs this process may use); ``workers=1`` or a
   single task runs in this process.
 * ``ray``: ``ray.init(address=address, num_cpus=workers)`` (``address`` None: a local
-  Ray instance; ``"auto"`` or ``ray://host:10001``: a cluster), one ``ray.remote``
-  task per simulation.  Ray is an optional extra: ``pip install 'kvcore[ray]'``.
+  Ray instance; ``"auto"``, ``HOST:PORT`` (the head's GCS) or ``ray://HOST[:PORT]``
+  (Ray Client, port 10001 by default): a cluster; ``"local"``: a new local instance),
+  one ``ray.remote`` task per simulation.  Ray is an optional extra: ``pip install
+  'kvcore[ray]'``.  The address is checked before ``ray.init``
+  (:func:`check_ray_address`): its form, then ``HOST:PORT`` is probed with a
+  :data:`RAY_CONNECT_TIMEOUT_S` socket timeout (a TCP connect and an HTTP/2 handshake:
+  Ray's GCS and client servers speak gRPC), so an unreachable cluster is one
+  ConfigError naming ``address`` within seconds rather than Ray's minutes of retries;
+  ``ray.init``'s own ConnectionError / RuntimeError / ValueError become that
+  ConfigError too.
 * ``serial``: in this process, for debugging.
 
 A rich progress bar over the tasks is drawn on stderr when ``progress`` is true and
@@ -27,9 +35,155 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 
-__all__ = ["BACKENDS", "run_tasks", "default_workers"]
+__all__ = ["BACKENDS", "run_tasks", "default_workers", "check_ray_address",
+           "RAY_CONNECT_TIMEOUT_S"]
 
 BACKENDS = ("local", "ray", "serial")
+
+#: seconds the probe of a Ray address waits for the TCP connect and the server's reply
+RAY_CONNECT_TIMEOUT_S = 3.0
+#: the port of ``ray://HOST`` without one (Ray Client's default)
+RAY_CLIENT_PORT = 10001
+_RAY_FORMS = ("auto, local, HOST:PORT (the head node's GCS, e.g. 10.0.0.1:6379) or "
+              "ray://HOST[:PORT] (Ray Client, e.g. ray://10.0.0.1:10001)")
+
+
+def _bad_address(address: Any, why: str) -> ConfigError:
+    from kvcore.errors import shorten
+
+    shown = shorten(address) if isinstance(address, str) and address.strip() \
+        and address.isprintable() else repr(address)
+    return ConfigError(f"--address {shown}: {why}", field="address",
+                       value=shorten(address) if isinstance(address, str)
+                       else repr(address))
+
+
+def _split_host_port(address: str, text: str, default_port: int | None
+                     ) -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` / ``[IPv6]:PORT`` (``default_port`` when the
+    port may be left out), or ConfigError naming ``address``."""
+    host, port_text = text, ""
+    if text.startswith("["):  # [IPv6]:PORT
+        end = text.find("]")
+        if end < 0:
+            raise _bad_address(address, f"an IPv6 host must be in brackets; give "
+                                        f"{_RAY_FORMS}")
+        host, rest = text[1:end], text[end + 1:]
+        if rest and not rest.startswith(":"):
+            raise _bad_address(address, f"not a Ray address; give {_RAY_FORMS}")
+        port_text = rest[1:] if rest else ""
+    elif ":" in text:
+        host, _, port_text = text.rpartition(":")
+    if not host or any(c in host for c in "/?#@[] ") or \
+            (":" in host and not text.startswith("[")):
+        raise _bad_address(address, f"not a Ray address; give {_RAY_FORMS}")
+    if not port_text:
+        if default_port is None:
+            raise _bad_address(address, f"no port; give {_RAY_FORMS}")
+        return host, default_port
+    if not (port_text.isascii() and port_text.isdigit()) or \
+            not 1 <= int(port_text[:6]) <= 65535:
+        raise _bad_address(address, f"the port {port_text!r} is not a number in "
+                                    f"[1, 65535]; give {_RAY_FORMS}")
+    return host, int(port_text)
+
+
+def _probe(address: str, host: str, port: int, timeout: float) -> None:
+    """A TCP connect to ``host:port`` and an HTTP/2 handshake (Ray's GCS and client
+    servers are gRPC servers: they answer the client preface with a SETTINGS frame),
+    each bounded by ``timeout`` seconds; ConfigError naming ``address`` otherwise."""
+    import socket
+
+    what = f"cannot connect to a Ray cluster at {host}:{port}"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as exc:
+        raise _bad_address(address, f"{what} (unknown host: {exc.strerror or exc})"
+                           ) from None
+    except TimeoutError:
+        raise _bad_address(address, f"{what} (no answer within {timeout:g} s)") from None
+    except OSError as exc:
+        raise _bad_address(address, f"{what} ({exc.strerror or exc}); is the cluster "
+                                    f"running (ray start --head) and the port right?"
+                           ) from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        sock.close()  # a TLS server does not answer a plain HTTP/2 preface
+        return
+    try:
+        with sock:
+            sock.settimeout(timeout)
+            # the HTTP/2 client preface, then an empty SETTINGS frame
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                         b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except TimeoutError:
+        raise _bad_address(address, f"{what}: the server there did not answer as a Ray "
+                                    f"(gRPC) server within {timeout:g} s") from None
+    except OSError as exc:
+        raise _bad_address(address, f"{what} ({exc.strerror or exc})") from None
+    if len(head) < 9 or head[3] != 0x04:
+        raise _bad_address(address, f"{what}: the server there is not a Ray (gRPC) "
+                                    f"server; give the head node's GCS port (ray start "
+                                    f"--head prints it, default 6379) or ray://HOST:10001")
+
+
+def check_ray_address(address: Any, *, probe: bool = True,
+                      timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a ``--address`` Ray cannot use before ``ray.init`` sees it: not a string,
+    empty or with spaces, not one of auto / local / ``HOST:PORT`` / ``ray://HOST[:PORT]``
+    (port in [1, 65535]); with ``probe``, a ``HOST:PORT`` (and the address ``auto``
+    finds, when Ray finds one) that does not answer a TCP connect and an HTTP/2
+    handshake within ``timeout`` seconds.  Raises ConfigError naming ``address``."""
+    if not isinstance(address, str):
+        raise _bad_address(address, f"must be a string: {_RAY_FORMS}")
+    if not address.strip() or address != address.strip() or any(
+            c.isspace() or not c.isprintable() for c in address):
+        raise _bad_address(address, f"not a Ray address; give {_RAY_FORMS}")
+    if address == "local":
+        return
+    if address == "auto":
+        if not probe:
+            return
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+        except ImportError:
+            return
+        try:
+            found = canonicalize_bootstrap_address("auto")
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise _bad_address(address, f"cannot connect to a Ray cluster (no running "
+                                        f"cluster found: {_first_line(exc)}); start one "
+                                        f"with ray start --head or give HOST:PORT"
+                               ) from None
+        except Exception:  # noqa: BLE001 - a private Ray API: leave it to ray.init
+            return
+        if isinstance(found, str) and found:
+            try:
+                host, port = _split_host_port(found, found, None)
+            except ConfigError:
+                return
+            _probe(address, host, port, timeout)
+        return
+    if "://" in address:
+        scheme, _, rest = address.partition("://")
+        if scheme != "ray":
+            raise _bad_address(address, f"the scheme {scheme!r} is not Ray's; give "
+                                        f"{_RAY_FORMS}")
+        host, port = _split_host_port(address, rest.rstrip("/"), RAY_CLIENT_PORT)
+    else:
+        host, port = _split_host_port(address, address, None)
+    if probe:
+        _probe(address, host, port, timeout)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def default_workers() -> int:
@@ -103,6 +257,13 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], *, backend: str = 
     if address is not None and backend != "ray":
         raise ConfigError("--address is for --backend ray", field="address",
                           value=address)
+    if address is not None:
+        check_ray_address(address, probe=False)  # its form, before anything runs
+        if workers is not None and address != "local":
+            raise ConfigError(f"--workers {workers}: sets the CPUs of the local Ray "
+                              f"this run starts; a cluster at --address {address} "
+                              f"uses its own CPUs: drop --workers or --address",
+                              field="workers", value=workers)
     tasks = list(tasks)
     enabled = sys.stderr.isatty() if progress is None else progress
     bar = _Bar(len(tasks), label, enabled and bool(tasks))
@@ -167,12 +328,22 @@ def _run_ray(fn: Callable[[Any], Any], tasks: list[Any], workers: int | None,
                           "'kvcore[ray]'", field="backend", value="ray") from exc
     started = False
     if not ray.is_initialized():
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        import logging
+
+        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                              "logging_level": logging.WARNING}
         if address is not None:
+            check_ray_address(address)  # reachable, within seconds
             kw["address"] = address
-        elif workers is not None:
+        if workers is not None:
             kw["num_cpus"] = workers
-        ray.init(**kw)
+        try:
+            ray.init(**kw)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            where = f"--address {address}" if address is not None else "a local Ray"
+            raise ConfigError(f"{where}: cannot connect to a Ray cluster "
+                              f"({type(exc).__name__}: {_first_line(exc)})",
+                              field="address", value=address) from None
         started = True
     try:
         remote = ray.remote(num_cpus=1)(fn)

@@ -50,7 +50,10 @@ from typing import Any
 
 from kvcore.sim.fleet import MAX_REPLICAS  # the bound of --replicas
 from kvcore.sim.traces import TRACE_FORMATS
-from kvcore.sim.workload import MAX_NUM_PROMPTS  # the bound of --num-prompts
+from kvcore.sim.workload import (
+    MAX_NUM_PROMPTS,  # the bound of --num-prompts
+    MAX_SEED,  # the bound of --seed (numpy's)
+)
 from kvcore.units import length_arg, parse_size
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
@@ -72,20 +75,28 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                    help="Mooncake JSONL, Azure LLM inference CSV or kvcore JSONL (or "
                         "--dataset-name)")
     p.add_argument("--trace-format", default="auto", choices=list(TRACE_FORMATS))
-    p.add_argument("--kv-cache-memory", default=None,
+    p.add_argument("--kv-cache-memory", "--kv-cache-memory-bytes", dest="kv_cache_memory",
+                   default=None,
                    help="KV-cache budget per rank (default 16GiB unless --num-blocks is "
-                        "given; 20GiB, 20GB, bytes)")
-    p.add_argument("--num-blocks", type=length_arg("num_blocks", minimum=2), default=None,
+                        "given; 20GiB, 20GB, bytes; --kv-cache-memory-bytes is vLLM's "
+                        "spelling)")
+    p.add_argument("--num-blocks", "--num-gpu-blocks-override", dest="num_blocks",
+                   type=_count_arg("num_blocks", minimum=2, what="blocks"), default=None,
                    help="use this many blocks, counting the null block, instead of the "
-                        "budget's (the planner's num_gpu_blocks_override)")
+                        "budget's (the planner's num_gpu_blocks_override; "
+                        "--num-gpu-blocks-override is vLLM's spelling)")
     p.add_argument("--max-model-len", type=length_arg("max_model_len"), default=None,
                    help="tokens per request, with vLLM's suffixes (128K = 131,072; "
                         "default: the config's maximum); longer requests are rejected")
     p.add_argument("--block-size", type=length_arg("block_size"), default=None)
     p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--tp", type=length_arg("tensor_parallel_size"), default=1,
-                   dest="tensor_parallel_size")
-    p.add_argument("--max-num-seqs", type=length_arg("max_num_seqs"), default=None,
+    p.add_argument("--tp", "--tensor-parallel-size", "-tp",
+                   type=_count_arg("tensor_parallel_size", what="GPUs"), default=1,
+                   dest="tensor_parallel_size",
+                   help="tensor-parallel size (--tensor-parallel-size / -tp: vLLM's "
+                        "spellings)")
+    p.add_argument("--max-num-seqs", type=_count_arg("max_num_seqs", what="requests"),
+                   default=None,
                    help="most requests running at once (default: 64 for the replay; "
                         "vLLM's serve default for the clocked run: 1024 on GPUs of "
                         ">= 70 GiB but A100, else 256)")
@@ -94,9 +105,11 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                    help="token budget per step (default: 8192 for the replay; vLLM's "
                         "serve default for the clocked run: 16384 on GPUs of >= 160 GiB, "
                         "8192 on >= 70 GiB but A100, else 2048)")
-    p.add_argument("--no-prefix-caching", action="store_true",
+    p.add_argument("--no-prefix-caching", "--no-enable-prefix-caching",
+                   dest="no_prefix_caching", action="store_true",
                    help="prefix caching off (default: vLLM 0.32's for the model: on, off "
-                        "for attention-free models such as pure Mamba)")
+                        "for attention-free models such as pure Mamba; "
+                        "--no-enable-prefix-caching is vLLM's spelling)")
     p.add_argument("--enable-prefix-caching", action="store_true",
                    help="prefix caching on for an attention-free model (vLLM's flag)")
     p.add_argument("--mamba-cache-mode", default=None, type=_mamba_mode_arg,
@@ -105,8 +118,8 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                         "ends on) or none; as in vLLM, the mode that runs is align with "
                         "prefix caching on (the default) and none with "
                         "--no-prefix-caching (kvcore.sim.modes)")
-    p.add_argument("--limit", type=length_arg("limit", minimum=0), default=None,
-                   help="replay the first N requests")
+    p.add_argument("--limit", type=_count_arg("limit", minimum=1, what="requests", vllm=False),
+                   default=None, help="replay the first N requests of --trace")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="plot block usage and prefix-hit ratio over the replay; with the "
@@ -130,6 +143,46 @@ def _mamba_mode_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def _count_arg(field: str, *, minimum: int = 1, maximum: int | None = None,
+               what: str = "", vllm: bool = True) -> Any:
+    """An argparse ``type=``: a plain integer in ``[minimum, maximum]`` (``maximum``
+    None: :func:`kvcore.units.bound` of ``field``), as vLLM's ``type=int`` flags take
+    it: no length suffix (``1k``), no decimal.  ``what`` names the unit in the
+    message (``requests``); ``vllm``: the flag is vLLM's (the message says so)."""
+    import argparse
+    import re
+
+    from kvcore.errors import shorten
+    from kvcore.units import bound
+
+    top = bound(field) if maximum is None else maximum
+    unit = f" ({what})" if what else ""
+    src = " (vLLM's type=int)" if vllm else ""
+
+    def parse(text: str) -> int:
+        from kvcore.errors import ConfigError
+
+        raw = str(text).strip()
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", raw) or \
+                not minimum <= int(raw) <= top:
+            raise ConfigError(
+                f"{field} must be an integer in [{minimum:,}, {top:,}]{unit}, without a "
+                f"suffix or decimals{src}, got {shorten(str(text))!r}", field=field,
+                value=shorten(str(text)), minimum=minimum, maximum=top)
+        return int(raw)
+
+    def convert(text: str) -> int:
+        from kvcore.errors import ConfigError
+
+        try:
+            return parse(text)
+        except ConfigError as exc:  # the CLI's --json error keeps its field and value
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    convert.__name__ = field
+    return convert
+
+
 def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None,
              num_blocks: int | None = None, max_model_len: int | None = None,
              block_size: int | None = None, kv_cache_dtype: str = "auto",
@@ -145,8 +198,10 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     ``num_blocks`` is passed to the planner as ``num_gpu_blocks_override`` (blocks,
     counting the null block).  ``requests`` (already read :class:`TraceRequest` objects)
     skips reading ``trace`` again.  Raises ConfigError (bad option or trace, naming the
-    field; every request rejected: naming ``max_model_len`` or ``num_blocks``) and the
-    planner's errors (NotEnoughMemoryError, ...).
+    field: ``max_num_seqs`` / ``limit`` / ``sample_every`` not integers >= 1,
+    ``num_blocks`` < 2, ``progress`` not callable; every request rejected: naming
+    ``max_model_len`` or ``num_blocks``) and the planner's errors
+    (NotEnoughMemoryError, ...).
     """
     import kvcore
     from kvcore.errors import ConfigError
@@ -154,8 +209,13 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     from kvcore.sim.replay import Job, replay
     from kvcore.sim.traces import mooncake_ideal_hit_ratio, read_trace
 
-    for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("limit", limit, 0),
-                             ("num_blocks", num_blocks, 2)):
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a callable progress(done) or None, got "
+                          f"{type(progress).__name__}", field="progress",
+                          value=type(progress).__name__)
+    for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("limit", limit, 1),
+                             ("num_blocks", num_blocks, 2),
+                             ("sample_every", sample_every, 1)):
         if value is None and name != "max_num_seqs":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -374,12 +434,40 @@ def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
     return None, None
 
 
+#: string flags whose empty value would otherwise mean "not given" (``--plot ''``: no
+#: plot, ``--router ''``: round-robin) and the comma-list axes of a fleet sweep
+_NON_EMPTY_FLAGS = ("plot", "router", "time_model", "result_dir", "result_filename",
+                    "label", "trace", "model", "address")
+_LIST_FLAGS = ("model", "trace", "router")
+
+
+def check_empty_values(args: argparse.Namespace) -> None:
+    """Refuse an empty (or blank) value of a string flag and an empty item of a comma
+    list (``--router round-robin,,least-loaded``), naming the flag: an empty value is
+    not "not given".  Raises ConfigError."""
+    from kvcore.errors import ConfigError
+
+    for name in _NON_EMPTY_FLAGS:
+        v = getattr(args, name, None)
+        flag = "MODEL" if name == "model" else "--" + name.replace("_", "-")
+        if isinstance(v, str) and not v.strip():
+            drop = "" if name == "model" else f" (or drop {flag})"
+            raise ConfigError(f"{flag} {v!r}: an empty value; give one{drop}",
+                              field=name, value=v)
+        if name in _LIST_FLAGS and isinstance(v, str) and "," in v and any(
+                not item.strip() for item in v.split(",")):
+            raise ConfigError(f"{flag} {v!r}: an empty item in the comma list; give "
+                              f"values separated by single commas", field=name,
+                              value=v)
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``kvcore simulate`` (returns the exit status)."""
     from kvcore.errors import NotEnoughMemoryError
     from kvcore.sim.traces import read_trace
 
     # cheap checks first: nothing below is worth a replay that cannot be saved
+    check_empty_values(args)
     if args.plot:
         check_plot_path(args.plot)
     if args.kv_cache_memory is not None:
@@ -394,7 +482,8 @@ def run(args: argparse.Namespace) -> int:
     check_mode_flags(args, is_clocked)
     if getattr(args, "enable_prefix_caching", False):
         if args.no_prefix_caching:
-            raise ConfigError("--enable-prefix-caching and --no-prefix-caching: give one "
+            raise ConfigError("--enable-prefix-caching and --no-prefix-caching (or "
+                              "vLLM's --no-enable-prefix-caching): give one "
                               "(enable_prefix_caching is on or off)",
                               field="enable_prefix_caching", value=True)
     elif not args.no_prefix_caching and "," not in str(args.model):
@@ -727,6 +816,14 @@ def select_percentile_metrics(fig: dict[str, Any], selected: Sequence[str] | Non
     for generative models, but issue 21 asks for ``mean_e2el_ms`` too)."""
     if selected is None:
         return fig
+    if isinstance(selected, (str, bytes)) or not isinstance(
+            selected, (list, tuple, set, frozenset)) or not all(
+            isinstance(m, str) for m in selected):
+        from kvcore.errors import ConfigError
+
+        raise ConfigError(f"percentile_metrics must be a list of metric names (of "
+                          f"{', '.join(PERCENTILE_METRICS)}), got {selected!r}",
+                          field="percentile_metrics", value=repr(selected))
     import re
 
     pat = re.compile(r"^(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
@@ -799,7 +896,8 @@ def add_dataset_arguments(g: Any) -> None:
                    default=None, help="prefix_repetition: tokens after the prefix (default "
                                       "256)")
     g.add_argument("--prefix-repetition-num-prefixes",
-                   type=length_arg("prefix_repetition_num_prefixes"), default=None,
+                   type=_count_arg("prefix_repetition_num_prefixes", what="prefixes"),
+                   default=None,
                    help="prefix_repetition: distinct prefixes, num_prompts // N prompts "
                         "each (default 10)")
     g.add_argument("--prefix-repetition-output-len",
@@ -836,8 +934,9 @@ def add_clock_arguments(p: Any) -> None:
                         "--dataset-name; --dataset is an alias; kvcore.sim.datasets)")
     g.add_argument("--dataset-path", default=None, metavar="FILE",
                    help="the BurstGPT CSV (burstgpt) or ShareGPT JSON (sharegpt)")
-    g.add_argument("--num-prompts", type=length_arg("num_prompts",
-                                                    maximum=MAX_NUM_PROMPTS), default=None,
+    g.add_argument("--num-prompts", type=_count_arg("num_prompts",
+                                                    maximum=MAX_NUM_PROMPTS,
+                                                    what="requests"), default=None,
                    help=f"requests of the dataset (default 1000, vLLM's; at most "
                         f"{MAX_NUM_PROMPTS:,}: ~1 h of CPU)")
     g.add_argument("--random-input-len", type=length_arg("random_input_len", minimum=0),
@@ -865,8 +964,11 @@ def add_clock_arguments(p: Any) -> None:
                    default=None, help="starting request rate of the ramp-up (RPS)")
     g.add_argument("--ramp-up-end-rps", type=_ramp_rps_arg("ramp_up_end_rps"),
                    default=None, help="ending request rate of the ramp-up (RPS)")
-    g.add_argument("--seed", type=length_arg("seed", minimum=0), default=0)
-    g.add_argument("--max-concurrency", type=length_arg("max_concurrency"), default=None,
+    g.add_argument("--seed", type=_count_arg("seed", minimum=0, maximum=MAX_SEED),
+                   default=0, help="seeds the dataset, the arrivals and the acceptance "
+                                   "draws (vLLM's; numpy takes [0, 2**32 - 1])")
+    g.add_argument("--max-concurrency", type=_count_arg("max_concurrency",
+                                                        what="requests"), default=None,
                    help="most outstanding requests (closed loop, vllm bench serve's)")
     g.add_argument("--goodput", nargs="+", type=_goodput_arg, default=None,
                    metavar="KEY:MS", help="SLOs for request_goodput: ttft:MS tpot:MS e2el:MS")
@@ -902,8 +1004,11 @@ def add_clock_arguments(p: Any) -> None:
                    help="plan the KV budget on this GPU (kvcore gpus) and time steps on it")
     g.add_argument("--gpu-memory-utilization", type=_float_arg(
         "gpu_memory_utilization", allow_inf=False), default=None)
-    g.add_argument("--pp", type=length_arg("pipeline_parallel_size"), default=1,
-                   dest="pipeline_parallel_size", help="pipeline-parallel size")
+    g.add_argument("--pp", "--pipeline-parallel-size", "-pp",
+                   type=_count_arg("pipeline_parallel_size", what="stages"), default=1,
+                   dest="pipeline_parallel_size",
+                   help="pipeline-parallel size (--pipeline-parallel-size / -pp: vLLM's "
+                        "spellings)")
     g.add_argument("--time-model", default=None, metavar="NAME",
                    help="a step-time model by name (constant, roofline (needs --gpu), or "
                         "one registered under the kvcore.time_models entry points, given "
@@ -911,8 +1016,10 @@ def add_clock_arguments(p: Any) -> None:
                         "default: the roofline with --gpu, else a constant 10 ms a step")
     from kvcore.deploy.sweep import list_of
 
-    g.add_argument("--replicas", type=list_of(length_arg("replicas",
-                                                         maximum=MAX_REPLICAS)),
+    g.add_argument("--replicas", type=list_of(_count_arg("replicas",
+                                                         maximum=MAX_REPLICAS,
+                                                         what="replicas",
+                                                         vllm=False)),
                    default=None,
                    help="simulate a fleet of N replicas of the plan behind --router "
                         f"(kvcore.sim.fleet; default 1, at most {MAX_REPLICAS:,}); a comma "
@@ -925,7 +1032,8 @@ def add_clock_arguments(p: Any) -> None:
                    help="where a fleet sweep (a comma list in the model, --trace, "
                         "--replicas or --router) runs its simulations: a local process "
                         "pool (default), Ray, or this process (kvcore.sim.backends)")
-    g.add_argument("--workers", type=length_arg("workers"), default=None,
+    g.add_argument("--workers", type=_count_arg("workers", what="processes", vllm=False),
+                   default=None,
                    help="worker processes of a fleet sweep (default: the CPUs)")
     g.add_argument("--address", default=None,
                    help="Ray cluster address for --backend ray (default: a local Ray)")
@@ -1074,6 +1182,17 @@ def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
     (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``, usage context
     OPENAI_API_SERVER): >= 160 GiB: (1024, 16384); >= 70 GiB and not an A100: (1024,
     8192); otherwise (256, 2048)."""
+    from kvcore.errors import ConfigError
+
+    if gpu_memory_bytes is not None and (isinstance(gpu_memory_bytes, bool) or not
+                                         isinstance(gpu_memory_bytes, int) or
+                                         gpu_memory_bytes < 0):
+        raise ConfigError(f"gpu_memory_bytes must be an integer >= 0 or None, got "
+                          f"{gpu_memory_bytes!r}", field="gpu_memory_bytes",
+                          value=repr(gpu_memory_bytes))
+    if not isinstance(gpu_name, str):
+        raise ConfigError(f"gpu_name must be a string, got {gpu_name!r}",
+                          field="gpu_name", value=repr(gpu_name))
     gib = 1 << 30
     mem = gpu_memory_bytes or 0
     if mem >= 160 * gib:
@@ -1291,7 +1410,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
         if args.num_blocks is not None:
             # the block count is the limit asked for: check it alone first, so that a
             # count too small for one request is named as such (not as the GPU's budget)
-            kvcore.plan_model(args.model, kv_cache_memory_bytes=None, **plan_kw)
+            kvcore.plan_model(args.model, **{**plan_kw, "kv_cache_memory_bytes": None})
         gkw: dict[str, Any] = {}
         if args.gpu_memory_utilization is not None:
             gkw["gpu_memory_utilization"] = args.gpu_memory_utilization
@@ -1321,6 +1440,11 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     if cfg.num_blocks is None:
         raise ConfigError("simulate needs a KV-cache budget: pass --kv-cache-memory, "
                           "--num-blocks or --gpu", field="kv_cache_memory")
+    # the weights' caveats the GPU plan noted (a quant_method kvcore does not model is
+    # counted in the model dtype), as kvcore plan prints them
+    for wnote in getattr(getattr(cfg, "stats", None), "notes", None) or ():
+        if isinstance(wnote, str) and "quant_method" in wnote:
+            note = f"{note}; {wnote}" if note else wnote
     mml = int(cfg.max_model_len or args.max_model_len or 0)
     if not chunked and mnbt < mml:
         if args.max_num_batched_tokens is not None:

@@ -31,9 +31,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, shorten
 
-__all__ = ["GOODPUT_METRICS", "parse_goodput", "serving_metrics", "client_queue_metrics",
+__all__ = ["GOODPUT_METRICS", "parse_goodput", "check_goodput", "check_percentiles",
+           "serving_metrics", "client_queue_metrics",
            "format_summary",
            "mean", "median", "std", "percentile"]
 
@@ -111,6 +112,62 @@ def parse_goodput(pairs: Iterable[str] | None) -> dict[str, float]:
     return out
 
 
+def _show(value: Any) -> str:
+    """A value for a message: a string quoted (``'99'``, not ``99``), cut when long."""
+    return shorten(repr(value)) if isinstance(value, str) else shorten(value)
+
+
+def check_goodput(goodput: Any) -> dict[str, float]:
+    """``goodput`` as :func:`serving_metrics` takes it: None or ``{}`` (no SLO), or a
+    dict ``{name: milliseconds}`` with names among vLLM's ``VALID_NAMES``
+    (:data:`GOODPUT_METRICS`: ttft, tpot, e2el) and values numbers >= 0 (vLLM's
+    ``check_goodput_args``; NaN refused, inf: no limit).  Raises ConfigError (field
+    ``goodput``) naming the key or value and what is valid; a list of ``"KEY:MS"``
+    strings (the CLI's form) is refused with the way to read it
+    (:func:`parse_goodput`)."""
+    if goodput is None:
+        return {}
+    if not isinstance(goodput, dict):
+        hint = (f"; parse_goodput({_show(goodput)}) reads the CLI's KEY:MS pairs"
+                if isinstance(goodput, (str, list, tuple)) else "")
+        raise ConfigError(f"goodput must be a dict {{name: milliseconds}} with names "
+                          f"among {', '.join(GOODPUT_METRICS)} (vLLM's), got "
+                          f"{_show(goodput)}{hint}", field="goodput",
+                          value=shorten(goodput))
+    out: dict[str, float] = {}
+    for name, value in goodput.items():
+        if name not in GOODPUT_METRICS:
+            raise ConfigError(f"goodput: unknown metric {_show(name)}; the service "
+                              f"level objective name must be one of "
+                              f"{', '.join(GOODPUT_METRICS)} (vLLM's VALID_NAMES)",
+                              field="goodput", value=shorten(name))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not value >= 0:
+            raise ConfigError(f"goodput[{name!r}]: the value must be a number of "
+                              f"milliseconds >= 0, got {_show(value)}",
+                              field="goodput", value=shorten(value))
+        out[name] = float(value)
+    return out
+
+
+def check_percentiles(percentiles: Any) -> list[float]:
+    """``percentiles`` as :func:`serving_metrics` takes it: a non-empty list or tuple
+    of numbers in [0, 100] (``--metric-percentiles`` read: ``[99.0]``).  Raises
+    ConfigError (field ``percentiles``) for a string (``"99"`` would be read per
+    character), another type, an empty list or a value out of range."""
+    if isinstance(percentiles, (str, bytes)) or \
+            not isinstance(percentiles, (list, tuple)) or not percentiles:
+        raise ConfigError(f"percentiles must be a non-empty list of numbers in [0, 100] "
+                          f"(e.g. [50, 90, 99]), got {_show(percentiles)}",
+                          field="percentiles", value=shorten(percentiles))
+    for p in percentiles:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
+            raise ConfigError(f"percentiles: each must be a number in [0, 100], got "
+                              f"{_show(p)} (in {_show(percentiles)})",
+                              field="percentiles", value=shorten(p))
+    return [float(p) for p in percentiles]
+
+
 def _stats(prefix: str, xs: list[float], percentiles: Sequence[float]
            ) -> dict[str, float]:
     s = sorted(xs)
@@ -135,6 +192,13 @@ def client_queue_metrics(requests: Sequence[Any], *, max_concurrency: int | None
     ``{mean,median,std,pNN}_{metric}_ms`` (ms), each metric only when it is in
     ``selected`` (vLLM's ``process_one_metric``; ``None``: neither, as vLLM's default
     ``ttft,tpot,itl``).  Without ``max_concurrency``: ``{}`` (vLLM reports neither)."""
+    percentiles = check_percentiles(percentiles)
+    if selected is not None and (isinstance(selected, (str, bytes)) or not isinstance(
+            selected, (list, tuple, set, frozenset)) or not all(
+            isinstance(m, str) for m in selected)):
+        raise ConfigError(f"selected must be a list of metric names (e.g. "
+                          f"['client_queue_time']), got {_show(selected)}",
+                          field="selected", value=shorten(selected))
     if max_concurrency is None or not selected:
         return {}
     done = [r for r in requests if not r.rejected and r.finish >= 0]
@@ -157,7 +221,11 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
     send: the API server's share already in them).
 
     Raises ConfigError (field ``result``) when ``result`` is not an EngineResult-like
-    object (``requests``, ``duration``, ``step_end``, ``step_usage``)."""
+    object (``requests``, ``duration``, ``step_end``, ``step_usage``), and for a bad
+    ``goodput`` (:func:`check_goodput`: an unknown key names it and lists ttft, tpot,
+    e2el) or ``percentiles`` (:func:`check_percentiles`)."""
+    goodput = check_goodput(goodput)
+    percentiles = check_percentiles(percentiles)
     if not all(hasattr(result, a) for a in ("requests", "duration", "step_end",
                                               "step_usage", "steps")):
         raise ConfigError(f"serving_metrics: result must be an EngineResult (from "

@@ -573,19 +573,43 @@ class Efficiency:
     compute_hbm3: float = 1.0
 
     def __post_init__(self) -> None:
-        """Raises ConfigError naming the field: an efficiency or ``roofline_p`` that is
-        not a finite number > 0, or a time that is not a finite number >= 0."""
+        """Raises ConfigError naming the field, the value and the valid range: a
+        fraction of a peak (``compute``, ``memory``, ``memory_hbm3``, ``memory_gddr``,
+        ``moe_memory``, ``moe_compute``) or a discount factor of ``compute``
+        (``compute_fp8``, ``compute_gddr``) outside (0, 1]; ``compute_hbm3`` not a
+        finite number > 0 (the product with ``compute`` is capped at 1); ``roofline_p``
+        not a finite number >= 1 (1: the sum of compute and memory time, larger: nearer
+        their maximum; below 1 the combination would exceed the sum); a time (``*_s``)
+        or ``moe_memory_tokens`` not a finite number >= 0."""
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            positive = not f.name.endswith("_s") and f.name != "moe_memory_tokens"
-            ok = (not isinstance(v, bool) and isinstance(v, (int, float))
-                  and math.isfinite(v) and (v > 0 if positive else v >= 0))
+            number = (not isinstance(v, bool) and isinstance(v, (int, float))
+                      and math.isfinite(v))
+            if f.name in _EFFICIENCY_FRACTIONS:
+                ok, what = number and 0 < v <= 1, "a finite number in (0, 1] (a " \
+                    "fraction of the peak)"
+            elif f.name in _EFFICIENCY_DISCOUNTS:
+                ok, what = number and 0 < v <= 1, "a finite number in (0, 1] (a " \
+                    "factor of compute: kernels reach compute x it of the peak)"
+            elif f.name == "roofline_p":
+                ok, what = number and v >= 1, "a finite number >= 1 (1: compute plus " \
+                    "memory time; larger: nearer their maximum)"
+            elif f.name.endswith("_s"):
+                ok, what = number and v >= 0, "a finite number of seconds >= 0"
+            elif f.name == "moe_memory_tokens":
+                ok, what = number and v >= 0, "a finite number of tokens >= 0"
+            else:  # compute_hbm3: a factor > 0 (compute x it is capped at 1)
+                ok, what = number and v > 0, "a finite number > 0"
             if not ok:
-                what = "a finite number > 0" if positive else \
-                    "a finite number of seconds >= 0" if f.name.endswith("_s") else \
-                    "a finite number of tokens >= 0"
                 raise ConfigError(f"Efficiency.{f.name} must be {what}, got {v!r}",
                                   field=f.name, value=repr(v))
+
+
+#: Efficiency fields that are fractions of a datasheet peak, in (0, 1]
+_EFFICIENCY_FRACTIONS = frozenset({"compute", "memory", "memory_hbm3", "memory_gddr",
+                                   "moe_memory", "moe_compute"})
+#: Efficiency factors of ``compute`` that only discount it, in (0, 1]
+_EFFICIENCY_DISCOUNTS = frozenset({"compute_fp8", "compute_gddr"})
 
 
 @dataclass(frozen=True)
@@ -601,6 +625,12 @@ class StepBreakdown:
     flops: float
     weight_bytes: float
     kv_bytes: float
+
+
+#: ``RooflineTimeModel.memory_type`` values (``GPUPerf.memory_type``)
+MEMORY_TYPES = ("hbm", "hbm3", "gddr")
+#: ``RooflineTimeModel.compute_dtype`` values (:func:`compute_dtype_for`)
+COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -678,6 +708,53 @@ class RooflineTimeModel:
     name: str = ""
     memory_type: str = "hbm"
     compute_dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        """Raises ConfigError naming the field, the value and what is valid: a peak or
+        bandwidth (``peak_flops``, ``hbm_bytes_per_s``, ``link_bytes_per_s``) that is
+        not a finite number > 0; a byte or FLOP figure not a finite number >= 0; a
+        count not an integer >= 0 (parallel sizes and ``act_bytes`` >= 1,
+        ``experts_per_token`` at most ``num_experts``); ``efficiency`` not an
+        :class:`Efficiency`; ``memory_type`` not hbm / hbm3 / gddr; ``compute_dtype``
+        not bf16 / fp8 / fp4; ``name`` not a string."""
+        def bad(name: str, what: str) -> ConfigError:
+            v = getattr(self, name)
+            return ConfigError(f"RooflineTimeModel.{name} must be {what}, got {v!r}",
+                               field=name, value=repr(v))
+
+        def number(v: Any) -> bool:
+            return (not isinstance(v, bool) and isinstance(v, (int, float))
+                    and math.isfinite(v))
+
+        for name in ("peak_flops", "hbm_bytes_per_s", "link_bytes_per_s"):
+            v = getattr(self, name)
+            if not (number(v) and v > 0):
+                raise bad(name, "a finite number > 0 (a datasheet rate per second)")
+        for name in ("dense_weight_bytes", "expert_bytes", "flops_per_token",
+                     "expert_flops_per_token", "lm_head_flops", "q_heads_per_rank"):
+            v = getattr(self, name)
+            if not (number(v) and v >= 0):
+                raise bad(name, "a finite number >= 0")
+        for name, low in (("num_experts", 0), ("experts_per_token", 0),
+                          ("hidden_size", 0), ("num_layers", 0), ("num_moe_layers", 0),
+                          ("tensor_parallel_size", 1), ("pipeline_parallel_size", 1),
+                          ("act_bytes", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise bad(name, f"an integer >= {low}")
+        if self.num_experts and self.experts_per_token > self.num_experts:
+            raise bad("experts_per_token", f"an integer <= num_experts "
+                                           f"({self.num_experts})")
+        if not isinstance(self.efficiency, Efficiency):
+            raise bad("efficiency", "an Efficiency (dataclasses.replace("
+                                    "DEFAULT_EFFICIENCY, compute=...), or give the "
+                                    "fields to roofline_for directly)")
+        if self.memory_type not in MEMORY_TYPES:
+            raise bad("memory_type", f"one of {', '.join(MEMORY_TYPES)}")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise bad("compute_dtype", f"one of {', '.join(COMPUTE_DTYPES)}")
+        if not isinstance(self.name, str):
+            raise bad("name", "a string")
 
     @property
     def batches_in_flight(self) -> int:
@@ -912,6 +989,20 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
                           f"{', '.join(sorted(eff_fields | model_fields))}",
                           field=bad[0], value=overrides[bad[0]])
     base_eff = overrides.get("efficiency", DEFAULT_EFFICIENCY)
+    if not isinstance(base_eff, Efficiency):
+        raise ConfigError(f"roofline_for: efficiency must be an Efficiency, got "
+                          f"{base_eff!r} (give its fields as overrides instead: "
+                          f"compute=0.5, memory=0.6, ...)", field="efficiency",
+                          value=repr(base_eff))
+    from kvcore.deploy.budget import check_kv_cache_dtype
+
+    try:
+        check_kv_cache_dtype(kv_cache_dtype)
+    except ConfigError:
+        raise
+    except KVCoreError as exc:  # an unknown name, or a plugin's dtype not installed
+        raise ConfigError(f"roofline_for: kv_cache_dtype: {exc.message}",
+                          field="kv_cache_dtype", value=repr(kv_cache_dtype)) from exc
     kw: dict[str, Any] = {
         "peak_flops": peak,
         "hbm_bytes_per_s": perf.hbm_bytes_per_s,

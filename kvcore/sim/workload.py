@@ -43,7 +43,7 @@ from kvcore.sim.traces import TraceRequest
 
 __all__ = ["random_dataset", "arrival_times", "with_arrivals", "parse_range_ratio",
            "resolve_range_ratios", "check_ramp_up", "RAMP_UP_STRATEGIES",
-           "RANDOM_PREFIX_STREAM", "RANDOM_STREAM_BASE"]
+           "RANDOM_PREFIX_STREAM", "RANDOM_STREAM_BASE", "MAX_SEED"]
 
 #: ``vllm bench serve --ramp-up-strategy`` choices (benchmarks/serve.py)
 RAMP_UP_STRATEGIES = ("linear", "exponential")
@@ -66,6 +66,19 @@ def _np() -> Any:
 #: so 10^6 is about an hour (ROUTING.md's scale run); more is refused, not left to run
 #: (or allocate) for days
 MAX_NUM_PROMPTS = 1_000_000
+
+#: the largest ``seed``: vLLM's ``vllm bench serve`` seeds numpy's global generator with
+#: ``--seed`` (``np.random.seed(args.seed)``, benchmarks/serve.py), which takes
+#: [0, 2**32 - 1] only, and kvcore's arrivals draw from ``RandomState(seed)`` alike
+MAX_SEED = 2**32 - 1
+
+
+def _seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed must be an integer in [0, 2**32 - 1] (numpy's "
+                          f"RandomState range, as vLLM's np.random.seed(--seed)), got "
+                          f"{seed!r}", field="seed", value=seed)
+    return seed
 
 
 def _int(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -154,7 +167,7 @@ def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 12
     _int("random_input_len", input_len, 0)
     _int("random_output_len", output_len, 0)
     _int("random_prefix_len", prefix_len, 0)
-    _int("seed", seed, 0)
+    _seed(seed)
     r, r_out = resolve_range_ratios(range_ratio)
     in_low = math.floor(input_len * (1 - r))
     in_high = math.ceil(input_len * (1 + r))
@@ -245,12 +258,14 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
     ``ramp_up_strategy`` the rate of each gap follows the ramp and ``request_rate``
     must be inf).
 
-    Raises ConfigError for ``request_rate`` or ``burstiness`` not > 0 (NaN included)
-    and for ramp-up settings vLLM refuses (:func:`check_ramp_up`); a linear ramp-up
+    Raises ConfigError for ``request_rate`` or ``burstiness`` not > 0 (NaN included),
+    a ``seed`` that is not an integer in [0, 2**32 - 1] (:data:`MAX_SEED`), and for
+    ramp-up settings vLLM refuses (:func:`check_ramp_up`); a linear ramp-up
     from 0 whose first gap would have rate 0 is refused as vLLM's ``get_request``
     asserts.
     """
     _int("num_prompts", n, 0, MAX_NUM_PROMPTS)
+    _seed(seed)
     for name, v in (("request_rate", request_rate), ("burstiness", burstiness)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ConfigError(f"{name} must be a number > 0 (inf allowed), got {v!r}",
@@ -304,5 +319,17 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
 
 def with_arrivals(requests: Sequence[TraceRequest], times: Sequence[float]
                   ) -> list[TraceRequest]:
-    """Copies of ``requests`` arriving at ``times`` (seconds)."""
+    """Copies of ``requests`` arriving at ``times`` (seconds).  Raises ConfigError
+    (field ``times``) when the two lengths differ (no request is silently dropped) or
+    a time is not a finite number >= 0."""
+    requests, times = list(requests), list(times)
+    if len(requests) != len(times):
+        raise ConfigError(f"with_arrivals: {len(times)} times for {len(requests)} "
+                          f"requests; give one time per request", field="times",
+                          value=len(times))
+    for t in times:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or \
+                not 0 <= t < math.inf:
+            raise ConfigError(f"with_arrivals: each time must be a finite number of "
+                              f"seconds >= 0, got {t!r}", field="times", value=repr(t))
     return [replace(r, arrival_ms=t * 1000.0) for r, t in zip(requests, times)]
