@@ -804,3 +804,23 @@ def test_select_percentile_metrics_refuses_a_string(bad):
     with pytest.raises(ConfigError) as e:
         select_percentile_metrics({"mean_ttft_ms": 1.0}, bad)
     assert e.value.extra["field"] == "percentile_metrics"
+
+
+def test_a_run_that_takes_no_time_has_no_throughput_figures():
+    """tester12 F8 (related): ConstantTimeModel(0.0) finishes requests at t = 0; the
+    figures are refused (not "completed 4, request_throughput 0.0")."""
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim import serving_metrics
+    from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.sim.timing import ConstantTimeModel
+    from kvcore.sim.workload import random_dataset
+
+    cfg = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=2 << 30,
+                            max_model_len=2048)
+    mgr = KVCacheManager(cfg, max_model_len=2048, max_num_batched_tokens=2048)
+    res = run_engine(mgr, [SimRequest(r) for r in random_dataset(4, 32, 4)],
+                     ConstantTimeModel(0.0), max_num_seqs=8, max_num_batched_tokens=2048,
+                     max_model_len=2048)
+    with pytest.raises(ConfigError) as e:
+        serving_metrics(res)
+    assert e.value.extra["field"] == "duration"
