@@ -234,6 +234,12 @@ def serving_metrics(result: Any, *, goodput: dict[str, float] | None = None,
     done = [r for r in result.requests if not r.rejected and r.finish >= 0]
     failed = sum(1 for r in result.requests if r.rejected)
     dur = result.duration
+    if done and not dur > 0:
+        # requests completed in no time: every throughput would read 0 (or divide by 0)
+        raise ConfigError(f"serving_metrics: {len(done)} requests completed in a run of "
+                          f"duration {dur!r} s: the step-time model's steps take no time "
+                          f"(e.g. ConstantTimeModel(0.0)); give steps a duration > 0 "
+                          f"(step_s or token_s)", field="duration", value=repr(dur))
     ttfts: list[float] = []
     e2els: list[float] = []
     tpots: list[float] = []

@@ -21,11 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kvcore_cli_support import assert_clean_error, run_cli
+from kvcore_plugin_needs import skip_unless_served
 
 import kvcore
 from kvcore.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or tests/packaging's copy)
+#: the folder holding the kvcore package in use (a checkout or a venv's site-packages)
+PKG_PARENT = Path(kvcore.__file__).resolve().parents[1]
 SMALL = ["--dataset-name", "random", "--num-prompts", "3", "--random-input-len", "16",
          "--random-output-len", "4"]
 B = ["simulate", "llama-3.1-8b", "--gpu", "H100", *SMALL]
@@ -384,6 +387,7 @@ def test_mamba_align_ceiling_states_two_blocks_per_sequence(seqs):
     no ceiling, 2 x seqs fit the blocks."""
     from kvcore.deploy.budget import plan_on_gpu
 
+    skip_unless_served("mamba2-2.7b")
     c = plan_on_gpu("mamba2-2.7b", gpu="H200", max_model_len=4096, max_num_seqs=seqs,
                     enable_prefix_caching=True, mamba_cache_mode="align",
                     raise_if_not_fits=False)
@@ -402,6 +406,7 @@ def test_mamba_align_ceiling_states_two_blocks_per_sequence(seqs):
 
 
 def test_mamba_align_ceiling_on_the_cli(capsys):
+    skip_unless_served("mamba2-2.7b")
     err = _err(capsys, ["simulate", "mamba2-2.7b", "--max-model-len", "4096", "--gpu",
                         "H200", "--dataset-name", "random", "--num-prompts", "8",
                         "--random-input-len", "300", "--random-output-len", "20",
@@ -650,7 +655,7 @@ def test_client_queue_selected_must_be_a_list(engine_result):
 # ---- F0: python -m kvcore ------------------------------------------------------------------
 
 def test_python_dash_m_kvcore_runs_the_cli():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PKG_PARENT)}
     ok = subprocess.run([sys.executable, "-m", "kvcore", "simulate", "--help"],
                         capture_output=True, text=True, env=env, timeout=120)
     assert ok.returncode == 0 and "usage: kvcore simulate" in ok.stdout
@@ -716,7 +721,7 @@ def test_empty_values_are_refused_not_ignored(capsys, tmp_path, monkeypatch, arg
 
 
 def test_an_unmodelled_quant_method_is_noted(capsys, tmp_path):
-    cfg = json.loads((ROOT / "kvcore" / "models" / "configs" / "llama-3.1-8b.json")
+    cfg = json.loads((PKG_PARENT / "kvcore" / "models" / "configs" / "llama-3.1-8b.json")
                      .read_text())
     cfg["quantization_config"] = {"quant_method": "bogus"}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -799,3 +804,23 @@ def test_select_percentile_metrics_refuses_a_string(bad):
     with pytest.raises(ConfigError) as e:
         select_percentile_metrics({"mean_ttft_ms": 1.0}, bad)
     assert e.value.extra["field"] == "percentile_metrics"
+
+
+def test_a_run_that_takes_no_time_has_no_throughput_figures():
+    """tester12 F8 (related): ConstantTimeModel(0.0) finishes requests at t = 0; the
+    figures are refused (not "completed 4, request_throughput 0.0")."""
+    from kvcore.runtime import KVCacheManager
+    from kvcore.sim import serving_metrics
+    from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.sim.timing import ConstantTimeModel
+    from kvcore.sim.workload import random_dataset
+
+    cfg = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=2 << 30,
+                            max_model_len=2048)
+    mgr = KVCacheManager(cfg, max_model_len=2048, max_num_batched_tokens=2048)
+    res = run_engine(mgr, [SimRequest(r) for r in random_dataset(4, 32, 4)],
+                     ConstantTimeModel(0.0), max_num_seqs=8, max_num_batched_tokens=2048,
+                     max_model_len=2048)
+    with pytest.raises(ConfigError) as e:
+        serving_metrics(res)
+    assert e.value.extra["field"] == "duration"
