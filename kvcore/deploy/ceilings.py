@@ -141,21 +141,17 @@ def check_ceilings(cfg: Any, config: Any, ledger: Any,
             block_size = max(block_size, int(getattr(g.spec, "block_size", 0) or 0))
     # Mamba blocks vs max_num_seqs
     if "mamba" in kinds and nb and config.stats.get("fits", True) is not False:
-        mode = kw.get("mamba_cache_mode", "none")
-        per_seq = 1 if mode in ("none", None) else 2
+        # vLLM 0.32 compares max_num_seqs with the block count in every cache mode:
+        # "Each decode sequence requires one Mamba cache block" (config/compilation.py
+        # @0.32, the FULL-cudagraph check), align included
         vnb = (vllm or {}).get("num_blocks") or nb
-        limit = max(vnb // per_seq, 0)
+        limit = max(vnb, 0)
         if seqs > limit:
             fatal = version >= (0, 19, 0)
             other = "" if vnb == nb else (
                 f" on vLLM's own layout ({(vllm or {}).get('num_groups')} groups; "
                 f"kvcore's layout would have {nb} blocks)")
-            if per_seq == 1:
-                need = f"max_num_seqs ({seqs}) exceeds the Mamba cache blocks ({vnb})"
-            else:  # align: a sequence holds its running state and a checkpoint block
-                need = (f"max_num_seqs ({seqs}) needs {per_seq} Mamba cache blocks per "
-                        f"sequence in {mode} mode: {seqs} x {per_seq} = "
-                        f"{seqs * per_seq} > {vnb} blocks")
+            need = f"max_num_seqs ({seqs}) exceeds the Mamba cache blocks ({vnb})"
             out.append(Ceiling(
                 "mamba_blocks", fatal,
                 f"{need}{other}: vLLM "
