@@ -181,7 +181,8 @@ def simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     try:
         return _simulate_once(cand)
     except KVCoreError as exc:
-        extra = {k: exc.extra[k] for k in ("field", "value") if k in exc.extra}
+        extra: dict[str, Any] = {k: exc.extra[k] for k in ("field", "value")
+                                 if k in exc.extra}
         return {"config": cand, "error": str(exc.message if hasattr(exc, "message")
                                                else exc), **extra}
 
@@ -295,7 +296,7 @@ def _has_mamba(model: Any) -> bool:
 
 
 def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (1,),
-               max_num_batched_tokens: Sequence[int], max_num_seqs: Sequence[int],
+               max_num_batched_tokens: Sequence[int | None], max_num_seqs: Sequence[int],
                block_size: Sequence[int | None], kv_cache_dtype: Sequence[str],
                prefix_caching: Sequence[bool], mamba_cache_mode: Sequence[str],
                workload: dict[str, Any], goodput: dict[str, float],
