@@ -35,9 +35,6 @@ B = ["simulate", "llama-3.1-8b", "--gpu", "H100", *SMALL]
 VLLM_ARG_UTILS = next(iter(sorted((ROOT / ".venv-vllm" / "lib").glob(
     "python3*/site-packages/vllm/engine/arg_utils.py"))), None) if (
     ROOT / ".venv-vllm").is_dir() else None
-if VLLM_ARG_UTILS is None:  # a worktree: the lead's checkout holds vLLM's source
-    VLLM_ARG_UTILS = next(iter(sorted(Path("/work/main/.venv-vllm/lib").glob(
-        "python3*/site-packages/vllm/engine/arg_utils.py"))), None)
 
 BAD_NUMBERS = [-1, -0.5, 0, math.nan, math.inf, -math.inf, "1", None, True, [1]]
 

@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from kvcore_cli_support import assert_clean_error, run_cli
 
 from kvcore.errors import ConfigError
+from kvcore.models.embedded import embedded_config_path
 from kvcore.sim.tune import (
     VLLM_KV_CACHE_DTYPES,
     candidates,
@@ -68,6 +69,11 @@ CAND_KW: dict[str, Any] = dict(tp=[1], max_num_batched_tokens=[2048], max_num_se
                                block_size=[None], kv_cache_dtype=["auto"],
                                prefix_caching=[True], mamba_cache_mode=["none"],
                                workload=BASE["workload"], goodput={}, max_model_len=4096)
+
+#: the embedded Llama-3.1-8B config.json (from the installed package: the tests also run
+#: from a copy of tests/ in a core-only venv)
+_LLAMA_CONFIG = embedded_config_path("llama-3.1-8b")
+assert _LLAMA_CONFIG is not None
 
 NAN = float("nan")
 INF = float("inf")
@@ -225,7 +231,7 @@ def test_prefix_caching_off_runs_off_and_is_printed() -> None:
 @settings(max_examples=25)
 @given(name=st.text(alphabet=" ab'\"$;&|()*#!~\\", min_size=1, max_size=12))
 def test_model_path_survives_the_shell(name: str) -> None:
-    cfg = Path("kvcore/models/configs/llama-3.1-8b.json").read_text()
+    cfg = _LLAMA_CONFIG.read_text()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / f"m{name}"
         d.mkdir()
@@ -239,7 +245,7 @@ def test_model_path_survives_the_shell(name: str) -> None:
 def test_tune_cli_prints_a_spaced_path_quoted(capsys: Any, tmp_path: Path) -> None:
     d = tmp_path / "my model"
     d.mkdir()
-    (d / "config.json").write_text(Path("kvcore/models/configs/llama-3.1-8b.json")
+    (d / "config.json").write_text(_LLAMA_CONFIG
                                    .read_text())
     rc, out, err = _cli(capsys, [*TUNE[:1], str(d / "config.json"), *TUNE[2:],
                                  "--kv-cache-dtype", "auto", "--max-num-batched-tokens",
@@ -463,6 +469,7 @@ def test_simulate_once_dataset_opts_take_vllms_defaults() -> None:
 # ---- F15: HF ids; input length 0 with a prefix ---------------------------------------
 
 def test_tune_takes_an_hf_id(capsys: Any, monkeypatch: Any) -> None:
+    pytest.importorskip("huggingface_hub")  # kvcore[hf]: ids need it, as in plan
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rc, out, err = _cli(capsys, [*TUNE[:1], "meta-llama/Llama-3.1-8B", *TUNE[2:],
                                  "--kv-cache-dtype", "auto", "--max-num-batched-tokens",
@@ -554,7 +561,7 @@ def test_vllm_parses_the_printed_lines(tmp_path: Path) -> None:
         pytest.skip("no Python with vLLM 0.32 installed")
     d = tmp_path / "my 'model' $x"
     d.mkdir()
-    (d / "config.json").write_text(Path("kvcore/models/configs/llama-3.1-8b.json")
+    (d / "config.json").write_text(_LLAMA_CONFIG
                                    .read_text())
     lines = [vllm_command(str(d / "config.json"), {**BASE, "kv_cache_dtype": dt,
                                                    "enable_prefix_caching": False,
