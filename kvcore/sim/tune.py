@@ -763,6 +763,20 @@ def _check_real(value: Any, field: str, *, allow_inf: bool) -> float:
     return float(value)
 
 
+def _check_dict(obj: Any, name: str, keys: Any) -> None:
+    """``obj`` is a dict whose keys are all in ``keys``; ConfigError naming ``name``
+    otherwise (the key, and the valid ones)."""
+    from kvcore.errors import shorten
+
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{name}: expected a dict, got {shorten(obj)}", field=name,
+                          value=shorten(obj))
+    for k in obj:
+        if k not in keys:
+            raise ConfigError(f"{name}: unknown key {shorten(k)}; valid: "
+                              f"{', '.join(sorted(keys))}", field=name, value=shorten(k))
+
+
 def _check_workload(wl: Any) -> dict[str, Any]:
     """A workload dict as :func:`simulate_once` reads it (see there), checked: unknown
     and missing keys, counts, rates, the dataset name and the trace limit.  Raises
@@ -770,14 +784,7 @@ def _check_workload(wl: Any) -> dict[str, Any]:
     from kvcore.errors import shorten
     from kvcore.units import check_int
 
-    if not isinstance(wl, dict):
-        raise ConfigError(f"workload: expected a dict, got {shorten(wl)}", field="workload",
-                          value=shorten(wl))
-    for k in wl:
-        if k not in _WORKLOAD_KEYS:
-            raise ConfigError(f"workload: unknown key {shorten(k)}; valid: "
-                              f"{', '.join(sorted(_WORKLOAD_KEYS))}", field="workload",
-                              value=shorten(k))
+    _check_dict(wl, "workload", _WORKLOAD_KEYS)
     if wl.get("max_concurrency") is not None:
         check_int(wl["max_concurrency"], "max_concurrency")
     _check_real(wl.get("request_rate", math.inf), "request_rate", allow_inf=True)
@@ -867,14 +874,7 @@ def check_candidate(cand: Any) -> dict[str, Any]:
     from kvcore.errors import shorten
     from kvcore.units import check_int
 
-    if not isinstance(cand, dict):
-        raise ConfigError(f"config: expected a dict, got {shorten(cand)}", field="config",
-                          value=shorten(cand))
-    for k in cand:
-        if k not in _CAND_KEYS:
-            raise ConfigError(f"config: unknown key {shorten(k)}; valid: "
-                              f"{', '.join(sorted(_CAND_KEYS))}", field="config",
-                              value=shorten(k))
+    _check_dict(cand, "config", _CAND_KEYS)
     for k in ("model", "gpu", "max_num_seqs", "workload"):
         if k not in cand:
             raise ConfigError(f"config: missing {k!r}", field=k, value=None)
