@@ -597,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kvcore.sim.tune import add_subparser as add_tune
 
     add_tune(sub)
+    from kvcore.sim.calibrate import add_subparser as add_calibrate
+
+    add_calibrate(sub)
     _add_plugins(sub)
     _add_models(sub)
     from kvcore.deploy.gpus import add_subparser as add_gpus
@@ -627,7 +630,7 @@ def _internal_error(command: str, exc: BaseException, as_json: bool) -> int:
 
 
 #: options that name files (checked before any command runs)
-_PATH_OPTIONS = ("model", "specs", "csv", "plot", "trace")
+_PATH_OPTIONS = ("model", "specs", "csv", "plot", "trace", "efficiency", "output")
 
 
 def _check_paths(args: argparse.Namespace) -> None:

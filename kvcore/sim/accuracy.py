@@ -128,6 +128,14 @@ def _check_row(row: dict[str, Any]) -> None:
                           or not 0 < rate < math.inf):
         raise ConfigError(f"row {row.get('id')!r}: request_rate {rate!r} must be a number "
                           "> 0 or \"inf\"", field="request_rate", value=repr(rate))
+    lens = row.get("output_lens")
+    if lens is not None and (not isinstance(lens, list) or len(lens) != row["num_prompts"]
+                             or not all(isinstance(n, int) and not isinstance(n, bool)
+                                        and n >= 1 for n in lens)):
+        raise ConfigError(f"row {row.get('id')!r}: output_lens must be a list of "
+                          f"{row['num_prompts']} integers >= 1 (one per prompt, as vllm "
+                          "bench serve --save-detailed writes them)", field="output_lens",
+                          value=repr(lens)[:80])
     for m, v in dict(row.get("measured") or {}).items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ConfigError(f"row {row.get('id')!r}: measured {m} {v!r} must be a "
@@ -304,7 +312,8 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     ``lengths`` (:data:`LENGTH_MODELS`, default :data:`DEFAULT_LENGTHS`): ``mean``
     replays every request at the row's mean lengths (rounds v1 - v11); ``sharegpt``
     draws a ShareGPT row's output lengths from :func:`sharegpt_output_lengths`
-    (v12_protocol.md).  Raises ConfigError naming the
+    (v12_protocol.md).  A row with ``output_lens`` (one per prompt: a ``vllm bench
+    serve --save-detailed`` result's, :mod:`kvcore.sim.calibrate`) replays those.  Raises ConfigError naming the
     row's key for a malformed row, or ``lengths`` for an unknown model."""
     from kvcore.errors import ConfigError
     from kvcore.models.config import load_model_config
@@ -359,8 +368,11 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
                          tensor_parallel_size=tp, pipeline_parallel_size=pp,
                          kv_cache_dtype=kvd, efficiency=efficiency)
     rate = row.get("request_rate", "inf")
-    outputs = (sharegpt_output_lengths(int(row["num_prompts"]), osl, isl)
-               if lengths == "sharegpt" and is_sharegpt_row(row) else None)
+    outputs: list[int] | None = None
+    if row.get("output_lens") is not None:  # the run's own, per request
+        outputs = [int(n) for n in row["output_lens"]]
+    elif lengths == "sharegpt" and is_sharegpt_row(row):
+        outputs = sharegpt_output_lengths(int(row["num_prompts"]), osl, isl)
     if sim == "engine":
         fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml),
                               outputs)

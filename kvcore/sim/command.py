@@ -437,7 +437,7 @@ def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
 #: string flags whose empty value would otherwise mean "not given" (``--plot ''``: no
 #: plot, ``--router ''``: round-robin) and the comma-list axes of a fleet sweep
 _NON_EMPTY_FLAGS = ("plot", "router", "time_model", "result_dir", "result_filename",
-                    "label", "trace", "model", "address")
+                    "label", "trace", "model", "address", "efficiency")
 _LIST_FLAGS = ("model", "trace", "router")
 
 
@@ -635,7 +635,7 @@ CLOCK_FLAGS = ("dataset", "request_rate", "burstiness", "max_concurrency", "good
                "time_model", "long_prefill_token_threshold", "gpu_memory_utilization",
                "result_dir", "result_filename", "replicas", "router", "event_delay",
                "speculative_config", "spec_acceptance_rate", "spec_draft_cost",
-               "enable_chunked_prefill")
+               "enable_chunked_prefill", "efficiency")
 #: ConstantTimeModel step time without a GPU step-time model, s
 PLACEHOLDER_STEP_S = 0.01
 #: flags the clockless replay does not read (an error there, not silently ignored)
@@ -645,7 +645,7 @@ REPLAY_IGNORES = ("replicas", "router", "event_delay", "goodput", "max_concurren
                   "time_model", "long_prefill_token_threshold", "result_dir",
                   "result_filename", "backend", "workers", "address",
                   "speculative_config", "spec_acceptance_rate", "spec_draft_cost",
-                  "enable_chunked_prefill")
+                  "enable_chunked_prefill", "efficiency")
 
 
 def _float_arg(field: str, *, allow_inf: bool = True, allow_zero: bool = False) -> Any:
@@ -1009,6 +1009,10 @@ def add_clock_arguments(p: Any) -> None:
                    dest="pipeline_parallel_size",
                    help="pipeline-parallel size (--pipeline-parallel-size / -pp: vLLM's "
                         "spellings)")
+    g.add_argument("--efficiency", default=None, metavar="FILE.json",
+                   help="the roofline's coefficients from kvcore calibrate --output "
+                        "(fitted to your own vllm bench serve runs; needs --gpu); "
+                        "default: kvcore's fitted defaults (docs/SIM_ACCURACY.md)")
     g.add_argument("--time-model", default=None, metavar="NAME",
                    help="a step-time model by name (constant, roofline (needs --gpu), or "
                         "one registered under the kvcore.time_models entry points, given "
@@ -1221,7 +1225,9 @@ def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config
     (``roofline_for`` with that context).  Otherwise
     :class:`~kvcore.sim.timing.ConstantTimeModel` of ``PLACEHOLDER_STEP_S`` per step, a
     placeholder: its latencies count steps, not seconds of any GPU
-    (:func:`time_model_note` says so in the output).
+    (:func:`time_model_note` says so in the output).  ``--efficiency FILE``: the
+    roofline with :func:`kvcore.sim.calibrate.load_efficiency`'s coefficients (a
+    ConfigError without ``--gpu`` or with another ``--time-model``).
     """
     from kvcore.errors import ConfigError
     from kvcore.sim import timing
@@ -1235,6 +1241,17 @@ def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config
     if gpu:
         ctx["gpu"] = gpu
     name = getattr(args, "time_model", None)
+    eff_file = getattr(args, "efficiency", None)
+    if eff_file is not None:
+        if name not in (None, "roofline") or not gpu:
+            raise ConfigError(f"--efficiency {eff_file} sets the roofline model's "
+                              "coefficients: give --gpu (and no other --time-model)",
+                              field="efficiency", value=eff_file)
+        from kvcore.sim.calibrate import load_efficiency
+
+        rest = {k: v for k, v in ctx.items() if k not in ("model_config", "kv_cache_config")}
+        return timing.roofline_for(model_config, kv_cache_config,
+                                   efficiency=load_efficiency(eff_file), **rest)
     if name:
         accepted, required = timing.time_model_options(name)
         lacking = sorted(required - set(ctx))

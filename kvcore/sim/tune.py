@@ -243,9 +243,15 @@ def _simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
             f"max_num_batched_tokens >= {mml_run}, a smaller max_model_len, or none "
             f"(vLLM then uses max(max_model_len, its default))",
             field="max_num_batched_tokens", value=mnbt)
+    eff: dict[str, Any] = {}
+    if cand.get("efficiency") is not None:  # kvcore calibrate's coefficients
+        import dataclasses
+
+        from kvcore.sim.timing import DEFAULT_EFFICIENCY
+        eff["efficiency"] = dataclasses.replace(DEFAULT_EFFICIENCY, **cand["efficiency"])
     model: Any = roofline_for(_model_config(cand["model"]), kv, gpu=cand["gpu"],
                               tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                              kv_cache_dtype=cand.get("kv_cache_dtype", "auto"))
+                              kv_cache_dtype=cand.get("kv_cache_dtype", "auto"), **eff)
     if spec is not None and (cand.get("speculative") or {}).get("draft_cost"):
         from kvcore.sim.speculative import DraftCostTimeModel
 
@@ -601,7 +607,7 @@ _CAND_KEYS = frozenset({"model", "gpu", "tensor_parallel_size", "pipeline_parall
                         "max_num_batched_tokens", "max_num_seqs", "block_size",
                         "kv_cache_dtype", "enable_prefix_caching", "mamba_cache_mode",
                         "enable_chunked_prefill", "max_model_len", "workload", "goodput",
-                        "sim", "speculative", "requested_block_size"})
+                        "sim", "speculative", "requested_block_size", "efficiency"})
 
 #: the keys of a workload dict
 _WORKLOAD_KEYS = frozenset({"input_len", "output_len", "num_prompts", "prefix_len",
@@ -906,7 +912,22 @@ def check_candidate(cand: Any) -> dict[str, Any]:
     out["goodput"] = _check_goodput(cand.get("goodput"))
     _check_sim(cand.get("sim", "engine"))
     out["workload"] = _check_workload(cand["workload"])
+    if cand.get("efficiency") is not None:
+        out["efficiency"] = _check_efficiency(cand["efficiency"])
     return out
+
+
+def _check_efficiency(value: Any) -> dict[str, float]:
+    """A candidate's ``efficiency``: a dict of :class:`kvcore.sim.timing.Efficiency`
+    fields (what ``kvcore calibrate --output`` holds), checked by Efficiency itself;
+    ConfigError naming the field otherwise."""
+    import dataclasses
+
+    from kvcore.sim.timing import DEFAULT_EFFICIENCY
+
+    known = {f.name for f in dataclasses.fields(DEFAULT_EFFICIENCY)}
+    _check_dict(value, "efficiency", known)
+    return dataclasses.asdict(dataclasses.replace(DEFAULT_EFFICIENCY, **value))
 
 
 def _default_mnbt(gpu: str, max_model_len: int, chunked: bool) -> int:
@@ -1066,6 +1087,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                                                         allow_zero=True),
                    default=None, metavar="F",
                    help="kvcore's drafter-time term, as kvcore simulate (default 0)")
+    p.add_argument("--efficiency", default=None, metavar="FILE.json",
+                   help="the step-time model's coefficients from kvcore calibrate "
+                        "--output (fitted to your own vllm bench serve runs); default: "
+                        "kvcore's fitted defaults")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -1234,6 +1259,14 @@ def run(args: argparse.Namespace) -> int:
             prefix_caching=prefix, mamba_cache_mode=mamba, workload=workload,
             goodput=goodput, max_model_len=args.max_model_len,
             sim="fast" if args.fast else "engine", chunked_prefill=[cp])
+    if args.efficiency is not None:  # kvcore calibrate --output
+        import dataclasses
+
+        from kvcore.sim.calibrate import load_efficiency
+
+        coeffs = dataclasses.asdict(load_efficiency(args.efficiency))
+        for c in configs:
+            c["efficiency"] = coeffs
     from kvcore.sim.command import speculative_setup
 
     spec, acceptance = speculative_setup(args)

@@ -1,0 +1,486 @@
+"""Calibrate the roofline clock on your own ``vllm bench serve`` runs.
+
+The default coefficients (:data:`kvcore.sim.timing.DEFAULT_EFFICIENCY`) are fitted on
+published measurements of many deployments.  What they cannot know is the constant of
+*your* deployment: at low load a request's TTFT is one prefill step plus the client's,
+the host's and the HTTP stack's time, and across published short-prompt,
+concurrency-1 runs that time ranges from about 5 to 50 ms (docs/SIM_ACCURACY.md, v13).
+One measured run of the deployment holds it.
+
+``kvcore calibrate MODEL RESULT.json [RESULT.json ...] --gpu GPU [--tp N ...]`` reads
+``vllm bench serve --save-result`` files (:func:`read_bench_result`), replays each run
+(:func:`bench_result_row`: its request count, concurrency, rate, burstiness and mean
+lengths; per-request output lengths with ``--save-detailed``) and moves a few
+:class:`~kvcore.sim.timing.Efficiency` terms (:data:`DEFAULT_TERMS`: the request
+overhead, the GPU's memory efficiency, compute) over fixed grids
+(:data:`CALIBRATION_GRID`) until the simulated figures match the measured ones
+(:func:`calibrate`: coordinate descent minimising the mean absolute log error).  It
+writes the coefficients as JSON (:func:`save_efficiency`);
+``kvcore simulate --efficiency FILE`` and ``kvcore tune --efficiency FILE`` use them
+(:func:`load_efficiency`).
+
+Bad input (a file that is not a result, a field out of range, an unknown term) raises
+:class:`kvcore.errors.ConfigError` naming the file and the field; the CLI prints it on
+one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvcore.errors import ConfigError
+from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency
+
+__all__ = ["read_bench_result", "bench_result_row", "calibrate", "memory_term",
+           "save_efficiency", "load_efficiency", "CALIBRATION_GRID", "DEFAULT_TERMS",
+           "add_subparser", "run"]
+
+#: each calibrated term's grid: the request overhead in 1 - 5 ms steps to 80 ms
+#: (published concurrency-1 TTFT floors reach ~50 ms), memory efficiencies 0.3 - 1.0 by
+#: 0.025, compute 0.2 - 1.0 by 0.05 (the upper edges are the datasheet peaks)
+CALIBRATION_GRID: dict[str, tuple[float, ...]] = {
+    "request_overhead_s": tuple(ms / 1000 for ms in (
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 25, 28, 32,
+        36, 40, 45, 50, 55, 60, 70, 80)),
+    "memory": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+    "memory_hbm3": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+    "memory_gddr": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+    "compute": tuple(round(0.2 + 0.05 * i, 2) for i in range(17)),
+    "step_s": tuple(ms / 1000 for ms in (0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4,
+                                         5, 6, 8)),
+    "api_server_s": tuple(ms / 1000 for ms in (0, 0.5, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15,
+                                               20)),
+}
+
+#: the terms :func:`calibrate` moves by default, in this order; ``memory`` stands for the
+#: GPU's own memory term (:func:`memory_term`)
+DEFAULT_TERMS = ("request_overhead_s", "memory", "compute")
+
+#: the figures compared: the row's measured key -> the result file's key (``{stat}``:
+#: ``median`` or ``mean``)
+_FIGURES = {"output_throughput": "output_throughput", "ttft_ms": "{stat}_ttft_ms",
+            "tpot_ms": "{stat}_tpot_ms"}
+
+#: what ``load_efficiency`` writes and reads
+_FORMAT = "kvcore-efficiency/1"
+
+
+def memory_term(gpu: Any) -> str:
+    """The :class:`Efficiency` memory term that applies on ``gpu`` (a catalog name or
+    GPU): ``memory_hbm3`` on HBM3 / HBM3e parts, ``memory_gddr`` on GDDR parts, else
+    ``memory``.  Raises ConfigError for an unknown GPU or one without perf figures."""
+    from kvcore.deploy.gpus import GPU, get_gpu
+
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    if g.perf is None:
+        raise ConfigError(f"gpu: {g.name} has no peak figures in the catalog; give a GPU "
+                          "with perf figures (kvcore gpus --json)", field="gpu",
+                          value=g.name)
+    return {"hbm3": "memory_hbm3", "gddr": "memory_gddr"}.get(g.perf.memory_type, "memory")
+
+
+def _load_json(path: str | Path, what: str) -> Any:
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; give {what}", field=str(path),
+                          value=str(path)) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
+                          f"{exc}); give {what}", field=str(path), value=str(path)) from None
+
+
+def read_bench_result(path: str | Path) -> dict[str, Any]:
+    """The object of a ``vllm bench serve --save-result`` JSON file (``--save-detailed``
+    adds per-request lists).  Raises ConfigError naming the file when it cannot be read,
+    is not JSON or is not an object; its fields are checked by
+    :func:`bench_result_row`."""
+    obj = _load_json(path, "a vllm bench serve --save-result JSON file")
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: holds a JSON {type(obj).__name__}, not the object "
+                          "vllm bench serve --save-result writes", field=str(path),
+                          value=str(path))
+    return obj
+
+
+def _num(name: str, obj: dict[str, Any], key: str, *, minimum: float = 0.0,
+         strict: bool = True, integer: bool = False) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) \
+        and (v > minimum if strict else v >= minimum) and (not integer or v == int(v))
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        rel = ">" if strict else ">="
+        raise ConfigError(f"{name}: {key} {v!r} is not {kind} {rel} {minimum:g}",
+                          field=key, value=repr(v))
+    return float(v)
+
+
+def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
+                     name: str = "result", statistic: str = "median",
+                     tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                     kv_cache_dtype: str = "auto", max_model_len: int | None = None,
+                     max_num_batched_tokens: int | None = None,
+                     max_num_seqs: int | None = None, enable_prefix_caching: bool = True,
+                     enable_chunked_prefill: bool = True,
+                     kv_cache_memory_gib: float | None = None,
+                     engine: str | None = None) -> dict[str, Any]:
+    """A measurement row (the format of :mod:`kvcore.sim.accuracy`) replaying one
+    ``vllm bench serve`` result: ``completed`` requests (tokens: ``total_input_tokens`` /
+    ``total_output_tokens`` per request, rounded; ``output_lens`` per request when the
+    file has them, failed requests' zeros dropped), the file's ``max_concurrency``,
+    ``request_rate`` (``"inf"`` or requests/s) and ``burstiness``; compared figures
+    ``output_throughput`` (tokens/s), ``{statistic}_ttft_ms`` and
+    ``{statistic}_tpot_ms`` (ms), those the file has.  ``model``: a config path,
+    folder or embedded name; ``gpu``: a catalog name; the rest as ``vllm serve``'s flags
+    of the run (``engine``: ``vllm==X.Y.Z``, the profile its GPU budget is planned with).
+
+    Raises ConfigError naming ``name`` and the field: ``completed`` missing or < 1,
+    token totals missing or < 1 per request, a rate, burstiness or concurrency out of
+    range, a ramp-up run (not replayed), a figure that is not a number >= 0, no figure
+    at all, or ``statistic`` not median / mean."""
+    if statistic not in ("median", "mean"):
+        raise ConfigError(f"statistic {statistic!r} is not one of median, mean",
+                          field="statistic", value=repr(statistic))
+    if result.get("ramp_up_strategy") is not None:
+        raise ConfigError(f"{name}: a --ramp-up-strategy run ({result['ramp_up_strategy']!r})"
+                          " is not replayed by calibrate; valid: a fixed --request-rate or "
+                          "--max-concurrency run", field="ramp_up_strategy",
+                          value=repr(result["ramp_up_strategy"]))
+    done = _num(name, result, "completed", minimum=1, strict=False, integer=True)
+    if done is None:
+        raise ConfigError(f"{name}: has no 'completed' count; valid: a vllm bench serve "
+                          "--save-result file", field="completed")
+    n = int(done)
+    lens: dict[str, int] = {}
+    for key in ("total_input_tokens", "total_output_tokens"):
+        tot = _num(name, result, key, minimum=n, strict=False, integer=True)
+        if tot is None:
+            raise ConfigError(f"{name}: has no {key!r}; valid: a vllm bench serve "
+                              "--save-result file", field=key)
+        lens[key] = max(1, round(tot / n))
+    rate: Any = result.get("request_rate", "inf")
+    if (isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity")) or (
+            isinstance(rate, float) and rate == math.inf):
+        rate = "inf"  # vllm bench serve writes "inf" for --request-rate inf
+    else:
+        rate = _num(name, {"request_rate": rate}, "request_rate")
+    conc = result.get("max_concurrency")
+    if conc is not None:
+        conc = int(_num(name, result, "max_concurrency", minimum=1, strict=False,
+                        integer=True) or 1)
+    burst = _num(name, result, "burstiness")
+    row: dict[str, Any] = {
+        "id": name, "split": "fit", "config": model, "gpu": gpu,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "kv_cache_dtype": kv_cache_dtype, "dataset": "random (the run's mean lengths)",
+        "input_len": lens["total_input_tokens"], "output_len": lens["total_output_tokens"],
+        "num_prompts": n, "max_concurrency": conc, "request_rate": rate,
+        "statistic": statistic, "enable_prefix_caching": enable_prefix_caching,
+        "enable_chunked_prefill": enable_chunked_prefill, "measured": {},
+        "engine": f"vLLM {engine.split('==', 1)[1]}" if engine and "==" in engine else "",
+    }
+    if burst is not None and burst != 1.0:
+        row["burstiness"] = burst
+    for key, val in (("max_model_len", max_model_len),
+                     ("max_num_batched_tokens", max_num_batched_tokens),
+                     ("max_num_seqs", max_num_seqs),
+                     ("kv_cache_memory_gib", kv_cache_memory_gib)):
+        if val is not None:
+            row[key] = val
+    out = result.get("output_lens")
+    if isinstance(out, list):
+        got = [x for x in out if not (isinstance(x, int) and not isinstance(x, bool)
+                                      and x == 0)]
+        if len(got) == n and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                 for x in got):
+            row["output_lens"] = got
+    for fig, key in _FIGURES.items():
+        v = _num(name, result, key.format(stat=statistic), strict=False)
+        if v is not None and v > 0:  # vLLM writes 0 where a figure is undefined
+            row["measured"][fig] = v
+    if not row["measured"]:
+        keys = ", ".join(k.format(stat=statistic) for k in _FIGURES.values())
+        raise ConfigError(f"{name}: quotes none of {keys} (> 0); valid: a vllm bench "
+                          "serve --save-result file", field="output_throughput")
+    from kvcore.sim.accuracy import _check_row
+
+    _check_row(row)
+    return row
+
+
+def _terms(terms: Any, gpus: list[str]) -> list[str]:
+    if isinstance(terms, str) or not isinstance(terms, (list, tuple)) or not terms:
+        raise ConfigError(f"terms {terms!r} must be a non-empty list of names; valid: "
+                          f"{', '.join(CALIBRATION_GRID)} (memory: the GPU's own)",
+                          field="terms", value=repr(terms))
+    out: list[str] = []
+    for t in terms:
+        names = sorted({memory_term(g) for g in gpus}) if t == "memory" else [t]
+        for name in names:
+            if name not in CALIBRATION_GRID:
+                raise ConfigError(f"terms: {name!r} is not a calibrated term; valid: "
+                                  f"{', '.join(CALIBRATION_GRID)}", field="terms",
+                                  value=repr(name))
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def _loss(rows: list[dict[str, Any]], eff: Efficiency, sim: str) -> float:
+    """The mean absolute log error over every figure of ``rows``."""
+    from kvcore.sim.accuracy import METRICS, evaluate
+
+    errs = [abs(math.log1p(r[m]["error"])) for r in evaluate(rows, eff, sim=sim)
+            for m in METRICS if m in r]
+    return sum(errs) / len(errs)
+
+
+def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY, *,
+              terms: Any = DEFAULT_TERMS, rounds: int = 12, sim: str = "fast",
+              log: Any = None) -> tuple[Efficiency, float, float]:
+    """Coordinate descent over :data:`CALIBRATION_GRID` of ``terms`` from ``start``,
+    minimising the mean absolute log error over the rows' figures: the first pass
+    scans each term's whole grid and takes its best value; later passes step each term
+    to a neighbouring grid value while that lowers the loss; it stops after a pass that
+    moves nothing, or after ``rounds`` passes.  A term keeps its value where nothing
+    lowers the loss (a figure the runs do not constrain stays at the default).
+    Returns ``(efficiency, loss_before, loss_after)``.  ``rows``: from
+    :func:`bench_result_row`; ``sim``: ``fast`` (kvcore.sim.fastsim) or ``engine``;
+    ``log(term, value, loss)`` per candidate.  Deterministic.
+
+    Raises ConfigError: no rows, an unknown term, ``rounds`` < 1, an unknown ``sim``,
+    and the rows' own errors (:func:`kvcore.sim.accuracy.simulate_row`)."""
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError("calibrate: no runs to calibrate on; give at least one vllm "
+                          "bench serve result", field="rows", value=repr(rows)[:40])
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"rounds {rounds!r} must be an integer >= 1", field="rounds",
+                          value=repr(rounds))
+    if sim not in ("fast", "engine"):
+        raise ConfigError(f"sim {sim!r} is not one of fast, engine", field="sim",
+                          value=repr(sim))
+    if not isinstance(start, Efficiency):
+        raise ConfigError(f"start {type(start).__name__} is not an Efficiency",
+                          field="start", value=repr(start)[:40])
+    names = _terms(terms, sorted({str(r.get("gpu")) for r in rows}))
+    seen: dict[Efficiency, float] = {}
+
+    def loss_of(eff: Efficiency, name: str, v: float) -> float:
+        if eff not in seen:
+            seen[eff] = _loss(rows, eff, sim)
+            if log is not None:
+                log(name, v, seen[eff])
+        return seen[eff]
+
+    eff = start
+    before = best = seen[eff] = _loss(rows, eff, sim)
+    for pass_no in range(rounds):
+        moved = False
+        for name in names:
+            grid = CALIBRATION_GRID[name]
+            if pass_no == 0:  # the whole grid
+                for v in grid:
+                    cand = dataclasses.replace(eff, **{name: v})
+                    loss = loss_of(cand, name, v)
+                    if loss < best - 1e-12:
+                        best, eff, moved = loss, cand, True
+                continue
+            cur = getattr(eff, name)
+            i = min(range(len(grid)), key=lambda k: abs(grid[k] - cur))
+            for step in (1, -1):  # walk while it helps
+                k = i + step
+                while 0 <= k < len(grid):
+                    cand = dataclasses.replace(eff, **{name: grid[k]})
+                    loss = loss_of(cand, name, grid[k])
+                    if not loss < best - 1e-12:
+                        break
+                    best, eff, moved, i = loss, cand, True, k
+                    k += step
+        if not moved:
+            break
+    return eff, before, best
+
+
+def save_efficiency(eff: Efficiency, path: str | Path, **meta: Any) -> None:
+    """Write ``eff`` as JSON (``{"format": "kvcore-efficiency/1", "efficiency": {...},
+    ...meta}``), every field, so the file reads the same under a later default."""
+    if not isinstance(eff, Efficiency):
+        raise ConfigError(f"efficiency {type(eff).__name__} is not an Efficiency",
+                          field="efficiency", value=repr(eff)[:40])
+    doc = {"format": _FORMAT, "efficiency": dataclasses.asdict(eff), **meta}
+    try:
+        Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be written ({exc.strerror or exc})",
+                          field="output", value=str(path)) from None
+
+
+def load_efficiency(path: str | Path, base: Efficiency = DEFAULT_EFFICIENCY
+                    ) -> Efficiency:
+    """The :class:`Efficiency` of a file :func:`save_efficiency` (``kvcore calibrate
+    --output``) wrote, or of a plain JSON object of Efficiency fields; fields it does
+    not give keep ``base``'s.  Raises ConfigError naming the file and the field: not
+    JSON, not an object, an unknown field (the message lists the valid ones), or a value
+    :class:`Efficiency` refuses."""
+    obj = _load_json(path, "a JSON file of Efficiency fields (kvcore calibrate --output)")
+    fields = obj.get("efficiency") if isinstance(obj, dict) and "format" in obj else obj
+    if isinstance(obj, dict) and "format" in obj and obj["format"] != _FORMAT:
+        raise ConfigError(f"{path}: format {obj['format']!r} is not {_FORMAT!r}",
+                          field="format", value=repr(obj["format"]))
+    if not isinstance(fields, dict):
+        raise ConfigError(f"{path}: holds no object of Efficiency fields; valid: what "
+                          "kvcore calibrate --output writes, or {\"compute\": 0.6, ...}",
+                          field="efficiency", value=str(path))
+    known = {f.name for f in dataclasses.fields(Efficiency)}
+    bad = sorted(str(k) for k in fields if k not in known)
+    if bad:
+        raise ConfigError(f"{path}: unknown Efficiency field(s) {', '.join(bad)}; valid: "
+                          f"{', '.join(sorted(known))}", field=bad[0], value=str(path))
+    try:
+        return dataclasses.replace(base, **fields)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}", field=getattr(exc, "field", None) or "efficiency",
+                          value=str(path)) from None
+
+
+# ---- the CLI ----------------------------------------------------------------------------
+
+def add_subparser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``kvcore calibrate`` on the CLI's subparsers."""
+    from kvcore.sim.command import _count_arg
+    from kvcore.units import length_arg
+
+    p = sub.add_parser("calibrate",
+                       help="fit the simulated clock to your vllm bench serve results",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="config.json path, folder, or embedded name")
+    p.add_argument("results", nargs="+", metavar="RESULT.json",
+                   help="vllm bench serve --save-result files of runs on this deployment")
+    p.add_argument("--gpu", required=True, metavar="NAME", help="catalog GPU (kvcore gpus)")
+    p.add_argument("--tp", "--tensor-parallel-size", "-tp", dest="tensor_parallel_size",
+                   type=_count_arg("tensor_parallel_size", what="GPUs"), default=1)
+    p.add_argument("--pp", "--pipeline-parallel-size", "-pp", dest="pipeline_parallel_size",
+                   type=_count_arg("pipeline_parallel_size", what="stages"), default=1)
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   help="the run's --kv-cache-dtype (auto, fp8, ...)")
+    p.add_argument("--max-model-len", type=length_arg("max_model_len"), default=None)
+    p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
+                   default=None, help="the run's (default: vllm serve's for the GPU)")
+    p.add_argument("--max-num-seqs", type=_count_arg("max_num_seqs", what="requests"),
+                   default=None, help="the run's (default: vllm serve's for the GPU)")
+    p.add_argument("--no-enable-prefix-caching", "--no-prefix-caching",
+                   dest="no_prefix_caching", action="store_true")
+    p.add_argument("--no-enable-chunked-prefill", dest="no_chunked_prefill",
+                   action="store_true")
+    p.add_argument("--kv-cache-memory", default=None, metavar="SIZE",
+                   help="the KV budget per rank the run's log reports (20GiB, bytes); "
+                        "default: planned on --gpu")
+    p.add_argument("--engine", default=None, metavar="vllm==X.Y.Z",
+                   help="the vLLM version that ran (its GPU budget profile)")
+    p.add_argument("--statistic", choices=("median", "mean"), default="median",
+                   help="compare the results' median (default) or mean TTFT / TPOT")
+    p.add_argument("--terms", default=",".join(DEFAULT_TERMS), metavar="NAME,NAME",
+                   help=f"terms to move, in order (default {','.join(DEFAULT_TERMS)}; "
+                        f"memory: the GPU's own; valid: {', '.join(CALIBRATION_GRID)})")
+    p.add_argument("--rounds", type=_count_arg("rounds", what="passes", vllm=False),
+                   default=12, help="most coordinate-descent passes (default 12; it stops "
+                                    "after a pass that moves nothing)")
+    p.add_argument("--sim", choices=("fast", "engine"), default="fast",
+                   help="replay with kvcore.sim.fastsim (default) or the engine")
+    p.add_argument("--output", "-o", default=None, metavar="FILE.json",
+                   help="write the coefficients here (kvcore simulate / tune --efficiency)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """``kvcore calibrate``: read, calibrate, print, write.  Bad input raises
+    ConfigError (the CLI prints one line and exits 2)."""
+    from kvcore.deploy.gpus import get_gpu
+    from kvcore.sim.accuracy import METRICS, evaluate
+
+    get_gpu(args.gpu)
+    kv_gib = None
+    if args.kv_cache_memory is not None:
+        from kvcore.units import parse_size
+
+        kv_gib = parse_size(args.kv_cache_memory, field="kv_cache_memory") / (1 << 30)
+        if not kv_gib > 0:
+            raise ConfigError(f"--kv-cache-memory {args.kv_cache_memory!r} must be > 0",
+                              field="kv_cache_memory", value=args.kv_cache_memory)
+    if args.engine is not None:
+        from kvcore.deploy.engines import get_engine
+
+        get_engine(args.engine)
+    from kvcore.sim.command import _model_config
+
+    _model_config(args.model)  # the model's own error first
+    rows = []
+    for path in args.results:
+        rows.append(bench_result_row(
+            read_bench_result(path), model=args.model, gpu=args.gpu, name=str(path),
+            statistic=args.statistic, tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=args.pipeline_parallel_size,
+            kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            enable_prefix_caching=not args.no_prefix_caching,
+            enable_chunked_prefill=not args.no_chunked_prefill,
+            kv_cache_memory_gib=kv_gib, engine=args.engine))
+    terms = [t for t in args.terms.split(",") if t]
+    eff, before, after = calibrate(rows, terms=terms, rounds=args.rounds, sim=args.sim)
+    old = evaluate(rows, DEFAULT_EFFICIENCY, sim=args.sim)
+    new = evaluate(rows, eff, sim=args.sim)
+    moved = {f.name: getattr(eff, f.name) for f in dataclasses.fields(Efficiency)
+             if getattr(eff, f.name) != getattr(DEFAULT_EFFICIENCY, f.name)}
+    runs = []
+    for row, o, c in zip(rows, old, new):
+        runs.append({"result": row["id"], "figures": {
+            m: {"measured": o[m]["measured"], "default": o[m]["simulated"],
+                "calibrated": c[m]["simulated"]} for m in METRICS if m in o}})
+    if args.output is not None:
+        save_efficiency(eff, args.output, model=args.model, gpu=args.gpu,
+                        tensor_parallel_size=args.tensor_parallel_size,
+                        calibrated_on=[str(p) for p in args.results], terms=terms,
+                        mean_abs_log_error={"default": before, "calibrated": after})
+    if args.json:
+        print(json.dumps({"efficiency": dataclasses.asdict(eff), "changed": moved,
+                          "mean_abs_log_error": {"default": before, "calibrated": after},
+                          "runs": runs, "output": args.output}, indent=1))
+        return 0
+    print(f"Calibrated the roofline clock of {args.model} on {args.gpu} (TP "
+          f"{args.tensor_parallel_size}) on {len(rows)} run(s): mean |log error| "
+          f"{before:.3f} -> {after:.3f}")
+    unit = {"output_throughput": "tok/s", "ttft_ms": "ms", "tpot_ms": "ms"}
+    for r in runs:
+        print(f"  {r['result']}:")
+        for m, f in r["figures"].items():
+            print(f"    {m:17s} measured {f['measured']:10.4g} {unit[m]:5s} default "
+                  f"{f['default']:10.4g} ({100 * (f['default'] / f['measured'] - 1):+.0f} %)"
+                  f"  calibrated {f['calibrated']:10.4g} "
+                  f"({100 * (f['calibrated'] / f['measured'] - 1):+.0f} %)")
+    print("  changed: " + (", ".join(f"{k} {DEFAULT_EFFICIENCY.__dict__[k]:g} -> {v:g}"
+                                     for k, v in moved.items()) or "nothing (the default "
+                                                                   "fits best)"))
+    if args.output is not None:
+        print(f"  wrote {args.output}: kvcore simulate {args.model} --gpu {args.gpu} "
+              f"--efficiency {args.output} ...")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - via kvcore.cli
+    from kvcore.cli import main as cli_main
+
+    return cli_main(["calibrate", *(sys.argv[1:] if argv is None else argv)])
