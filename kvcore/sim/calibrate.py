@@ -133,7 +133,7 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      max_num_seqs: int | None = None, enable_prefix_caching: bool = True,
                      enable_chunked_prefill: bool = True,
                      kv_cache_memory_gib: float | None = None,
-                     engine: str | None = None) -> dict[str, Any]:
+                     engine: str | None = None, dataset: str = "random") -> dict[str, Any]:
     """A measurement row (the format of :mod:`kvcore.sim.accuracy`) replaying one
     ``vllm bench serve`` result: ``completed`` requests (tokens: ``total_input_tokens`` /
     ``total_output_tokens`` per request, rounded; ``output_lens`` per request when the
@@ -143,11 +143,18 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     ``{statistic}_tpot_ms`` (ms), those the file has.  ``model``: a config path,
     folder or embedded name; ``gpu``: a catalog name; the rest as ``vllm serve``'s flags
     of the run (``engine``: ``vllm==X.Y.Z``, the profile its GPU budget is planned with).
+    ``dataset``: the run's ``--dataset-name``, ``random`` (every request at the mean
+    lengths) or ``sharegpt`` (output lengths drawn from ShareGPT's shape and scaled to
+    the run's mean, :func:`kvcore.sim.accuracy.sharegpt_output_lengths`); per-request
+    ``output_lens`` in the file replace either.
 
     Raises ConfigError naming ``name`` and the field: ``completed`` missing or < 1,
     token totals missing or < 1 per request, a rate, burstiness or concurrency out of
     range, a ramp-up run (not replayed), a figure that is not a number >= 0, no figure
     at all, or ``statistic`` not median / mean."""
+    if dataset not in ("random", "sharegpt"):
+        raise ConfigError(f"dataset {dataset!r} is not one of random, sharegpt",
+                          field="dataset_name", value=repr(dataset))
     if statistic not in ("median", "mean"):
         raise ConfigError(f"statistic {statistic!r} is not one of median, mean",
                           field="statistic", value=repr(statistic))
@@ -178,12 +185,19 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     if conc is not None:
         conc = int(_num(name, result, "max_concurrency", minimum=1, strict=False,
                         integer=True) or 1)
-    burst = _num(name, result, "burstiness")
+    burst: Any = result.get("burstiness")
+    if (isinstance(burst, str) and burst.strip().lower() in ("inf", "infinity")) or (
+            isinstance(burst, float) and burst == math.inf):
+        burst = "inf"  # gamma shape inf: evenly spaced arrivals
+    else:
+        burst = _num(name, result, "burstiness")
     row: dict[str, Any] = {
         "id": name, "split": "fit", "config": model, "gpu": gpu,
         "tensor_parallel_size": tensor_parallel_size,
         "pipeline_parallel_size": pipeline_parallel_size,
-        "kv_cache_dtype": kv_cache_dtype, "dataset": "random (the run's mean lengths)",
+        "kv_cache_dtype": kv_cache_dtype,
+        "dataset": ("sharegpt (ShareGPT's output-length shape at the run's mean)"
+                    if dataset == "sharegpt" else "random (the run's mean lengths)"),
         "input_len": lens["total_input_tokens"], "output_len": lens["total_output_tokens"],
         "num_prompts": n, "max_concurrency": conc, "request_rate": rate,
         "statistic": statistic, "enable_prefix_caching": enable_prefix_caching,
@@ -350,7 +364,7 @@ def load_efficiency(path: str | Path, base: Efficiency = DEFAULT_EFFICIENCY
     try:
         return dataclasses.replace(base, **fields)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}", field=getattr(exc, "field", None) or "efficiency",
+        raise ConfigError(f"{path}: {exc}", field=exc.extra.get("field") or "efficiency",
                           value=str(path)) from None
 
 
@@ -388,6 +402,9 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                         "default: planned on --gpu")
     p.add_argument("--engine", default=None, metavar="vllm==X.Y.Z",
                    help="the vLLM version that ran (its GPU budget profile)")
+    p.add_argument("--dataset-name", choices=("random", "sharegpt"), default="random",
+                   help="the runs' vllm bench serve --dataset-name: random (default; "
+                        "the mean lengths) or sharegpt (ShareGPT's output-length shape)")
     p.add_argument("--statistic", choices=("median", "mean"), default="median",
                    help="compare the results' median (default) or mean TTFT / TPOT")
     p.add_argument("--terms", default=",".join(DEFAULT_TERMS), metavar="NAME,NAME",
@@ -438,7 +455,7 @@ def run(args: argparse.Namespace) -> int:
             max_num_seqs=args.max_num_seqs,
             enable_prefix_caching=not args.no_prefix_caching,
             enable_chunked_prefill=not args.no_chunked_prefill,
-            kv_cache_memory_gib=kv_gib, engine=args.engine))
+            kv_cache_memory_gib=kv_gib, engine=args.engine, dataset=args.dataset_name))
     terms = [t for t in args.terms.split(",") if t]
     eff, before, after = calibrate(rows, terms=terms, rounds=args.rounds, sim=args.sim)
     old = evaluate(rows, DEFAULT_EFFICIENCY, sim=args.sim)
