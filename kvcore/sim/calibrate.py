@@ -457,7 +457,22 @@ def run(args: argparse.Namespace) -> int:
             enable_chunked_prefill=not args.no_chunked_prefill,
             kv_cache_memory_gib=kv_gib, engine=args.engine, dataset=args.dataset_name))
     terms = [t for t in args.terms.split(",") if t]
+    import warnings
+
+    for row in rows:
+        if row["request_rate"] == "inf" and row["max_concurrency"] is None:
+            warnings.warn(f"{row['id']}: every request sent at once (request rate inf, no "
+                          "--max-concurrency): its TTFT is the burst's queue, so it pins "
+                          "the request overhead poorly; prefer runs with a rate or a "
+                          "concurrency cap", stacklevel=2)
     eff, before, after = calibrate(rows, terms=terms, rounds=args.rounds, sim=args.sim)
+    for name in _terms(terms, [args.gpu]):
+        grid, v = CALIBRATION_GRID[name], getattr(eff, name)
+        if v != getattr(DEFAULT_EFFICIENCY, name) and v in (grid[0], grid[-1]):
+            warnings.warn(f"{name} ended on its grid's edge ({v:g}): the runs ask for more "
+                          "than this term explains (a queue, a cold start, a client "
+                          "bottleneck?); check the runs before using the file",
+                          stacklevel=2)
     old = evaluate(rows, DEFAULT_EFFICIENCY, sim=args.sim)
     new = evaluate(rows, eff, sim=args.sim)
     moved = {f.name: getattr(eff, f.name) for f in dataclasses.fields(Efficiency)

@@ -293,3 +293,18 @@ def test_real_sweep_calibrated_on_one_rate_predicts_the_others():
     for r in evaluate([rows["2.0"], rows["3.0"]], eff, sim="fast"):
         for m, g in goal.items():
             assert abs(r[m]["error"]) <= g, (r["id"], m, r[m])
+
+
+def test_burst_runs_and_grid_edges_warn(tmp_path, capsys):
+    """A run with every request sent at once is a queue (its TTFT does not pin the
+    overhead): a warning; so is a term that ends on its grid's edge."""
+    burst = {**_GOOD, "request_rate": "inf", "max_concurrency": None, "completed": 40,
+             "total_input_tokens": 40 * 200, "total_output_tokens": 40 * 20,
+             "median_ttft_ms": 5000.0}
+    f = tmp_path / "burst.json"
+    f.write_text(json.dumps(burst))
+    assert cli(["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100",
+                "--terms", "request_overhead_s"]) == 0
+    err = capsys.readouterr().err
+    assert "sent at once" in err
+    assert "request_overhead_s ended on its grid's edge (0.08)" in err
