@@ -796,11 +796,12 @@ def _check_workload(wl: Any) -> dict[str, Any]:
     _check_real(wl.get("request_rate", math.inf), "request_rate", allow_inf=True)
     _check_real(wl.get("burstiness", 1.0), "burstiness", allow_inf=True)
     seed = check_int(wl.get("seed", 0), "seed", minimum=0, maximum=(1 << 63) - 1)
-    if (not math.isinf(wl.get("request_rate", math.inf)) or wl.get("ramp_up_strategy")) \
-            and seed > (1 << 32) - 1:
-        raise ConfigError(f"seed = {seed}: must be in [0, 2**32 - 1] with a request rate "
-                          f"(vllm bench serve's numpy RandomState)", field="seed",
-                          value=seed)
+    from kvcore.sim.workload import MAX_SEED
+
+    if seed > MAX_SEED:  # vllm bench serve seeds numpy with it: np.random.seed(--seed)
+        raise ConfigError(f"seed = {seed}: must be in [0, 2**32 - 1] (vllm bench serve "
+                          f"seeds numpy's RandomState with it, as kvcore.sim.workload)",
+                          field="seed", value=seed)
     if wl.get("limit") is not None:
         if not wl.get("trace") and not wl.get("dataset_opts"):
             raise ConfigError(f"workload.limit {wl['limit']!r}: takes the first N requests "

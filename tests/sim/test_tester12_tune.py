@@ -444,6 +444,10 @@ def test_simulate_once_limit_takes_the_first_n() -> None:
     ({"num_prompts": 3, "input_len": 8, "output_len": 8, "seed": -1}, "seed"),
     ({"num_prompts": 3, "input_len": 8, "output_len": 8, "seed": 1 << 32,
       "request_rate": 5.0}, "seed"),
+    # vLLM refuses every seed >= 2**32 (np.random.seed), with or without a rate
+    ({"num_prompts": 3, "input_len": 8, "output_len": 8, "seed": 1 << 32}, "seed"),
+    ({"num_prompts": 3, "input_len": 8, "output_len": 8, "seed": (1 << 40) + 7,
+      "max_concurrency": 2}, "seed"),
     ({"num_prompts": 3, "input_len": 8, "output_len": 8, "max_concurrency": 0},
      "max_concurrency"),
     ({"dataset": "sharegpt", "dataset_opts": {}}, "num_prompts"),
