@@ -128,14 +128,16 @@ def _check_row(row: dict[str, Any]) -> None:
                           or not 0 < rate < math.inf):
         raise ConfigError(f"row {row.get('id')!r}: request_rate {rate!r} must be a number "
                           "> 0 or \"inf\"", field="request_rate", value=repr(rate))
-    lens = row.get("output_lens")
-    if lens is not None and (not isinstance(lens, list) or len(lens) != row["num_prompts"]
-                             or not all(isinstance(n, int) and not isinstance(n, bool)
-                                        and n >= 1 for n in lens)):
-        raise ConfigError(f"row {row.get('id')!r}: output_lens must be a list of "
-                          f"{row['num_prompts']} integers >= 1 (one per prompt, as vllm "
-                          "bench serve --save-detailed writes them)", field="output_lens",
-                          value=repr(lens)[:80])
+    for key in ("input_lens", "output_lens"):
+        lens = row.get(key)
+        if lens is not None and (not isinstance(lens, list)
+                                 or len(lens) != row["num_prompts"]
+                                 or not all(isinstance(n, int) and not isinstance(n, bool)
+                                            and n >= 1 for n in lens)):
+            raise ConfigError(f"row {row.get('id')!r}: {key} must be a list of "
+                              f"{row['num_prompts']} integers >= 1 (one per prompt, as "
+                              "vllm bench serve --save-detailed writes them)", field=key,
+                              value=repr(lens)[:80])
     for m, v in dict(row.get("measured") or {}).items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ConfigError(f"row {row.get('id')!r}: measured {m} {v!r} must be a "
@@ -270,7 +272,8 @@ def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: in
 
 
 def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: int,
-                    mml: int, outputs: list[int] | None = None) -> dict[str, Any]:
+                    mml: int, outputs: list[int] | None = None,
+                    inputs: list[int] | None = None) -> dict[str, Any]:
     """Figures of the vLLM-faithful engine (:mod:`kvcore.sim.engine`) for a row; the
     model's ``request_overhead_s`` (the API server's share) is the time between a
     request's send and the engine seeing it, inside every latency and the duration.
@@ -284,6 +287,9 @@ def _engine_figures(model: Any, kv: Any, row: dict[str, Any], mnbt: int, mns: in
                           int(row["output_len"]), 0, 0.0, 0)
     if outputs is not None:
         reqs = [dataclasses.replace(r, output_len=n) for r, n in zip(reqs, outputs)]
+    if inputs is not None:  # each prompt its own length, on its own token stream
+        reqs = [dataclasses.replace(r, prompt_len=n, segments=[(r.segments[-1][0], 0, n)])
+                for r, n in zip(reqs, inputs)]
     rate = row.get("request_rate", "inf")
     if rate != "inf":
         reqs = with_arrivals(reqs, arrival_times(len(reqs), float(rate),
@@ -313,7 +319,8 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     replays every request at the row's mean lengths (rounds v1 - v11); ``sharegpt``
     draws a ShareGPT row's output lengths from :func:`sharegpt_output_lengths`
     (v12_protocol.md).  A row with ``output_lens`` (one per prompt: a ``vllm bench
-    serve --save-detailed`` result's, :mod:`kvcore.sim.calibrate`) replays those.  Raises ConfigError naming the
+    serve --save-detailed`` result's, :mod:`kvcore.sim.calibrate`) replays those, and
+    ``input_lens`` the prompts' likewise.  Raises ConfigError naming the
     row's key for a malformed row, or ``lengths`` for an unknown model."""
     from kvcore.errors import ConfigError
     from kvcore.models.config import load_model_config
@@ -373,17 +380,19 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
         outputs = [int(n) for n in row["output_lens"]]
     elif lengths == "sharegpt" and is_sharegpt_row(row):
         outputs = sharegpt_output_lengths(int(row["num_prompts"]), osl, isl)
+    inputs = [int(n) for n in row["input_lens"]] if row.get("input_lens") else None
     if sim == "engine":
         fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml),
-                              outputs)
+                              outputs, inputs)
     else:
         reqs: tuple[tuple[int, int, float], ...] = ()
-        if outputs is not None:
+        if outputs is not None or inputs is not None:
             from kvcore.sim.workload import arrival_times
 
-            times = arrival_times(len(outputs), math.inf if rate == "inf" else
+            n_req = int(row["num_prompts"])
+            times = arrival_times(n_req, math.inf if rate == "inf" else
                                   float(rate), _burstiness(row), 0)
-            reqs = tuple((isl, n, t) for n, t in zip(outputs, times))
+            reqs = tuple(zip(inputs or [isl] * n_req, outputs or [osl] * n_req, times))
         w = Workload(isl, osl, int(row["num_prompts"]),
                      max_concurrency=row.get("max_concurrency"),
                      request_rate=math.inf if rate == "inf" else float(rate),

@@ -136,8 +136,8 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      engine: str | None = None, dataset: str = "random") -> dict[str, Any]:
     """A measurement row (the format of :mod:`kvcore.sim.accuracy`) replaying one
     ``vllm bench serve`` result: ``completed`` requests (tokens: ``total_input_tokens`` /
-    ``total_output_tokens`` per request, rounded; ``output_lens`` per request when the
-    file has them, failed requests' zeros dropped), the file's ``max_concurrency``,
+    ``total_output_tokens`` per request, rounded; ``input_lens`` / ``output_lens`` per
+    request when the file has them, ``--save-detailed``, failed requests dropped), the file's ``max_concurrency``,
     ``request_rate`` (``"inf"`` or requests/s) and ``burstiness``; compared figures
     ``output_throughput`` (tokens/s), ``{statistic}_ttft_ms`` and
     ``{statistic}_tpot_ms`` (ms), those the file has.  ``model``: a config path,
@@ -212,13 +212,8 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      ("kv_cache_memory_gib", kv_cache_memory_gib)):
         if val is not None:
             row[key] = val
-    out = result.get("output_lens")
-    if isinstance(out, list):
-        got = [x for x in out if not (isinstance(x, int) and not isinstance(x, bool)
-                                      and x == 0)]
-        if len(got) == n and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
-                                 for x in got):
-            row["output_lens"] = got
+    for key, lens in _per_request_lens(result, n).items():
+        row[key] = lens
     for fig, key in _FIGURES.items():
         v = _num(name, result, key.format(stat=statistic), strict=False)
         if v is not None and v > 0:  # vLLM writes 0 where a figure is undefined
@@ -231,6 +226,25 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
 
     _check_row(row)
     return row
+
+
+def _per_request_lens(result: dict[str, Any], n: int) -> dict[str, list[int]]:
+    """``input_lens`` / ``output_lens`` of a ``--save-detailed`` result, for its ``n``
+    completed requests: the lists as written when they hold ``n`` entries, else the
+    entries whose ``errors`` item is empty (vLLM lists failed requests too, with output
+    0); a list that does not line up so is not used (the mean lengths replay then)."""
+    out: dict[str, list[int]] = {}
+    errors = result.get("errors")
+    for key in ("input_lens", "output_lens"):
+        lens = result.get(key)
+        if not isinstance(lens, list):
+            continue
+        if len(lens) != n and isinstance(errors, list) and len(errors) == len(lens):
+            lens = [x for x, e in zip(lens, errors) if not e]
+        if len(lens) == n and all(isinstance(x, int) and not isinstance(x, bool)
+                                  and x >= 1 for x in lens):
+            out[key] = [int(x) for x in lens]
+    return out
 
 
 def _terms(terms: Any, gpus: list[str]) -> list[str]:

@@ -308,3 +308,41 @@ def test_burst_runs_and_grid_edges_warn(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "sent at once" in err
     assert "request_overhead_s ended on its grid's edge (0.08)" in err
+
+
+@pytest.mark.parametrize("sim", ["fast", "engine"])
+def test_save_detailed_lengths_replay_the_run_exactly(tmp_path, sim):
+    """A --save-detailed result's per-request input and output lengths are replayed as
+    the run had them: under the efficiency that made the file, its figures come back."""
+    truth = dataclasses.replace(DEFAULT_EFFICIENCY, request_overhead_s=0.007)
+    save_efficiency(truth, tmp_path / "t.json")
+    assert cli(["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                "--random-input-len", "600", "--random-output-len", "40",
+                "--random-range-ratio", "0.6", "--num-prompts", "30",
+                "--max-concurrency", "6", "--max-model-len", "4096", "--efficiency",
+                str(tmp_path / "t.json"), "--save-result", "--save-detailed",
+                "--result-dir", str(tmp_path), "--result-filename", "d.json"]) == 0
+    res = read_bench_result(tmp_path / "d.json")
+    row = bench_result_row(res, model="llama-3.1-8b", gpu="H100", max_model_len=4096)
+    assert row["input_lens"] == res["input_lens"] and row["output_lens"] == res["output_lens"]
+    assert len(set(row["input_lens"])) > 5  # the lengths do vary
+    from kvcore.sim.accuracy import simulate_row
+
+    got = simulate_row(row, truth, sim=sim)
+    for m in ("output_throughput", "ttft_ms", "tpot_ms"):
+        assert got[m] == pytest.approx(row["measured"][m], rel=1e-6), m
+    # the mean lengths alone do not: the per-request lengths matter here
+    mean_row = {k: v for k, v in row.items() if k not in ("input_lens", "output_lens")}
+    assert simulate_row(mean_row, truth, sim=sim)["ttft_ms"] != pytest.approx(
+        row["measured"]["ttft_ms"], rel=1e-3)
+
+
+def test_failed_requests_are_dropped_from_per_request_lengths():
+    res = {**_GOOD, "completed": 3, "failed": 1, "total_input_tokens": 30,
+           "total_output_tokens": 9, "input_lens": [10, 11, 12, 9],
+           "output_lens": [3, 0, 4, 2], "errors": ["", "boom", "", ""]}
+    row = bench_result_row(res, model="llama-3.1-8b", gpu="H100")
+    assert row["input_lens"] == [10, 12, 9] and row["output_lens"] == [3, 4, 2]
+    # lists that do not line up with the completed requests are not used
+    odd = bench_result_row({**res, "errors": None}, model="llama-3.1-8b", gpu="H100")
+    assert "input_lens" not in odd and "output_lens" not in odd
