@@ -212,8 +212,8 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      ("kv_cache_memory_gib", kv_cache_memory_gib)):
         if val is not None:
             row[key] = val
-    for key, lens in _per_request_lens(result, n).items():
-        row[key] = lens
+    for key, per_req in _per_request_per_req(result, n).items():
+        row[key] = per_req
     for fig, key in _FIGURES.items():
         v = _num(name, result, key.format(stat=statistic), strict=False)
         if v is not None and v > 0:  # vLLM writes 0 where a figure is undefined
