@@ -212,7 +212,7 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      ("kv_cache_memory_gib", kv_cache_memory_gib)):
         if val is not None:
             row[key] = val
-    for key, per_req in _per_request_per_req(result, n).items():
+    for key, per_req in _per_request_lens(result, n).items():
         row[key] = per_req
     for fig, key in _FIGURES.items():
         v = _num(name, result, key.format(stat=statistic), strict=False)
