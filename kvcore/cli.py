@@ -128,6 +128,9 @@ def _add_plan(sub: Any) -> None:
     p.add_argument("--judge", choices=["auto", "analytic", "sim"], default="auto",
                    help="who times the best candidates: the analytic proxy or the clocked "
                         "simulator (auto: the simulator with --workload when installed)")
+    p.add_argument("--efficiency", metavar="FILE.json", default=None,
+                   help="the sim judge's step-time coefficients from kvcore calibrate "
+                        "--output (your deployment's); needs --judge sim or --workload")
     add_gpu_arguments(p)  # --gpu, --gpu-memory, ... and the sweep outputs (kvcore.deploy.sweep)
     p.set_defaults(func=_cmd_plan)
 
@@ -247,6 +250,15 @@ def _serving_args(args: argparse.Namespace) -> dict[str, Any]:
                           "pipeline_parallel_size": getattr(args, "pp", 1) or 1}
     if getattr(args, "gpu", None):
         kw["gpu"] = args.gpu
+    eff_file = getattr(args, "efficiency", None)
+    if eff_file is not None:
+        if judge != "sim":
+            raise ConfigError(f"--efficiency {eff_file}: sets the sim judge's clock; give "
+                              "--judge sim (or --workload)", field="efficiency",
+                              value=eff_file)
+        from kvcore.sim.calibrate import load_efficiency
+
+        kw["efficiency"] = load_efficiency(eff_file)
     j = make_judge(judge, getattr(args, "model", None) if not getattr(args, "specs", None)
                    else None, **kw) if judge != "analytic" else None
     if j is not None:

@@ -195,7 +195,8 @@ def bounded_default_workload(workload: Workload,
 def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size: int = 1,
               pipeline_parallel_size: int = 1, max_requests: int = 48,
               max_requests_cap: int = 256,
-              default_max_output_len: int = DEFAULT_WORKLOAD_MAX_OUTPUT_LEN) -> Judge:
+              default_max_output_len: int = DEFAULT_WORKLOAD_MAX_OUTPUT_LEN,
+              efficiency: Any = None) -> Judge:
     """A judge that serves each candidate's plan in the clocked simulator
     (:func:`kvcore.sim.engine.run_engine` over kvcore's runtime ``KVCacheManager``,
     vLLM 0.32's scheduling rules) and returns the simulated duration (seconds, every
@@ -209,7 +210,9 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
     outputs cut to ``default_max_output_len`` tokens (:func:`bounded_default_workload`),
     so the judge's cost is bounded whatever max_model_len is.  A candidate whose plan
     does not hold one request is infinitely slow.  The planner does not call a judge
-    when there is one layout to judge (:func:`kvcore.grouping` ``_serving_judgment``)."""
+    when there is one layout to judge (:func:`kvcore.grouping` ``_serving_judgment``).
+    ``efficiency``: the roofline's :class:`~kvcore.sim.timing.Efficiency` (None: the
+    fitted default; ``kvcore calibrate`` writes a deployment's own)."""
     from kvcore.errors import NotEnoughMemoryError
     from kvcore.sim import timing
 
@@ -222,7 +225,8 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
             try:
                 models[0] = timing.roofline_for(
                     model, cfg, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
-                    pipeline_parallel_size=pipeline_parallel_size)
+                    pipeline_parallel_size=pipeline_parallel_size,
+                    **({} if efficiency is None else {"efficiency": efficiency}))
             except Exception:  # no weights figures for this model: count steps
                 models[0] = timing.ConstantTimeModel(step_s=0.01)
         return models[0]
@@ -251,7 +255,9 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
             times.append(t)
         return times
 
-    base = f"sim ({'roofline ' + gpu if model is not None else 'steps'}"
+    base = f"sim ({'roofline ' + gpu if model is not None else 'steps'}" + (
+        ", --efficiency coefficients" if efficiency is not None and model is not None
+        else "")
     judge.judged_by = base + ")"  # type: ignore[attr-defined]
     return judge
 

@@ -346,3 +346,20 @@ def test_failed_requests_are_dropped_from_per_request_lengths():
     # lists that do not line up with the completed requests are not used
     odd = bench_result_row({**res, "errors": None}, model="llama-3.1-8b", gpu="H100")
     assert "input_lens" not in odd and "output_lens" not in odd
+
+
+def test_plan_sim_judge_takes_the_efficiency_file(tmp_path, capsys):
+    save_efficiency(DEFAULT_EFFICIENCY, tmp_path / "e.json")
+    # the analytic judge has no clock to calibrate
+    assert cli(["plan", "llama-3.1-8b", "--gpu", "H100", "--efficiency",
+                str(tmp_path / "e.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--judge sim" in err and len(err.strip().splitlines()) == 1
+    from kvcore.plan_serving import sim_judge
+
+    judge = sim_judge("gemma-3-27b-it", gpu="H100", efficiency=DEFAULT_EFFICIENCY)
+    assert "--efficiency coefficients" in judge.judged_by
+    (tmp_path / "bad.json").write_text('{"compute": 0}')
+    assert cli(["plan", "gemma-3-27b-it", "--gpu", "H100", "--judge", "sim",
+                "--efficiency", str(tmp_path / "bad.json")]) == 2
+    assert "compute" in capsys.readouterr().err
