@@ -46,8 +46,8 @@ __all__ = ["read_bench_result", "bench_result_row", "calibrate", "memory_term",
 #: 0.025, compute 0.2 - 1.0 by 0.05 (the upper edges are the datasheet peaks)
 CALIBRATION_GRID: dict[str, tuple[float, ...]] = {
     "request_overhead_s": tuple(ms / 1000 for ms in (
-        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 25, 28, 32,
-        36, 40, 45, 50, 55, 60, 70, 80)),
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 25, 28, 30,
+        32, 36, 40, 45, 50, 55, 60, 70, 80)),
     "memory": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
     "memory_hbm3": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
     "memory_gddr": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
@@ -85,29 +85,82 @@ def memory_term(gpu: Any) -> str:
     return {"hbm3": "memory_hbm3", "gddr": "memory_gddr"}.get(g.perf.memory_type, "memory")
 
 
-def _load_json(path: str | Path, what: str) -> Any:
+#: the largest result or coefficient file read, bytes (a --save-detailed result of
+#: 100,000 requests is ~30 MB)
+MAX_FILE_BYTES = 512 << 20
+
+
+def _read_text(path: Any, what: str) -> str:
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise ConfigError(f"path {path!r} is not a file name; give {what}", field="path",
+                          value=repr(path)[:80])
     p = Path(path)
     try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; give {what}", field=str(path),
-                          value=str(path)) from None
+        if not p.exists():
+            raise ConfigError(f"{path}: no such file; give {what}", field=str(path),
+                              value=str(path))
+        if not p.is_file():  # a folder, a FIFO, a device: never read (it could block)
+            raise ConfigError(f"{path}: not a regular file; give {what}", field=str(path),
+                              value=str(path))
+        if p.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: {p.stat().st_size:,} bytes, more than the "
+                              f"{MAX_FILE_BYTES >> 20} MiB read; give {what}",
+                              field=str(path), value=str(path))
+        return p.read_text()
     except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__}: {exc}); give "
+                          f"{what}", field=str(path), value=str(path)) from None
+
+
+def _load_json(path: Any, what: str) -> Any:
+    text = _read_text(path, what)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
-                          f"{exc}); give {what}", field=str(path), value=str(path)) from None
+                          f"{str(exc)[:120]}); give {what}", field=str(path),
+                          value=str(path)) from None
+
+
+def read_bench_results(path: str | Path) -> list[dict[str, Any]]:
+    """The runs of a ``vllm bench serve --save-result`` file: one JSON object, or one
+    per line (``--append-result`` appends each run as a line).  Raises ConfigError naming
+    the file when it cannot be read, is not JSON, or holds something else than objects."""
+    what = "a vllm bench serve --save-result JSON file"
+    text = _read_text(path, what)
+    try:
+        objs = [json.loads(text)]
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot be read as JSON (nested too deep); give {what}",
+                          field=str(path), value=str(path)) from None
+    except ValueError as first:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        try:
+            objs = [json.loads(ln) for ln in lines] if len(lines) > 1 else []
+        except (ValueError, RecursionError):
+            objs = []
+        if not objs:
+            raise ConfigError(f"{path}: cannot be read as JSON ({type(first).__name__}: "
+                              f"{str(first)[:120]}); give {what}", field=str(path),
+                              value=str(path)) from None
+    for obj in objs:
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{path}: holds a JSON {type(obj).__name__}, not the object "
+                              "vllm bench serve --save-result writes", field=str(path),
+                              value=str(path))
+    return objs
 
 
 def read_bench_result(path: str | Path) -> dict[str, Any]:
-    """The object of a ``vllm bench serve --save-result`` JSON file (``--save-detailed``
-    adds per-request lists).  Raises ConfigError naming the file when it cannot be read,
-    is not JSON or is not an object; its fields are checked by
-    :func:`bench_result_row`."""
-    obj = _load_json(path, "a vllm bench serve --save-result JSON file")
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{path}: holds a JSON {type(obj).__name__}, not the object "
-                          "vllm bench serve --save-result writes", field=str(path),
-                          value=str(path))
-    return obj
+    """The object of a ``vllm bench serve --save-result`` JSON file holding one run
+    (``--save-detailed`` adds per-request lists; :func:`read_bench_results` reads
+    ``--append-result`` files of several).  Raises ConfigError naming the file when it
+    cannot be read, is not JSON, is not an object or holds several runs."""
+    objs = read_bench_results(path)
+    if len(objs) != 1:
+        raise ConfigError(f"{path}: holds {len(objs)} runs (--append-result); read them "
+                          "with read_bench_results", field=str(path), value=str(path))
+    return objs[0]
 
 
 def _num(name: str, obj: dict[str, Any], key: str, *, minimum: float = 0.0,
@@ -115,13 +168,16 @@ def _num(name: str, obj: dict[str, Any], key: str, *, minimum: float = 0.0,
     v = obj.get(key)
     if v is None:
         return None
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) \
-        and (v > minimum if strict else v >= minimum) and (not integer or v == int(v))
+    ok = (not isinstance(v, bool) and isinstance(v, (float, int))
+          and (isinstance(v, float) or abs(v) < 1 << 62) and math.isfinite(v)
+          and (v > minimum if strict else v >= minimum)
+          and (not integer or isinstance(v, int)))
     if not ok:
         kind = "an integer" if integer else "a finite number"
         rel = ">" if strict else ">="
-        raise ConfigError(f"{name}: {key} {v!r} is not {kind} {rel} {minimum:g}",
-                          field=key, value=repr(v))
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        raise ConfigError(f"{name}: {key} {shown} is not {kind} {rel} {minimum:g}",
+                          field=key, value=shown)
     return float(v)
 
 
@@ -152,6 +208,43 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     token totals missing or < 1 per request, a rate, burstiness or concurrency out of
     range, a ramp-up run (not replayed), a figure that is not a number >= 0, no figure
     at all, or ``statistic`` not median / mean."""
+    if not isinstance(result, dict):
+        raise ConfigError(f"result: a {type(result).__name__}, not the object vllm bench "
+                          "serve --save-result writes", field="result",
+                          value=repr(result)[:40])
+    names: tuple[tuple[str, Any], ...] = (("model", model), ("gpu", gpu), ("name", name),
+                                          ("kv_cache_dtype", kv_cache_dtype))
+    for key, val in names:
+        if not isinstance(val, str) or not val:
+            raise ConfigError(f"{key} {val!r} must be a non-empty name (kv_cache_dtype: "
+                              "auto, fp8, ...)", field=key, value=repr(val)[:40])
+    if engine is not None and (not isinstance(engine, str) or "==" not in engine):
+        raise ConfigError(f"engine {engine!r} must be vllm==X.Y.Z", field="engine",
+                          value=repr(engine)[:40])
+    counts: tuple[tuple[str, Any], ...] = (("tensor_parallel_size", tensor_parallel_size),
+                     ("pipeline_parallel_size", pipeline_parallel_size),
+                     ("max_model_len", max_model_len),
+                     ("max_num_batched_tokens", max_num_batched_tokens),
+                     ("max_num_seqs", max_num_seqs))
+    for key, val in counts:
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int)
+                                or not 1 <= val < 1 << 40):
+            raise ConfigError(f"{key} {val!r} must be an integer >= 1", field=key,
+                              value=repr(val)[:40])
+    if kv_cache_memory_gib is not None and (
+            isinstance(kv_cache_memory_gib, bool)
+            or not isinstance(kv_cache_memory_gib, (int, float))
+            or not 0 < kv_cache_memory_gib < 1 << 24):
+        raise ConfigError(f"kv_cache_memory_gib {kv_cache_memory_gib!r} must be a number "
+                          "of GiB > 0", field="kv_cache_memory_gib",
+                          value=repr(kv_cache_memory_gib)[:40])
+    flags: tuple[tuple[str, Any], ...] = (
+        ("enable_prefix_caching", enable_prefix_caching),
+        ("enable_chunked_prefill", enable_chunked_prefill))
+    for key, val in flags:
+        if not isinstance(val, bool):
+            raise ConfigError(f"{key} {val!r} must be True or False", field=key,
+                              value=repr(val)[:40])
     if dataset not in ("random", "sharegpt"):
         raise ConfigError(f"dataset {dataset!r} is not one of random, sharegpt",
                           field="dataset_name", value=repr(dataset))
@@ -163,6 +256,10 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                           " is not replayed by calibrate; valid: a fixed --request-rate or "
                           "--max-concurrency run", field="ramp_up_strategy",
                           value=repr(result["ramp_up_strategy"]))
+    failed = result.get("failed")
+    if result.get("completed") == 0 and isinstance(failed, int) and failed > 0:
+        raise ConfigError(f"{name}: no request completed (failed: {failed}); nothing to "
+                          "calibrate on", field="completed", value="0")
     done = _num(name, result, "completed", minimum=1, strict=False, integer=True)
     if done is None:
         raise ConfigError(f"{name}: has no 'completed' count; valid: a vllm bench serve "
@@ -206,14 +303,27 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     }
     if burst is not None and burst != 1.0:
         row["burstiness"] = burst
-    for key, val in (("max_model_len", max_model_len),
-                     ("max_num_batched_tokens", max_num_batched_tokens),
-                     ("max_num_seqs", max_num_seqs),
-                     ("kv_cache_memory_gib", kv_cache_memory_gib)):
+    given: tuple[tuple[str, Any], ...] = (
+        ("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
+        ("max_num_seqs", max_num_seqs), ("kv_cache_memory_gib", kv_cache_memory_gib))
+    for key, val in given:
         if val is not None:
             row[key] = val
-    for key, per_req in _per_request_lens(result, n).items():
+    for key, per_req in _per_request_lens(result, n, name).items():
         row[key] = per_req
+    need = row["input_len"] + row["output_len"]
+    if max_model_len is not None and need > max_model_len:
+        raise ConfigError(f"{name}: its requests ({row['input_len']} + "
+                          f"{row['output_len']} tokens on average) do not fit "
+                          f"max_model_len {max_model_len}: vLLM would have rejected them; "
+                          f"give the run's --max-model-len (>= {need})",
+                          field="max_model_len", value=str(max_model_len))
+    from kvcore.sim.accuracy import vllm_serve_defaults
+    from kvcore.sim.engine import check_scheduler_limits
+
+    d_mnbt, d_mns = vllm_serve_defaults(gpu)  # what vllm serve runs when not given
+    check_scheduler_limits(max_num_seqs or d_mns, max_num_batched_tokens or d_mnbt,
+                           max_model_len or need)
     for fig, key in _FIGURES.items():
         v = _num(name, result, key.format(stat=statistic), strict=False)
         if v is not None and v > 0:  # vLLM writes 0 where a figure is undefined
@@ -228,22 +338,39 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     return row
 
 
-def _per_request_lens(result: dict[str, Any], n: int) -> dict[str, list[int]]:
+def _per_request_lens(result: dict[str, Any], n: int, name: str = "result"
+                      ) -> dict[str, list[int]]:
     """``input_lens`` / ``output_lens`` of a ``--save-detailed`` result, for its ``n``
     completed requests: the lists as written when they hold ``n`` entries, else the
     entries whose ``errors`` item is empty (vLLM lists failed requests too, with output
-    0); a list that does not line up so is not used (the mean lengths replay then)."""
+    0).  A list that does not line up so, or whose sum is not the file's
+    ``total_input_tokens`` / ``total_output_tokens`` (vLLM sums the completed requests'
+    lengths), is not used, with a warning: the mean lengths replay then."""
+    import warnings
+
     out: dict[str, list[int]] = {}
     errors = result.get("errors")
-    for key in ("input_lens", "output_lens"):
+    for key, total in (("input_lens", "total_input_tokens"),
+                       ("output_lens", "total_output_tokens")):
         lens = result.get(key)
-        if not isinstance(lens, list):
+        if lens is None:
             continue
-        if len(lens) != n and isinstance(errors, list) and len(errors) == len(lens):
+        if isinstance(lens, list) and len(lens) != n and isinstance(errors, list) \
+                and len(errors) == len(lens):
             lens = [x for x, e in zip(lens, errors) if not e]
-        if len(lens) == n and all(isinstance(x, int) and not isinstance(x, bool)
-                                  and x >= 1 for x in lens):
-            out[key] = [int(x) for x in lens]
+        ok = isinstance(lens, list) and len(lens) == n and all(
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 1 << 40
+            for x in lens)
+        if ok and sum(lens) != result.get(total):
+            warnings.warn(f"{name}: {key} sum to {sum(lens):,} tokens, not the file's "
+                          f"{total} {result.get(total)!r}; replaying the mean lengths",
+                          stacklevel=3)
+            continue
+        if not ok:
+            warnings.warn(f"{name}: {key} is not {n} per-request token counts (one per "
+                          "completed request); replaying the mean lengths", stacklevel=3)
+            continue
+        out[key] = [int(x) for x in lens]
     return out
 
 
@@ -253,8 +380,17 @@ def _terms(terms: Any, gpus: list[str]) -> list[str]:
                           f"{', '.join(CALIBRATION_GRID)} (memory: the GPU's own)",
                           field="terms", value=repr(terms))
     out: list[str] = []
+    own = {memory_term(g) for g in gpus}
     for t in terms:
-        names = sorted({memory_term(g) for g in gpus}) if t == "memory" else [t]
+        if not isinstance(t, str):
+            raise ConfigError(f"terms: {t!r} is not a term name; valid: "
+                              f"{', '.join(CALIBRATION_GRID)}", field="terms",
+                              value=repr(t)[:40])
+        if t.startswith("memory_") and t in CALIBRATION_GRID and t not in own:
+            raise ConfigError(f"terms: {t} does not apply to {', '.join(gpus)} (its "
+                              f"memory term is {', '.join(sorted(own))}; or say memory)",
+                              field="terms", value=t)
+        names = sorted(own) if t == "memory" else [t]
         for name in names:
             if name not in CALIBRATION_GRID:
                 raise ConfigError(f"terms: {name!r} is not a calibrated term; valid: "
@@ -266,12 +402,32 @@ def _terms(terms: Any, gpus: list[str]) -> list[str]:
 
 
 def _loss(rows: list[dict[str, Any]], eff: Efficiency, sim: str) -> float:
-    """The mean absolute log error over every figure of ``rows``."""
+    """The mean absolute log error over every figure of ``rows`` (a simulated figure of
+    0, e.g. the TPOT of one-token outputs, counts as a factor of 10^6 off)."""
     from kvcore.sim.accuracy import METRICS, evaluate
 
-    errs = [abs(math.log1p(r[m]["error"])) for r in evaluate(rows, eff, sim=sim)
-            for m in METRICS if m in r]
+    errs = [abs(math.log(max(1.0 + r[m]["error"], 1e-6))) for r in
+            evaluate(rows, eff, sim=sim) for m in METRICS if m in r]
     return sum(errs) / len(errs)
+
+
+def _check_rows(rows: Any) -> None:
+    """Each row a dict that :func:`kvcore.sim.accuracy._check_row` accepts and that
+    quotes a figure; ConfigError naming the row otherwise."""
+    from kvcore.sim.accuracy import _check_row
+
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError("calibrate: no runs to calibrate on; give at least one vllm "
+                          "bench serve result (bench_result_row)", field="rows",
+                          value=repr(rows)[:40])
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ConfigError(f"rows[{i}]: a {type(row).__name__}, not a row "
+                              "(bench_result_row)", field="rows", value=repr(row)[:40])
+        _check_row(row)
+        if not isinstance(row.get("measured"), dict) or not row["measured"]:
+            raise ConfigError(f"rows[{i}] ({row.get('id')!r}) quotes no figure "
+                              "(measured)", field="measured", value=repr(row.get("id")))
 
 
 def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY, *,
@@ -289,9 +445,10 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
 
     Raises ConfigError: no rows, an unknown term, ``rounds`` < 1, an unknown ``sim``,
     and the rows' own errors (:func:`kvcore.sim.accuracy.simulate_row`)."""
-    if not isinstance(rows, list) or not rows:
-        raise ConfigError("calibrate: no runs to calibrate on; give at least one vllm "
-                          "bench serve result", field="rows", value=repr(rows)[:40])
+    _check_rows(rows)
+    if log is not None and not callable(log):
+        raise ConfigError(f"log {log!r} must be a function (term, value, loss)",
+                          field="log", value=repr(log)[:40])
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError(f"rounds {rounds!r} must be an integer >= 1", field="rounds",
                           value=repr(rounds))
@@ -302,6 +459,10 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
         raise ConfigError(f"start {type(start).__name__} is not an Efficiency",
                           field="start", value=repr(start)[:40])
     names = _terms(terms, sorted({str(r.get("gpu")) for r in rows}))
+    from kvcore.sim import accuracy
+
+    for row in rows:  # a plan kvcore refuses is not simulated with a stand-in budget
+        accuracy._REFUSALS.pop(row["id"], None)
     seen: dict[Efficiency, float] = {}
 
     def loss_of(eff: Efficiency, name: str, v: float) -> float:
@@ -313,6 +474,13 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
 
     eff = start
     before = best = seen[eff] = _loss(rows, eff, sim)
+    for row in rows:
+        why = accuracy._REFUSALS.pop(row["id"], None)
+        if why is not None:
+            raise ConfigError(f"{row['id']}: the deployment does not plan: {why}; give "
+                              "the run's --kv-cache-memory (the KV budget its log "
+                              "reports) or the --tp / --gpu it ran on", field="gpu",
+                              value=str(row.get("gpu")))
     for pass_no in range(rounds):
         moved = False
         for name in names:
@@ -342,13 +510,28 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
 
 def save_efficiency(eff: Efficiency, path: str | Path, **meta: Any) -> None:
     """Write ``eff`` as JSON (``{"format": "kvcore-efficiency/1", "efficiency": {...},
-    ...meta}``), every field, so the file reads the same under a later default."""
+    ...meta}``), every field, so the file reads the same under a later default.
+    ``meta``: JSON values describing the calibration (not ``format`` / ``efficiency``).
+    Raises ConfigError: ``eff`` not an Efficiency, a bad path, meta that shadows the
+    format or is not plain JSON, or a file that cannot be written."""
     if not isinstance(eff, Efficiency):
         raise ConfigError(f"efficiency {type(eff).__name__} is not an Efficiency",
                           field="efficiency", value=repr(eff)[:40])
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise ConfigError(f"path {path!r} is not a file name", field="output",
+                          value=repr(path)[:40])
+    clash = sorted(set(meta) & {"format", "efficiency"})
+    if clash:
+        raise ConfigError(f"save_efficiency: meta key(s) {', '.join(clash)} would replace "
+                          "the file's own", field=clash[0], value=clash[0])
     doc = {"format": _FORMAT, "efficiency": dataclasses.asdict(eff), **meta}
     try:
-        Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+        text = json.dumps(doc, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"save_efficiency: meta is not plain JSON ({exc})", field="meta",
+                          value=repr(meta)[:40]) from None
+    try:
+        Path(path).write_text(text + "\n")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be written ({exc.strerror or exc})",
                           field="output", value=str(path)) from None
@@ -361,8 +544,12 @@ def load_efficiency(path: str | Path, base: Efficiency = DEFAULT_EFFICIENCY
     not give keep ``base``'s.  Raises ConfigError naming the file and the field: not
     JSON, not an object, an unknown field (the message lists the valid ones), or a value
     :class:`Efficiency` refuses."""
+    if not isinstance(base, Efficiency):
+        raise ConfigError(f"base {type(base).__name__} is not an Efficiency", field="base",
+                          value=repr(base)[:40])
     obj = _load_json(path, "a JSON file of Efficiency fields (kvcore calibrate --output)")
-    fields = obj.get("efficiency") if isinstance(obj, dict) and "format" in obj else obj
+    nested = isinstance(obj, dict) and ("format" in obj or set(obj) == {"efficiency"})
+    fields = obj.get("efficiency") if nested else obj
     if isinstance(obj, dict) and "format" in obj and obj["format"] != _FORMAT:
         raise ConfigError(f"{path}: format {obj['format']!r} is not {_FORMAT!r}",
                           field="format", value=repr(obj["format"]))
@@ -407,11 +594,14 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    default=None, help="the run's (default: vllm serve's for the GPU)")
     p.add_argument("--max-num-seqs", type=_count_arg("max_num_seqs", what="requests"),
                    default=None, help="the run's (default: vllm serve's for the GPU)")
-    p.add_argument("--no-enable-prefix-caching", "--no-prefix-caching",
-                   dest="no_prefix_caching", action="store_true")
-    p.add_argument("--no-enable-chunked-prefill", dest="no_chunked_prefill",
-                   action="store_true")
-    p.add_argument("--kv-cache-memory", default=None, metavar="SIZE",
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=True, help="the run's prefix caching (default on, as vLLM)")
+    p.add_argument("--no-prefix-caching", dest="enable_prefix_caching",
+                   action="store_false", help=argparse.SUPPRESS)
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                   default=True, help="the run's chunked prefill (default on, as vLLM)")
+    p.add_argument("--kv-cache-memory", "--kv-cache-memory-bytes", default=None,
+                   metavar="SIZE",
                    help="the KV budget per rank the run's log reports (20GiB, bytes); "
                         "default: planned on --gpu")
     p.add_argument("--engine", default=None, metavar="vllm==X.Y.Z",
@@ -431,9 +621,16 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    help="replay with kvcore.sim.fastsim (default) or the engine")
     p.add_argument("--output", "-o", default=None, metavar="FILE.json",
                    help="write the coefficients here (kvcore simulate / tune --efficiency)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print each candidate's loss on stderr as the search goes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
     return p
+
+
+def _pct(sim: float, measured: float) -> str:
+    err = 100 * (sim / measured - 1)
+    return f"{err:+.0f} %" if abs(err) < 1e4 else (">+9999 %" if err > 0 else "<-9999 %")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -458,18 +655,34 @@ def run(args: argparse.Namespace) -> int:
     from kvcore.sim.command import _model_config
 
     _model_config(args.model)  # the model's own error first
+    if args.output is not None:  # before minutes of simulation, not after
+        out = Path(args.output)
+        if not args.output:
+            raise ConfigError("--output '': an empty value; give a file name (or drop "
+                              "--output)", field="output", value="")
+        if any(Path(r).resolve() == out.resolve() for r in args.results):
+            raise ConfigError(f"--output {args.output}: is one of the RESULT files; give "
+                              "another name (it would overwrite the run)", field="output",
+                              value=args.output)
+        if out.is_dir() or not out.resolve().parent.is_dir():
+            raise ConfigError(f"--output {args.output}: not a file in an existing folder",
+                              field="output", value=args.output)
     rows = []
     for path in args.results:
-        rows.append(bench_result_row(
-            read_bench_result(path), model=args.model, gpu=args.gpu, name=str(path),
-            statistic=args.statistic, tensor_parallel_size=args.tensor_parallel_size,
-            pipeline_parallel_size=args.pipeline_parallel_size,
-            kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            max_num_seqs=args.max_num_seqs,
-            enable_prefix_caching=not args.no_prefix_caching,
-            enable_chunked_prefill=not args.no_chunked_prefill,
-            kv_cache_memory_gib=kv_gib, engine=args.engine, dataset=args.dataset_name))
+        runs_in = read_bench_results(path)
+        for k, res in enumerate(runs_in):
+            rows.append(bench_result_row(
+                res, model=args.model, gpu=args.gpu,
+                name=str(path) if len(runs_in) == 1 else f"{path}#{k + 1}",
+                statistic=args.statistic, tensor_parallel_size=args.tensor_parallel_size,
+                pipeline_parallel_size=args.pipeline_parallel_size,
+                kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                max_num_seqs=args.max_num_seqs,
+                enable_prefix_caching=args.enable_prefix_caching,
+                enable_chunked_prefill=args.enable_chunked_prefill,
+                kv_cache_memory_gib=kv_gib, engine=args.engine,
+                dataset=args.dataset_name))
     terms = [t for t in args.terms.split(",") if t]
     import warnings
 
@@ -479,7 +692,22 @@ def run(args: argparse.Namespace) -> int:
                           "--max-concurrency): its TTFT is the burst's queue, so it pins "
                           "the request overhead poorly; prefer runs with a rate or a "
                           "concurrency cap", stacklevel=2)
-    eff, before, after = calibrate(rows, terms=terms, rounds=args.rounds, sim=args.sim)
+    total = sum(int(r["num_prompts"]) for r in rows)
+    if total > 20_000 and not args.verbose:
+        warnings.warn(f"replaying {total:,} requests per candidate (~90 candidates): this "
+                      "takes minutes; --verbose shows the search as it goes", stacklevel=2)
+    progress = None
+    if not args.json:
+        def progress(term: str, value: float, loss: float) -> None:
+            print(f"calibrate: {term} = {value:g}: mean |log error| {loss:.4f}",
+                  file=sys.stderr, flush=True)
+
+    eff, before, after = calibrate(rows, terms=terms, rounds=args.rounds, sim=args.sim,
+                                   log=progress if args.verbose else None)
+    if after > 0.2:  # the figures still miss by ~20 % on average
+        warnings.warn(f"the calibrated figures still miss the runs' by "
+                      f"{100 * (math.exp(after) - 1):.0f} % on average: check that the "
+                      "results are of this model, GPU and flags", stacklevel=2)
     for name in _terms(terms, [args.gpu]):
         grid, v = CALIBRATION_GRID[name], getattr(eff, name)
         if v != getattr(DEFAULT_EFFICIENCY, name) and v in (grid[0], grid[-1]):
@@ -499,6 +727,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         save_efficiency(eff, args.output, model=args.model, gpu=args.gpu,
                         tensor_parallel_size=args.tensor_parallel_size,
+                        pipeline_parallel_size=args.pipeline_parallel_size,
+                        kv_cache_dtype=args.kv_cache_dtype,
+                        max_model_len=args.max_model_len,
                         calibrated_on=[str(p) for p in args.results], terms=terms,
                         mean_abs_log_error={"default": before, "calibrated": after})
     if args.json:
@@ -514,9 +745,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {r['result']}:")
         for m, f in r["figures"].items():
             print(f"    {m:17s} measured {f['measured']:10.4g} {unit[m]:5s} default "
-                  f"{f['default']:10.4g} ({100 * (f['default'] / f['measured'] - 1):+.0f} %)"
+                  f"{f['default']:10.4g} ({_pct(f['default'], f['measured'])})"
                   f"  calibrated {f['calibrated']:10.4g} "
-                  f"({100 * (f['calibrated'] / f['measured'] - 1):+.0f} %)")
+                  f"({_pct(f['calibrated'], f['measured'])})")
     print("  changed: " + (", ".join(f"{k} {DEFAULT_EFFICIENCY.__dict__[k]:g} -> {v:g}"
                                      for k, v in moved.items()) or "nothing (the default "
                                                                    "fits best)"))

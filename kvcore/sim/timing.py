@@ -576,30 +576,37 @@ class Efficiency:
         """Raises ConfigError naming the field, the value and the valid range: a
         fraction of a peak (``compute``, ``memory``, ``memory_hbm3``, ``memory_gddr``,
         ``moe_memory``, ``moe_compute``) or a discount factor of ``compute``
-        (``compute_fp8``, ``compute_gddr``) outside (0, 1]; ``compute_hbm3`` not a
-        finite number > 0 (the product with ``compute`` is capped at 1); ``roofline_p``
+        (``compute_fp8``, ``compute_gddr``) outside [0.001, 1]; ``compute_hbm3`` outside
+        [0.001, 1000] (the product with ``compute`` is capped at 1); ``roofline_p``
         not a finite number >= 1 (1: the sum of compute and memory time, larger: nearer
         their maximum; below 1 the combination would exceed the sum); a time (``*_s``)
-        or ``moe_memory_tokens`` not a finite number >= 0."""
+        outside [0, 3600] s, ``moe_memory_tokens`` outside [0, 1e9]; an int too large
+        for a float."""
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            # an int too large for a float is no finite number (isfinite would raise)
             number = (not isinstance(v, bool) and isinstance(v, (int, float))
+                      and (isinstance(v, float) or abs(v) < 1 << 62)
                       and math.isfinite(v))
             if f.name in _EFFICIENCY_FRACTIONS:
-                ok, what = number and 0 < v <= 1, "a finite number in (0, 1] (a " \
-                    "fraction of the peak)"
+                ok, what = number and 1e-3 <= v <= 1, "a finite number in (0, 1] (a " \
+                    "fraction of the peak), at least 0.001"
             elif f.name in _EFFICIENCY_DISCOUNTS:
-                ok, what = number and 0 < v <= 1, "a finite number in (0, 1] (a " \
-                    "factor of compute: kernels reach compute x it of the peak)"
+                ok, what = number and 1e-3 <= v <= 1, "a finite number in (0, 1] (a " \
+                    "factor of compute: kernels reach compute x it of the peak), at " \
+                    "least 0.001"
             elif f.name == "roofline_p":
                 ok, what = number and v >= 1, "a finite number >= 1 (1: compute plus " \
                     "memory time; larger: nearer their maximum)"
             elif f.name.endswith("_s"):
-                ok, what = number and v >= 0, "a finite number of seconds >= 0"
+                ok, what = number and 0 <= v <= 3600, "a finite number of seconds in " \
+                    "[0, 3600]"
             elif f.name == "moe_memory_tokens":
-                ok, what = number and v >= 0, "a finite number of tokens >= 0"
+                ok, what = number and 0 <= v <= 1e9, "a finite number of tokens in " \
+                    "[0, 1e9]"
             else:  # compute_hbm3: a factor > 0 (compute x it is capped at 1)
-                ok, what = number and v > 0, "a finite number > 0"
+                ok, what = number and 1e-3 <= v <= 1e3, "a finite number in [0.001, " \
+                    "1000]"
             if not ok:
                 raise ConfigError(f"Efficiency.{f.name} must be {what}, got {v!r}",
                                   field=f.name, value=repr(v))

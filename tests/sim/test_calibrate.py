@@ -12,6 +12,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -143,7 +144,8 @@ _VALID = {
     "total_output_tokens": None,
     "request_rate": lambda v: v == "inf" or (isinstance(v, (int, float)) and not
                                              isinstance(v, bool) and v > 0),
-    "burstiness": lambda v: v is None or v == "inf" or (
+    "burstiness": lambda v: v is None or (isinstance(v, str) and v.strip().lower() in (
+        "inf", "infinity")) or (
         isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v == v),
     "max_concurrency": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
                                                and v >= 1),
@@ -153,27 +155,28 @@ _VALID = {
 }
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 400),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
-                    st.just("inf"), st.lists(st.integers(), max_size=2))
+                    st.just("inf"), st.lists(st.integers(), max_size=2),
+                    st.sampled_from([10**400, -(10**30), 1 << 62, 1.0, 300.0, 1e300]))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(field=st.sampled_from(sorted(_VALID)), value=_VALUES)
 def test_bad_result_fields_are_named(field, value):
     res = {**_GOOD, field: value}
-    if field in ("total_input_tokens", "total_output_tokens"):
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-              and math.isfinite(value) and value == int(value) and value >= 300)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 62:
+        ok = False  # no finite float: refused, never an OverflowError
+    elif field in ("total_input_tokens", "total_output_tokens"):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 300
     elif field == "request_rate" and isinstance(value, float) and math.isinf(value):
         ok = value > 0
     elif field == "request_rate" and isinstance(value, float) and math.isnan(value):
         ok = False
+    elif field == "request_rate" and isinstance(value, float):
+        ok = value > 0
+    elif field == "request_rate" and isinstance(value, str):
+        ok = value.strip().lower() in ("inf", "infinity")  # vLLM writes "inf"
     else:
         ok = _VALID[field](value)
-    if field == "request_rate" and isinstance(value, str) and value != "inf":
-        try:
-            ok = float(value) > 0 and not math.isnan(float(value))
-        except ValueError:
-            ok = False
     if field == "completed" and ok and value > 62238:
         ok = False  # then the token totals are below one per request
     try:
@@ -338,13 +341,14 @@ def test_save_detailed_lengths_replay_the_run_exactly(tmp_path, sim):
 
 
 def test_failed_requests_are_dropped_from_per_request_lengths():
-    res = {**_GOOD, "completed": 3, "failed": 1, "total_input_tokens": 30,
+    res = {**_GOOD, "completed": 3, "failed": 1, "total_input_tokens": 31,
            "total_output_tokens": 9, "input_lens": [10, 11, 12, 9],
            "output_lens": [3, 0, 4, 2], "errors": ["", "boom", "", ""]}
     row = bench_result_row(res, model="llama-3.1-8b", gpu="H100")
     assert row["input_lens"] == [10, 12, 9] and row["output_lens"] == [3, 4, 2]
     # lists that do not line up with the completed requests are not used
-    odd = bench_result_row({**res, "errors": None}, model="llama-3.1-8b", gpu="H100")
+    with pytest.warns(UserWarning, match="not 3 per-request"):
+        odd = bench_result_row({**res, "errors": None}, model="llama-3.1-8b", gpu="H100")
     assert "input_lens" not in odd and "output_lens" not in odd
 
 
@@ -363,3 +367,158 @@ def test_plan_sim_judge_takes_the_efficiency_file(tmp_path, capsys):
     assert cli(["plan", "gemma-3-27b-it", "--gpu", "H100", "--judge", "sim",
                 "--efficiency", str(tmp_path / "bad.json")]) == 2
     assert "compute" in capsys.readouterr().err
+
+
+# ---- tester 13's findings ---------------------------------------------------------------
+
+def _write(tmp_path: Path, name: str, obj: Any) -> Path:
+    f = tmp_path / name
+    f.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return f
+
+
+def _one_line(capsys: Any, argv: list[str], *needles: str) -> None:
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "kvcore bug" not in err, err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+SMALL = {**_GOOD, "completed": 20, "total_input_tokens": 20 * 256,
+         "total_output_tokens": 20 * 32, "request_rate": "inf", "max_concurrency": 4}
+
+
+def test_t13_1_one_token_outputs_do_not_crash(tmp_path, capsys):
+    f = _write(tmp_path, "r.json", {**SMALL, "total_output_tokens": 25})
+    assert cli(["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100",
+                "--terms", "request_overhead_s"]) == 0
+
+
+def test_t13_2_9_requests_vllm_would_reject_are_refused(tmp_path, capsys):
+    f = _write(tmp_path, "r.json", SMALL)
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100",
+                       "--max-model-len", "100", "--sim", "engine"], "max_model_len 100")
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100",
+                       "--max-num-batched-tokens", "10"], "max_num_batched_tokens")
+
+
+@pytest.mark.parametrize("doc", ["[" * 100000 + "]" * 100000, "{" * 5000])
+def test_t13_4_deep_json_is_one_line(tmp_path, capsys, doc):
+    f = _write(tmp_path, "deep.json", doc)
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100"], "deep.json")
+    _one_line(capsys, ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                       "--num-prompts", "2", "--efficiency", str(f)], "deep.json")
+
+
+@pytest.mark.parametrize("field", ["compute", "step_s", "compute_hbm3", "moe_memory_tokens"])
+@pytest.mark.parametrize("value", [10**400, 1e-300, 1e300])
+def test_t13_3_5_absurd_coefficients_are_refused(tmp_path, capsys, field, value):
+    if field.endswith("_s") and value == 1e-300:
+        return  # a tiny time is a valid time
+    if field == "moe_memory_tokens" and value == 1e-300:
+        return
+    f = _write(tmp_path, "e.json", {field: value})
+    with pytest.raises(ConfigError) as e:
+        load_efficiency(f)
+    assert e.value.extra["field"] == field
+
+
+def test_t13_6_api_misuse_is_a_config_error(tmp_path):
+    row = bench_result_row(SMALL, model="llama-3.1-8b", gpu="H100")
+    bad_calls = [
+        lambda: read_bench_result(5), lambda: read_bench_result(None),
+        lambda: bench_result_row([1], model="llama-3.1-8b", gpu="H100"),
+        lambda: bench_result_row(SMALL, model="llama-3.1-8b", gpu="H100", engine=5),
+        lambda: bench_result_row(SMALL, model="llama-3.1-8b", gpu="H100",
+                                 kv_cache_memory_gib=float("nan")),
+        lambda: bench_result_row(SMALL, model="llama-3.1-8b", gpu="H100",
+                                 kv_cache_memory_gib="20"),
+        lambda: bench_result_row(SMALL, model=None, gpu="H100"),
+        lambda: bench_result_row(SMALL, model="llama-3.1-8b", gpu="H100",
+                                 tensor_parallel_size=1.5),
+        lambda: calibrate([None]), lambda: calibrate([dict(row, measured={})]),
+        lambda: calibrate([row], terms=[[]]), lambda: calibrate([row], log=5),
+        lambda: save_efficiency(DEFAULT_EFFICIENCY, None),
+        lambda: save_efficiency(DEFAULT_EFFICIENCY, tmp_path / "x", foo=object()),
+        lambda: save_efficiency(DEFAULT_EFFICIENCY, tmp_path / "x", loss=float("nan")),
+        lambda: save_efficiency(DEFAULT_EFFICIENCY, tmp_path / "x",
+                                efficiency={"compute": 2}),
+        lambda: load_efficiency(tmp_path / "x", base=None), lambda: load_efficiency(None),
+    ]
+    for i, call in enumerate(bad_calls):
+        with pytest.raises(ConfigError):
+            call()
+        assert i >= 0
+
+
+def test_t13_7_a_deployment_that_does_not_plan_is_refused(tmp_path, capsys):
+    f = _write(tmp_path, "r.json", SMALL)
+    _one_line(capsys, ["calibrate", "gpt-oss-120b", str(f), "--gpu", "L4"],
+              "does not plan")
+
+
+def test_t13_11_19_27_output_checked_first(tmp_path, capsys):
+    f = _write(tmp_path, "r.json", SMALL)
+    before = f.read_text()
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100", "-o", str(f)],
+              "RESULT files")
+    assert f.read_text() == before
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100", "-o", ""],
+              "empty")
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100", "-o",
+                       str(tmp_path / "no" / "dir.json")], "existing folder")
+
+
+def test_t13_14_a_memory_term_of_another_gpu_is_refused():
+    row = bench_result_row(SMALL, model="llama-3.1-8b", gpu="H100")
+    with pytest.raises(ConfigError, match="memory_hbm3"):
+        calibrate([row], terms=["memory_gddr"])
+
+
+def test_t13_15_fifo_does_not_hang(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(fifo), "--gpu", "H100"],
+              "not a regular file")
+    _one_line(capsys, ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                       "--num-prompts", "2", "--efficiency", str(fifo)], "not a regular file")
+
+
+def test_t13_12_lengths_that_disagree_with_the_totals_are_not_replayed():
+    res = {**SMALL, "input_lens": [256] * 20, "output_lens": [1000] * 20}
+    with pytest.warns(UserWarning, match="output_lens sum to 20,000"):
+        row = bench_result_row(res, model="llama-3.1-8b", gpu="H100")
+    assert "output_lens" not in row and row["input_lens"] == [256] * 20
+    with pytest.warns(UserWarning, match="not 20 per-request"):
+        bench_result_row({**SMALL, "output_lens": [32] * 19}, model="llama-3.1-8b",
+                         gpu="H100")
+
+
+def test_t13_21_all_failed_says_so():
+    with pytest.raises(ConfigError, match="no request completed"):
+        bench_result_row({**SMALL, "completed": 0, "failed": 20}, model="llama-3.1-8b",
+                         gpu="H100")
+
+
+def test_t13_22_append_result_files_hold_one_run_a_line(tmp_path, capsys):
+    from kvcore.sim.calibrate import read_bench_results
+
+    lines = "\n".join(json.dumps({**SMALL, "max_concurrency": c}) for c in (1, 4)) + "\n"
+    f = _write(tmp_path, "append.json", lines)
+    runs = read_bench_results(f)
+    assert [r["max_concurrency"] for r in runs] == [1, 4]
+    with pytest.raises(ConfigError, match="2 runs"):
+        read_bench_result(f)
+    assert cli(["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100", "--terms",
+                "request_overhead_s", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["result"] for r in out["runs"]] == [f"{f}#1", f"{f}#2"]
+
+
+def test_t13_26_nested_fields_without_format_load(tmp_path):
+    f = _write(tmp_path, "e.json", {"efficiency": {"compute": 0.7}})
+    assert load_efficiency(f).compute == 0.7
