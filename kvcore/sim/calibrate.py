@@ -39,6 +39,7 @@ from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency
 
 __all__ = ["read_bench_result", "bench_result_row", "calibrate", "memory_term",
            "save_efficiency", "load_efficiency", "CALIBRATION_GRID", "DEFAULT_TERMS",
+           "read_bench_results", "warn_if_other_deployment",
            "add_subparser", "run"]
 
 #: each calibrated term's grid: the request overhead in 1 - 5 ms steps to 80 ms
@@ -569,6 +570,37 @@ def load_efficiency(path: str | Path, base: Efficiency = DEFAULT_EFFICIENCY
                           value=str(path)) from None
 
 
+def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
+                             tensor_parallel_size: int | None = None) -> None:
+    """Warn when a coefficient file written by ``kvcore calibrate`` was fitted on
+    another GPU or TP than the run that uses it (its ``gpu`` / ``tensor_parallel_size``
+    entries; a plain object of fields says nothing, so nothing is said)."""
+    import warnings
+
+    from kvcore.deploy.gpus import get_gpu
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError):
+        return  # load_efficiency has already said what is wrong with it
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+        return
+    then = doc.get("gpu")
+    if gpu is not None and isinstance(then, str):
+        try:
+            same = get_gpu(then).name == get_gpu(gpu).name
+        except ConfigError:
+            same = False
+        if not same:
+            warnings.warn(f"--efficiency {path}: calibrated on {then}, used on {gpu}: "
+                          "its memory and compute terms are that GPU's", stacklevel=2)
+    tp = doc.get("tensor_parallel_size")
+    if tensor_parallel_size is not None and isinstance(tp, int) and tp != \
+            tensor_parallel_size:
+        warnings.warn(f"--efficiency {path}: calibrated at TP {tp}, used at TP "
+                      f"{tensor_parallel_size}", stacklevel=2)
+
+
 # ---- the CLI ----------------------------------------------------------------------------
 
 def add_subparser(sub: Any) -> argparse.ArgumentParser:
@@ -589,7 +621,8 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    type=_count_arg("pipeline_parallel_size", what="stages"), default=1)
     p.add_argument("--kv-cache-dtype", default="auto",
                    help="the run's --kv-cache-dtype (auto, fp8, ...)")
-    p.add_argument("--max-model-len", type=length_arg("max_model_len"), default=None)
+    p.add_argument("--max-model-len", type=length_arg("max_model_len"), default=None,
+                   help="the run's (default: the model's, as vllm serve)")
     p.add_argument("--max-num-batched-tokens", type=length_arg("max_num_batched_tokens"),
                    default=None, help="the run's (default: vllm serve's for the GPU)")
     p.add_argument("--max-num-seqs", type=_count_arg("max_num_seqs", what="requests"),
@@ -654,7 +687,12 @@ def run(args: argparse.Namespace) -> int:
         get_engine(args.engine)
     from kvcore.sim.command import _model_config
 
-    _model_config(args.model)  # the model's own error first
+    cfg = _model_config(args.model)  # the model's own error first
+    mml = args.max_model_len
+    if mml is None:  # vllm serve's default: the model's own (derived) length
+        from kvcore.models.planner import derived_max_model_len
+
+        mml = derived_max_model_len(cfg)
     if args.output is not None:  # before minutes of simulation, not after
         out = Path(args.output)
         if not args.output:
@@ -676,7 +714,7 @@ def run(args: argparse.Namespace) -> int:
                 name=str(path) if len(runs_in) == 1 else f"{path}#{k + 1}",
                 statistic=args.statistic, tensor_parallel_size=args.tensor_parallel_size,
                 pipeline_parallel_size=args.pipeline_parallel_size,
-                kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
+                kv_cache_dtype=args.kv_cache_dtype, max_model_len=mml,
                 max_num_batched_tokens=args.max_num_batched_tokens,
                 max_num_seqs=args.max_num_seqs,
                 enable_prefix_caching=args.enable_prefix_caching,
@@ -729,7 +767,7 @@ def run(args: argparse.Namespace) -> int:
                         tensor_parallel_size=args.tensor_parallel_size,
                         pipeline_parallel_size=args.pipeline_parallel_size,
                         kv_cache_dtype=args.kv_cache_dtype,
-                        max_model_len=args.max_model_len,
+                        max_model_len=mml,
                         calibrated_on=[str(p) for p in args.results], terms=terms,
                         mean_abs_log_error={"default": before, "calibrated": after})
     if args.json:

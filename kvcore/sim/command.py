@@ -1247,11 +1247,13 @@ def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config
             raise ConfigError(f"--efficiency {eff_file} sets the roofline model's "
                               "coefficients: give --gpu (and no other --time-model)",
                               field="efficiency", value=eff_file)
-        from kvcore.sim.calibrate import load_efficiency
+        from kvcore.sim.calibrate import load_efficiency, warn_if_other_deployment
 
         rest = {k: v for k, v in ctx.items() if k not in ("model_config", "kv_cache_config")}
-        return timing.roofline_for(model_config, kv_cache_config,
-                                   efficiency=load_efficiency(eff_file), **rest)
+        eff = load_efficiency(eff_file)
+        warn_if_other_deployment(eff_file, gpu=gpu,
+                                 tensor_parallel_size=args.tensor_parallel_size)
+        return timing.roofline_for(model_config, kv_cache_config, efficiency=eff, **rest)
     if name:
         accepted, required = timing.time_model_options(name)
         lacking = sorted(required - set(ctx))

@@ -1263,9 +1263,10 @@ def run(args: argparse.Namespace) -> int:
     if args.efficiency is not None:  # kvcore calibrate --output
         import dataclasses
 
-        from kvcore.sim.calibrate import load_efficiency
+        from kvcore.sim.calibrate import load_efficiency, warn_if_other_deployment
 
         coeffs = dataclasses.asdict(load_efficiency(args.efficiency))
+        warn_if_other_deployment(args.efficiency, gpu=gpu)
         for c in configs:
             c["efficiency"] = coeffs
     from kvcore.sim.command import speculative_setup

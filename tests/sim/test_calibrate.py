@@ -522,3 +522,16 @@ def test_t13_22_append_result_files_hold_one_run_a_line(tmp_path, capsys):
 def test_t13_26_nested_fields_without_format_load(tmp_path):
     f = _write(tmp_path, "e.json", {"efficiency": {"compute": 0.7}})
     assert load_efficiency(f).compute == 0.7
+
+
+def test_t13_25_a_file_of_another_deployment_warns(tmp_path, capsys):
+    save_efficiency(DEFAULT_EFFICIENCY, tmp_path / "e.json", gpu="H100",
+                    tensor_parallel_size=1)
+    args = ["simulate", "llama-3.1-8b", "--dataset", "random", "--num-prompts", "2",
+            "--random-input-len", "16", "--random-output-len", "2", "--max-model-len", "256",
+            "--efficiency", str(tmp_path / "e.json")]
+    assert cli([*args, "--gpu", "H100-SXM"]) == 0
+    assert "calibrated on" not in capsys.readouterr().err
+    assert cli([*args, "--gpu", "A100-80GB", "--tp", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "calibrated on H100, used on A100-80GB" in err and "TP 1, used at TP 2" in err
