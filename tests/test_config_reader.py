@@ -40,7 +40,10 @@ HAS_PLUGINS = (ROOT / "plugins").is_dir()
 EXEMPT = ("kvcore/ops/", "kvcore/runtime/", "kvcore/sim/traces.py", "kvcore/ops.py",
           "kvcore/sim/accuracy.py",
           # parses the user's --speculative-config JSON, not a model config
-          "kvcore/sim/speculative.py")
+          "kvcore/sim/speculative.py",
+          # parses vllm bench serve result files and its own coefficient files, as
+          # accuracy.py parses measurement rows: no model config
+          "kvcore/sim/calibrate.py")
 
 #: names the code base gives raw config dicts (and JSON objects read from config files)
 RAW_NAMES = {"raw", "hf_config", "config_dict", "vc", "ac", "ssm", "ssm_cfg", "attn_cfg",

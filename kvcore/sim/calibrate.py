@@ -580,12 +580,12 @@ def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
     from kvcore.deploy.gpus import get_gpu
 
     try:
-        doc = json.loads(Path(path).read_text())
+        saved = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError):
         return  # load_efficiency has already said what is wrong with it
-    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+    if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
         return
-    then = doc.get("gpu")
+    then = saved.get("gpu")
     if gpu is not None and isinstance(then, str):
         try:
             same = get_gpu(then).name == get_gpu(gpu).name
@@ -594,7 +594,7 @@ def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
         if not same:
             warnings.warn(f"--efficiency {path}: calibrated on {then}, used on {gpu}: "
                           "its memory and compute terms are that GPU's", stacklevel=2)
-    tp = doc.get("tensor_parallel_size")
+    tp = saved.get("tensor_parallel_size")
     if tensor_parallel_size is not None and isinstance(tp, int) and tp != \
             tensor_parallel_size:
         warnings.warn(f"--efficiency {path}: calibrated at TP {tp}, used at TP "
