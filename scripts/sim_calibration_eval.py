@@ -9,8 +9,13 @@ fast loop) and compare the default and the calibrated coefficients on its other 
 (two processes; ~25 minutes on two loaded cores).  Output:
 tests/data/sim_accuracy/v13_evaluation.txt.
 """
-import json, statistics, sys, concurrent.futures as cf, multiprocessing as mp
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import statistics
+import sys
 from pathlib import Path
+
 BASE = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'sim_accuracy'
 
 def dep_key(r):
@@ -25,8 +30,8 @@ def fix(r):
 
 def one(args):
     key, cal, tests = args
+    from kvcore.sim.accuracy import DEFAULT_EFFICIENCY, evaluate
     from kvcore.sim.calibrate import calibrate
-    from kvcore.sim.accuracy import evaluate, DEFAULT_EFFICIENCY
     try:
         eff, b, a = calibrate([cal], sim='fast')
     except Exception as e:
@@ -54,7 +59,8 @@ def main(files):
     with cf.ProcessPoolExecutor(2, mp_context=mp.get_context('spawn')) as ex:
         for key, res, err in ex.map(one, jobs):
             if res is None:
-                print('ERR', key, err); continue
+                print('ERR', key, err)
+                continue
             d, c, eff = res
             per.append((key, eff, d, c))
             for dr, cr in zip(d, c):
