@@ -256,9 +256,14 @@ def _serving_args(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"--efficiency {eff_file}: sets the sim judge's clock; give "
                               "--judge sim (or --workload)", field="efficiency",
                               value=eff_file)
-        from kvcore.sim.calibrate import load_efficiency
+        from kvcore.sim.calibrate import load_efficiency, warn_if_other_deployment
 
         kw["efficiency"] = load_efficiency(eff_file)
+        g = getattr(args, "gpu", None)
+        g = g[0] if isinstance(g, list) and len(g) == 1 else g
+        warn_if_other_deployment(eff_file, gpu=g if isinstance(g, str) else None,
+                                 tensor_parallel_size=kw["tensor_parallel_size"],
+                                 model=getattr(args, "model", None))
     j = make_judge(judge, getattr(args, "model", None) if not getattr(args, "specs", None)
                    else None, **kw) if judge != "analytic" else None
     if j is not None:

@@ -97,16 +97,21 @@ def _read_text(path: Any, what: str) -> str:
                           value=repr(path)[:80])
     p = Path(path)
     try:
-        if not p.exists():
-            raise ConfigError(f"{path}: no such file; give {what}", field=str(path),
-                              value=str(path))
-        if not p.is_file():  # a folder, a FIFO, a device: never read (it could block)
-            raise ConfigError(f"{path}: not a regular file; give {what}", field=str(path),
-                              value=str(path))
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"{path}: {p.stat().st_size:,} bytes, more than the "
-                              f"{MAX_FILE_BYTES >> 20} MiB read; give {what}",
-                              field=str(path), value=str(path))
+        exists, regular = p.exists(), p.is_file()
+        size = p.stat().st_size if regular else 0
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__}: {exc}); give "
+                          f"{what}", field=str(path), value=str(path)) from None
+    if not exists:
+        raise ConfigError(f"{path}: no such file; give {what}", field=str(path),
+                          value=str(path))
+    if not regular:  # a folder, a FIFO, a device: never read (it could block)
+        raise ConfigError(f"{path}: not a regular file; give {what}", field=str(path),
+                          value=str(path))
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: {size:,} bytes, more than the {MAX_FILE_BYTES >> 20} "
+                          f"MiB read; give {what}", field=str(path), value=str(path))
+    try:
         return p.read_text()
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot be read ({type(exc).__name__}: {exc}); give "
@@ -394,7 +399,7 @@ def _terms(terms: Any, gpus: list[str]) -> list[str]:
         names = sorted(own) if t == "memory" else [t]
         for name in names:
             if name not in CALIBRATION_GRID:
-                raise ConfigError(f"terms: {name!r} is not a calibrated term; valid: "
+                raise ConfigError(f"--terms / terms: {name!r} is not a calibrated term; valid: "
                                   f"{', '.join(CALIBRATION_GRID)}", field="terms",
                                   value=repr(name))
             if name not in out:
@@ -478,6 +483,7 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
     for row in rows:
         why = accuracy._REFUSALS.pop(row["id"], None)
         if why is not None:
+            why = why.rsplit(" (simulated with", 1)[0]
             raise ConfigError(f"{row['id']}: the deployment does not plan: {why}; give "
                               "the run's --kv-cache-memory (the KV budget its log "
                               "reports) or the --tp / --gpu it ran on", field="gpu",
@@ -558,6 +564,10 @@ def load_efficiency(path: str | Path, base: Efficiency = DEFAULT_EFFICIENCY
         raise ConfigError(f"{path}: holds no object of Efficiency fields; valid: what "
                           "kvcore calibrate --output writes, or {\"compute\": 0.6, ...}",
                           field="efficiency", value=str(path))
+    if "completed" in fields and any(str(k).endswith("_ttft_ms") for k in fields):
+        raise ConfigError(f"{path}: is a vllm bench serve result, not coefficients; run "
+                          f"kvcore calibrate MODEL {path} --gpu GPU -o eff.json and give "
+                          "eff.json", field="efficiency", value=str(path))
     known = {f.name for f in dataclasses.fields(Efficiency)}
     bad = sorted(str(k) for k in fields if k not in known)
     if bad:
@@ -571,10 +581,12 @@ def load_efficiency(path: str | Path, base: Efficiency = DEFAULT_EFFICIENCY
 
 
 def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
-                             tensor_parallel_size: int | None = None) -> None:
+                             tensor_parallel_size: int | None = None,
+                             model: Any = None) -> None:
     """Warn when a coefficient file written by ``kvcore calibrate`` was fitted on
-    another GPU or TP than the run that uses it (its ``gpu`` / ``tensor_parallel_size``
-    entries; a plain object of fields says nothing, so nothing is said)."""
+    another model, GPU or TP than the run that uses it (its ``model`` / ``gpu`` /
+    ``tensor_parallel_size`` entries; a plain object of fields says nothing, so nothing
+    is said)."""
     import warnings
 
     from kvcore.deploy.gpus import get_gpu
@@ -594,11 +606,51 @@ def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
         if not same:
             warnings.warn(f"--efficiency {path}: calibrated on {then}, used on {gpu}: "
                           "its memory and compute terms are that GPU's", stacklevel=2)
+    then_model = saved.get("model")
+    if isinstance(model, str) and isinstance(then_model, str) and \
+            _model_key(then_model) != _model_key(model):
+        warnings.warn(f"--efficiency {path}: calibrated on {then_model}, used on {model}",
+                      stacklevel=2)
     tp = saved.get("tensor_parallel_size")
     if tensor_parallel_size is not None and isinstance(tp, int) and tp != \
             tensor_parallel_size:
         warnings.warn(f"--efficiency {path}: calibrated at TP {tp}, used at TP "
                       f"{tensor_parallel_size}", stacklevel=2)
+
+
+def _model_key(name: str) -> str:
+    """A model name for comparing: the last path part (a config file's folder when it is
+    config.json), lower case, letters and digits only."""
+    import re
+
+    parts = [q for q in str(name).replace("\\", "/").split("/") if q]
+    if parts and parts[-1].lower() == "config.json" and len(parts) > 1:
+        parts = parts[:-1]
+    last = parts[-1] if parts else str(name)
+    last = re.sub(r"\.json$", "", last.lower())
+    return re.sub(r"[^a-z0-9]", "", last)
+
+
+def _sizes(name: str) -> set[str]:
+    """The parameter counts a model name states (``70b``, ``8b``, ``0.6b``, ``a3b``)."""
+    import re
+
+    return set(re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?b)(?![a-z0-9])",
+                          str(name).lower().replace("_", "-")))
+
+
+def warn_if_result_of_another_model(result: dict[str, Any], model: str, name: str) -> None:
+    """Warn when a result's ``model_id`` states a parameter count MODEL does not (a
+    70B run calibrating an 8B model): the fit would be of the wrong model."""
+    import warnings
+
+    mid = result.get("model_id")
+    if not isinstance(mid, str):
+        return
+    theirs, ours = _sizes(mid.split("/")[-1]), _sizes(str(model).split("/")[-1])
+    if theirs and ours and not theirs & ours:
+        warnings.warn(f"{name}: a run of {mid} (model_id), calibrating {model}: is this "
+                      "the same model?", stacklevel=2)
 
 
 # ---- the CLI ----------------------------------------------------------------------------
@@ -616,9 +668,11 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    help="vllm bench serve --save-result files of runs on this deployment")
     p.add_argument("--gpu", required=True, metavar="NAME", help="catalog GPU (kvcore gpus)")
     p.add_argument("--tp", "--tensor-parallel-size", "-tp", dest="tensor_parallel_size",
-                   type=_count_arg("tensor_parallel_size", what="GPUs"), default=1)
+                   type=_count_arg("tensor_parallel_size", what="GPUs"), default=1,
+                   help="the run's tensor-parallel size (default 1)")
     p.add_argument("--pp", "--pipeline-parallel-size", "-pp", dest="pipeline_parallel_size",
-                   type=_count_arg("pipeline_parallel_size", what="stages"), default=1)
+                   type=_count_arg("pipeline_parallel_size", what="stages"), default=1,
+                   help="the run's pipeline-parallel size (default 1)")
     p.add_argument("--kv-cache-dtype", default="auto",
                    help="the run's --kv-cache-dtype (auto, fp8, ...)")
     p.add_argument("--max-model-len", type=length_arg("max_model_len"), default=None,
@@ -669,6 +723,8 @@ def _pct(sim: float, measured: float) -> str:
 def run(args: argparse.Namespace) -> int:
     """``kvcore calibrate``: read, calibrate, print, write.  Bad input raises
     ConfigError (the CLI prints one line and exits 2)."""
+    import warnings
+
     from kvcore.deploy.gpus import get_gpu
     from kvcore.sim.accuracy import METRICS, evaluate
 
@@ -687,7 +743,19 @@ def run(args: argparse.Namespace) -> int:
         get_engine(args.engine)
     from kvcore.sim.command import _model_config
 
-    cfg = _model_config(args.model)  # the model's own error first
+    try:
+        cfg = _model_config(args.model)  # the model's own error first
+    except ConfigError:
+        try:
+            looks = read_bench_results(args.model)[0]
+        except ConfigError:
+            looks = {}
+        if "completed" in looks:
+            raise ConfigError(f"MODEL {args.model}: is a vllm bench serve result, not a "
+                              "model config; usage: kvcore calibrate MODEL RESULT.json "
+                              "[RESULT.json ...] --gpu GPU", field="model",
+                              value=str(args.model)) from None
+        raise
     mml = args.max_model_len
     if mml is None:  # vllm serve's default: the model's own (derived) length
         from kvcore.models.planner import derived_max_model_len
@@ -702,6 +770,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--output {args.output}: is one of the RESULT files; give "
                               "another name (it would overwrite the run)", field="output",
                               value=args.output)
+        m = Path(args.model)
+        if out.resolve() in (m.resolve(), (m / "config.json").resolve()):
+            raise ConfigError(f"--output {args.output}: is the MODEL's config; give "
+                              "another name (it would overwrite the model)",
+                              field="output", value=args.output)
         if out.is_dir() or not out.resolve().parent.is_dir():
             raise ConfigError(f"--output {args.output}: not a file in an existing folder",
                               field="output", value=args.output)
@@ -709,6 +782,12 @@ def run(args: argparse.Namespace) -> int:
     for path in args.results:
         runs_in = read_bench_results(path)
         for k, res in enumerate(runs_in):
+            stat = args.statistic
+            if f"{stat}_tpot_ms" not in res and any(
+                    key.endswith("_tpot_ms") for key in res):
+                warnings.warn(f"{path}: has no {stat}_tpot_ms: TPOT is not fitted (the "
+                              "file's other TPOT statistics: --statistic mean or median)",
+                              stacklevel=2)
             rows.append(bench_result_row(
                 res, model=args.model, gpu=args.gpu,
                 name=str(path) if len(runs_in) == 1 else f"{path}#{k + 1}",
@@ -721,8 +800,8 @@ def run(args: argparse.Namespace) -> int:
                 enable_chunked_prefill=args.enable_chunked_prefill,
                 kv_cache_memory_gib=kv_gib, engine=args.engine,
                 dataset=args.dataset_name))
+            warn_if_result_of_another_model(res, args.model, str(path))
     terms = [t for t in args.terms.split(",") if t]
-    import warnings
 
     for row in rows:
         if row["request_rate"] == "inf" and row["max_concurrency"] is None:

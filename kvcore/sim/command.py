@@ -1251,8 +1251,12 @@ def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config
 
         rest = {k: v for k, v in ctx.items() if k not in ("model_config", "kv_cache_config")}
         eff = load_efficiency(eff_file)
+        kvd = getattr(args, "kv_cache_dtype", "auto")
+        if isinstance(kvd, str) and kvd != "auto":  # the model's name records it
+            rest["kv_cache_dtype"] = kvd
         warn_if_other_deployment(eff_file, gpu=gpu,
-                                 tensor_parallel_size=args.tensor_parallel_size)
+                                 tensor_parallel_size=args.tensor_parallel_size,
+                                 model=str(getattr(args, "model", "") or "") or None)
         return timing.roofline_for(model_config, kv_cache_config, efficiency=eff, **rest)
     if name:
         accepted, required = timing.time_model_options(name)
@@ -1267,6 +1271,9 @@ def make_time_model(args: argparse.Namespace, model_config: Any, kv_cache_config
     roofline = getattr(timing, "roofline_for", None)
     if gpu and roofline is not None:
         rest = {k: v for k, v in ctx.items() if k not in ("model_config", "kv_cache_config")}
+        kvd = getattr(args, "kv_cache_dtype", "auto")
+        if isinstance(kvd, str) and kvd != "auto":  # the model's name records it
+            rest["kv_cache_dtype"] = kvd
         return roofline(model_config, kv_cache_config, **rest)
     return timing.ConstantTimeModel(step_s=PLACEHOLDER_STEP_S)
 

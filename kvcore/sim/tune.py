@@ -1266,7 +1266,9 @@ def run(args: argparse.Namespace) -> int:
         from kvcore.sim.calibrate import load_efficiency, warn_if_other_deployment
 
         coeffs = dataclasses.asdict(load_efficiency(args.efficiency))
-        warn_if_other_deployment(args.efficiency, gpu=gpu)
+        warn_if_other_deployment(args.efficiency, gpu=gpu, model=str(args.model),
+                                 tensor_parallel_size=(args.tp[0] if args.tp and
+                                                       len(args.tp) == 1 else None))
         for c in configs:
             c["efficiency"] = coeffs
     from kvcore.sim.command import speculative_setup

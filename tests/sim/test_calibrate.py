@@ -217,7 +217,7 @@ def test_cli_bad_result_is_one_line_exit_2(tmp_path, capsys, text, why):
     (["--engine", "vllm==0.0.1"], "0.0.1"),
 ])
 def test_cli_bad_flags_are_one_line_exit_2(capsys, argv, why):
-    args = ["calibrate", "llama-3.1-8b", str(DO / "rate-2.0.json"), "--gpu", "H100", *argv]
+    args = ["calibrate", LLAMA70_FP8, str(DO / "rate-2.0.json"), "--gpu", "H100", *argv]
     assert cli(args) == 2
     err = capsys.readouterr().err
     assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -387,7 +387,8 @@ def _one_line(capsys: Any, argv: list[str], *needles: str) -> None:
 
 
 SMALL = {**_GOOD, "completed": 20, "total_input_tokens": 20 * 256,
-         "total_output_tokens": 20 * 32, "request_rate": "inf", "max_concurrency": 4}
+         "total_output_tokens": 20 * 32, "request_rate": "inf", "max_concurrency": 4,
+         "model_id": "meta-llama/Llama-3.1-8B-Instruct"}
 
 
 def test_t13_1_one_token_outputs_do_not_crash(tmp_path, capsys):
@@ -454,7 +455,7 @@ def test_t13_6_api_misuse_is_a_config_error(tmp_path):
 
 
 def test_t13_7_a_deployment_that_does_not_plan_is_refused(tmp_path, capsys):
-    f = _write(tmp_path, "r.json", SMALL)
+    f = _write(tmp_path, "r.json", {**SMALL, "model_id": "openai/gpt-oss-120b"})
     _one_line(capsys, ["calibrate", "gpt-oss-120b", str(f), "--gpu", "L4"],
               "does not plan")
 
@@ -535,3 +536,57 @@ def test_t13_25_a_file_of_another_deployment_warns(tmp_path, capsys):
     assert cli([*args, "--gpu", "A100-80GB", "--tp", "2"]) == 0
     err = capsys.readouterr().err
     assert "calibrated on H100, used on A100-80GB" in err and "TP 1, used at TP 2" in err
+
+
+# ---- new-user check (newuser13) ---------------------------------------------------------
+
+def test_nu_output_never_the_model_config(tmp_path, capsys):
+    import shutil
+
+    cfg = tmp_path / "cfg.json"
+    shutil.copy(LLAMA70_FP8, cfg)
+    before = cfg.read_text()
+    r = _write(tmp_path, "r.json", SMALL)
+    _one_line(capsys, ["calibrate", str(cfg), str(r), "--gpu", "H200", "-o", str(cfg)],
+              "MODEL's config")
+    assert cfg.read_text() == before
+
+
+def test_nu_a_result_of_another_model_warns(capsys):
+    # the DO file's model_id is Llama-3.1-70B-Instruct-FP8
+    assert cli(["calibrate", "llama-3.1-8b", str(DO / "rate-1.0.json"), "--gpu", "H200",
+                "--terms", "request_overhead_s", "--json"]) == 0
+    assert "is this the same model?" in capsys.readouterr().err
+
+
+def test_nu_swapped_arguments_and_a_result_as_efficiency(capsys):
+    _one_line(capsys, ["calibrate", str(DO / "rate-1.0.json"), "llama-3.1-8b", "--gpu",
+                       "H100"], "not a model config", "usage")
+    _one_line(capsys, ["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                       "--num-prompts", "2", "--efficiency", str(DO / "rate-1.0.json")],
+              "is a vllm bench serve result", "kvcore calibrate")
+
+
+def test_nu_missing_file_message_once(tmp_path, capsys):
+    assert cli(["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                "--num-prompts", "2", "--efficiency", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("give a JSON file") == 1 and "no such file" in err
+
+
+def test_nu_no_median_tpot_warns(tmp_path, capsys):
+    res = {k: v for k, v in json.loads((DO / "rate-1.0.json").read_text()).items()
+           if k != "median_tpot_ms"}
+    f = _write(tmp_path, "r.json", res)
+    assert cli(["calibrate", LLAMA70_FP8, str(f), "--gpu", "H200", "--terms",
+                "request_overhead_s", "--json"]) == 0
+    assert "has no median_tpot_ms" in capsys.readouterr().err
+
+
+def test_nu_model_of_another_file_warns_in_simulate(tmp_path, capsys):
+    save_efficiency(DEFAULT_EFFICIENCY, tmp_path / "e.json", model="qwen3-8b", gpu="H100",
+                    tensor_parallel_size=1)
+    assert cli(["simulate", "llama-3.1-8b", "--gpu", "H100", "--dataset", "random",
+                "--num-prompts", "2", "--random-input-len", "16", "--random-output-len",
+                "2", "--max-model-len", "256", "--efficiency", str(tmp_path / "e.json")]) == 0
+    assert "calibrated on qwen3-8b, used on llama-3.1-8b" in capsys.readouterr().err
