@@ -133,6 +133,15 @@ def test_efficiency_reaches_tune_candidates(tmp_path):
     assert "efficiency" in bad["error"] and "cmpute" in bad["error"]
 
 
+def _one_line(capsys: Any, argv: list[str], *needles: str) -> None:
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "kvcore bug" not in err, err
+    for n in needles:
+        assert n in err, (n, err)
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 _GOOD = json.loads((DO / "rate-2.0.json").read_text())
@@ -204,9 +213,7 @@ def test_bad_result_fields_are_named(field, value):
 def test_cli_bad_result_is_one_line_exit_2(tmp_path, capsys, text, why):
     f = tmp_path / "r.json"
     f.write_text(text)
-    assert cli(["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100"]) == 2
-    err = capsys.readouterr().err
-    assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    _one_line(capsys, ["calibrate", "llama-3.1-8b", str(f), "--gpu", "H100"], why)
 
 
 @pytest.mark.parametrize("argv, why", [
@@ -217,10 +224,8 @@ def test_cli_bad_result_is_one_line_exit_2(tmp_path, capsys, text, why):
     (["--engine", "vllm==0.0.1"], "0.0.1"),
 ])
 def test_cli_bad_flags_are_one_line_exit_2(capsys, argv, why):
-    args = ["calibrate", LLAMA70_FP8, str(DO / "rate-2.0.json"), "--gpu", "H100", *argv]
-    assert cli(args) == 2
-    err = capsys.readouterr().err
-    assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    _one_line(capsys, ["calibrate", LLAMA70_FP8, str(DO / "rate-2.0.json"), "--gpu",
+                       "H100", *argv], why)
 
 
 def test_missing_and_directory_results(tmp_path, capsys):
@@ -375,15 +380,6 @@ def _write(tmp_path: Path, name: str, obj: Any) -> Path:
     f = tmp_path / name
     f.write_text(obj if isinstance(obj, str) else json.dumps(obj))
     return f
-
-
-def _one_line(capsys: Any, argv: list[str], *needles: str) -> None:
-    assert cli(argv) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert "kvcore bug" not in err, err
-    for n in needles:
-        assert n in err, (n, err)
 
 
 SMALL = {**_GOOD, "completed": 20, "total_input_tokens": 20 * 256,
