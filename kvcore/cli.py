@@ -296,7 +296,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from kvcore.plan_serving import print_serving
 
     explain = bool(getattr(args, "explain", False))
-    print_serving(s, _table, explain=explain)
+    judge = getattr(args, "judge", "auto") or "auto"
+    if judge == "auto":
+        judge = "sim" if getattr(args, "workload", None) else "analytic"
+    asked = None
+    if judge != "analytic":
+        eff = getattr(args, "efficiency", None)
+        asked = f"{judge} (--efficiency {eff})" if eff else judge
+    print_serving(s, _table, explain=explain, judge_requested=asked)
     print_gpu_summary(s, explain=explain)
     if args.show_tensors:
         _print_tensors(out)

@@ -102,15 +102,23 @@ HEADERS = ["groups", "block sizes", "hit alignment", "guarantee", "steady capaci
            "prefix hits", "time (s)"]
 
 
-def print_serving(stats: Any, table: Any, explain: bool = False) -> None:
-    """The chosen layout beside vLLM's (``table(title, headers, rows)`` prints one)."""
+def print_serving(stats: Any, table: Any, explain: bool = False,
+                  judge_requested: str | None = None) -> None:
+    """The chosen layout beside vLLM's (``table(title, headers, rows)`` prints one).
+    ``judge_requested``: the judge the user asked for (``sim``; ``--efficiency``: ``sim
+    with --efficiency FILE``); when the planner had one layout and so ran no judge, the
+    line says it went unused instead of naming only the analytic estimate."""
     won, base = stats.serving, stats.vllm_layout
     if won is None:
         return
+    unused = ""
+    if judge_requested and won.judged_by == "analytic":
+        unused = (f"; one layout to choose from, so the {judge_requested} judge did not "
+                  "run")
     if stats.candidates_scored <= 1 and base is not None:
         print(f"serving: one candidate layout, vLLM's own ({won.num_groups} group"
               f"{'s' if won.num_groups != 1 else ''}, {_fmt_time(won.time_s)} s on the "
-              f"workload by {won.judged_by})")
+              f"workload by {won.judged_by}{unused})")
         return
     rows = [["kvcore (chosen)"] + _row(won)]
     if base is not None:
@@ -119,7 +127,7 @@ def print_serving(stats: Any, table: Any, explain: bool = False) -> None:
     which = "the chosen layout and vLLM's" if base is not None else \
         "the chosen layout (no vLLM layout: see the note)"
     table(f"serving: {which} on the workload "
-          f"({wl.get('source', 'default')}; judged by {won.judged_by})",
+          f"({wl.get('source', 'default')}; judged by {won.judged_by}{unused})",
           ["layout"] + HEADERS, rows)
     gain = stats.gain_over_vllm
     if gain is not None:

@@ -265,11 +265,14 @@ def check_attention_block_size(block_size: int | None, gpu: object = None) -> No
             f"use e.g. {near}", field="block_size", value=block_size)
 
 
-def get_gpu(name: str) -> GPU:
+def get_gpu(name: str, *, memory_flag: bool = True) -> GPU:
     """The catalog entry for ``name`` (catalog name, alias or device name; case, spaces,
     ``-`` and ``_`` ignored).
 
-    Raises ConfigError (field ``gpu``) listing the catalog names for an unknown one.
+    Raises ConfigError (field ``gpu``) listing the catalog names for an unknown one;
+    ``memory_flag``: the message also offers ``--gpu-memory SIZE`` (``kvcore plan``'s
+    flag for a GPU outside the catalog; the simulated clock needs the catalog's FLOP/s
+    and bandwidths, so ``simulate`` / ``tune`` / ``calibrate`` pass False).
     """
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"--gpu: expected a GPU name, got {name!r}; known: "
@@ -280,8 +283,9 @@ def get_gpu(name: str) -> GPU:
         if key in {_key(n) for n in (gpu.name, gpu.device_name, *gpu.aliases)}:
             return gpu
     raise ConfigError(f"--gpu: unknown GPU {name!r}; known: "
-                      f"{', '.join(g.name for g in GPU_CATALOG)} (or give --gpu-memory "
-                      f"SIZE)", field="gpu", value=name)
+                      f"{', '.join(g.name for g in GPU_CATALOG)}"
+                      + (" (or give --gpu-memory SIZE)" if memory_flag else ""),
+                      field="gpu", value=name)
 
 
 # ---- `kvcore gpus` -------------------------------------------------------------------------

@@ -99,8 +99,15 @@ def _check_row(row: dict[str, Any]) -> None:
             raise ConfigError(f"row {row.get('id')!r}: {key} is missing", field=key)
         _row_int(row, key, None)
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_num_batched_tokens",
-                "max_num_seqs", "max_model_len", "max_concurrency", "data_parallel_size"):
+                "max_num_seqs", "max_model_len", "max_concurrency", "data_parallel_size",
+                "block_size"):
         _row_int(row, key, None)
+    gmu = row.get("gpu_memory_utilization")
+    if gmu is not None and (isinstance(gmu, bool) or not isinstance(gmu, (int, float))
+                            or not 0 < gmu <= 1):
+        raise ConfigError(f"row {row.get('id')!r}: gpu_memory_utilization {gmu!r} must be "
+                          "a fraction in (0, 1] (vLLM's default 0.9)",
+                          field="gpu_memory_utilization", value=repr(gmu))
     excl = row.get("excluded") or {}
     if (_row_int(row, "data_parallel_size", 1) or 1) > 1 and isinstance(excl, dict):
         left = [m for m in (row.get("measured") or {}) if m not in excl]
@@ -221,7 +228,7 @@ def vllm_serve_defaults(gpu: Any) -> tuple[int, int]:
     else 2,048 / 256."""
     from kvcore.deploy.gpus import GPU, get_gpu
 
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu, memory_flag=False)
     mem = g.memory_bytes
     if mem >= 160 << 30:
         return 16384, 1024
@@ -250,10 +257,14 @@ def engine_of(row: dict[str, Any]) -> str | None:
 @lru_cache(maxsize=64)
 def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: int,
           kv_gib: float | None = None, engine: str | None = None, pp: int = 1,
-          kv_cache_dtype: str = "auto", mamba_cache_mode: str = "none") -> Any:
+          kv_cache_dtype: str = "auto", mamba_cache_mode: str = "none",
+          gpu_memory_utilization: float | None = None, block_size: int | None = None
+          ) -> Any:
     import kvcore
 
     extra: dict[str, Any] = {}
+    if block_size is not None:  # vllm serve --block-size
+        extra["block_size"] = block_size
     if mamba_cache_mode != "none":
         extra["mamba_cache_mode"] = mamba_cache_mode
     if pp != 1:
@@ -266,6 +277,8 @@ def _plan(config: str, gpu: str, tp: int, max_model_len: int, mnbt: int, mns: in
                                  max_num_batched_tokens=mnbt, **extra)
     if engine:
         extra["engine"] = engine
+    if gpu_memory_utilization is not None:  # vllm serve --gpu-memory-utilization
+        extra["gpu_memory_utilization"] = gpu_memory_utilization
     return kvcore.plan_model(config, gpu=gpu, tensor_parallel_size=tp,
                              max_model_len=max_model_len, max_num_batched_tokens=mnbt,
                              max_num_seqs=mns, **extra)
@@ -352,9 +365,11 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     mode, _ = resolve_mamba_cache_mode(None, _row_bool(row, "enable_prefix_caching", True),
                                        mamba_layout(cfg_path)[0])
     check_vllm_chunked_prefill(mode, chunked)
+    gmu = row.get("gpu_memory_utilization")
+    bs = row.get("block_size")
     try:
         kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, row.get("kv_cache_memory_gib"),
-                   engine_of(row), pp, kvd, mode)
+                   engine_of(row), pp, kvd, mode, gmu, bs)
     except KVCoreError as e:
         # the run was published, so vLLM started it: kvcore's fit verdict refused a
         # deployment that runs.  Recorded (``_REFUSALS``, printed by the table) and
@@ -364,11 +379,11 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
                 e, NotEnoughMemoryError):
             raise
         big = _plan(cfg_path, gpu, tp, mml, mnbt, mns, float(1 << 14), None, pp,
-                    kvd, mode)  # 16 TiB
+                    kvd, mode, None, bs)  # 16 TiB
         need = big.stats.kv_cache_memory_bytes_for_one_request
         _REFUSALS[row["id"]] = f"{e} (simulated with {need / (1 << 30):.2f} GiB of KV)"
         kv = _plan(cfg_path, gpu, tp, mml, mnbt, mns, need / (1 << 30), None, pp, kvd,
-                   mode)
+                   mode, None, bs)
     g0 = kv.kv_cache_groups[0].spec
     cap = (kv.num_blocks - 1) * g0.block_size if kv.num_blocks else None
     model = roofline_for(load_model_config(cfg_path), kv, gpu=gpu,

@@ -78,7 +78,7 @@ def memory_term(gpu: Any) -> str:
     ``memory``.  Raises ConfigError for an unknown GPU or one without perf figures."""
     from kvcore.deploy.gpus import GPU, get_gpu
 
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu, memory_flag=False)
     if g.perf is None:
         raise ConfigError(f"gpu: {g.name} has no peak figures in the catalog; give a GPU "
                           "with perf figures (kvcore gpus --json)", field="gpu",
@@ -187,6 +187,42 @@ def _num(name: str, obj: dict[str, Any], key: str, *, minimum: float = 0.0,
     return float(v)
 
 
+def _check_rate(result: dict[str, Any], name: str, n: int, rate: Any, burst: Any) -> None:
+    """Warn when a result's ``request_throughput`` (completed / duration) is above what
+    its ``request_rate`` allows, i.e. the rate field does not describe the run (an edited
+    file, another run's rate) and the replay would send requests slower than they came.
+
+    vllm bench serve sends n requests with gaps drawn from a Gamma(shape ``burstiness``,
+    mean 1 / r); recent versions rescale the send times so that the last one is at
+    exactly n / r, older ones leave the sum of the n - 1 gaps free: a Gamma(b (n - 1))
+    of mean (n - 1) / r and relative standard deviation 1 / sqrt(b (n - 1)).  The
+    duration is at least the last send, so the throughput is at most
+    r x n / (n - 1) / (1 - 4 / sqrt(b (n - 1))) but for a 4-sigma draw; kvcore warns
+    above that, with 5 % more, and only where b (n - 1) >= 64 (the bound is then at
+    most 2 r; a few requests say too little)."""
+    import warnings
+
+    if rate is None or rate == "inf" or n < 2:
+        return
+    thr = result.get("request_throughput")  # not replayed: a malformed one is ignored
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not (
+            0 < thr < math.inf):
+        return
+    b = math.inf if burst == "inf" else float(burst if burst is not None else 1.0)
+    k = b * (n - 1)
+    if k < 64:
+        return
+    bound = float(rate) * n / (n - 1) * 1.05
+    if k < math.inf:
+        bound /= 1 - 4 / math.sqrt(k)
+    if thr > bound:
+        warnings.warn(f"{name}: request_throughput {thr:.4g} req/s is above what its "
+                      f"request_rate {float(rate):.4g} req/s allows for {n} requests (at "
+                      f"most {bound:.4g}): the file's rate does not describe this run; "
+                      "the replay sends at the file's rate (check the run's "
+                      "--request-rate)", stacklevel=3)
+
+
 def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      name: str = "result", statistic: str = "median",
                      tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
@@ -195,7 +231,9 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      max_num_seqs: int | None = None, enable_prefix_caching: bool = True,
                      enable_chunked_prefill: bool = True,
                      kv_cache_memory_gib: float | None = None,
-                     engine: str | None = None, dataset: str = "random") -> dict[str, Any]:
+                     engine: str | None = None, dataset: str = "random",
+                     gpu_memory_utilization: float | None = None,
+                     block_size: int | None = None) -> dict[str, Any]:
     """A measurement row (the format of :mod:`kvcore.sim.accuracy`) replaying one
     ``vllm bench serve`` result: ``completed`` requests (tokens: ``total_input_tokens`` /
     ``total_output_tokens`` per request, rounded; ``input_lens`` / ``output_lens`` per
@@ -205,6 +243,8 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     ``{statistic}_tpot_ms`` (ms), those the file has.  ``model``: a config path,
     folder or embedded name; ``gpu``: a catalog name; the rest as ``vllm serve``'s flags
     of the run (``engine``: ``vllm==X.Y.Z``, the profile its GPU budget is planned with).
+    ``gpu_memory_utilization`` / ``block_size``: the run's ``vllm serve`` flags (None:
+    vLLM's defaults; the utilization is unused with ``kv_cache_memory_gib``).
     ``dataset``: the run's ``--dataset-name``, ``random`` (every request at the mean
     lengths) or ``sharegpt`` (output lengths drawn from ShareGPT's shape and scaled to
     the run's mean, :func:`kvcore.sim.accuracy.sharegpt_output_lengths`); per-request
@@ -231,7 +271,7 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
                      ("pipeline_parallel_size", pipeline_parallel_size),
                      ("max_model_len", max_model_len),
                      ("max_num_batched_tokens", max_num_batched_tokens),
-                     ("max_num_seqs", max_num_seqs))
+                     ("max_num_seqs", max_num_seqs), ("block_size", block_size))
     for key, val in counts:
         if val is not None and (isinstance(val, bool) or not isinstance(val, int)
                                 or not 1 <= val < 1 << 40):
@@ -244,6 +284,14 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
         raise ConfigError(f"kv_cache_memory_gib {kv_cache_memory_gib!r} must be a number "
                           "of GiB > 0", field="kv_cache_memory_gib",
                           value=repr(kv_cache_memory_gib)[:40])
+    if gpu_memory_utilization is not None and (
+            isinstance(gpu_memory_utilization, bool)
+            or not isinstance(gpu_memory_utilization, (int, float))
+            or not 0 < gpu_memory_utilization <= 1):
+        raise ConfigError(f"gpu_memory_utilization {gpu_memory_utilization!r} must be a "
+                          "fraction in (0, 1] (vLLM's default 0.9)",
+                          field="gpu_memory_utilization",
+                          value=repr(gpu_memory_utilization)[:40])
     flags: tuple[tuple[str, Any], ...] = (
         ("enable_prefix_caching", enable_prefix_caching),
         ("enable_chunked_prefill", enable_chunked_prefill))
@@ -309,9 +357,11 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     }
     if burst is not None and burst != 1.0:
         row["burstiness"] = burst
+    _check_rate(result, name, n, rate, burst)
     given: tuple[tuple[str, Any], ...] = (
         ("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
-        ("max_num_seqs", max_num_seqs), ("kv_cache_memory_gib", kv_cache_memory_gib))
+        ("max_num_seqs", max_num_seqs), ("kv_cache_memory_gib", kv_cache_memory_gib),
+        ("gpu_memory_utilization", gpu_memory_utilization), ("block_size", block_size))
     for key, val in given:
         if val is not None:
             row[key] = val
@@ -486,7 +536,8 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
             why = why.rsplit(" (simulated with", 1)[0]
             raise ConfigError(f"{row['id']}: the deployment does not plan: {why}; give "
                               "the run's --kv-cache-memory (the KV budget its log "
-                              "reports) or the --tp / --gpu it ran on", field="gpu",
+                              "reports), its --gpu-memory-utilization or the --tp / "
+                              "--gpu it ran on", field="gpu",
                               value=str(row.get("gpu")))
     for pass_no in range(rounds):
         moved = False
@@ -600,7 +651,7 @@ def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
     then = saved.get("gpu")
     if gpu is not None and isinstance(then, str):
         try:
-            same = get_gpu(then).name == get_gpu(gpu).name
+            same = get_gpu(then, memory_flag=False).name == get_gpu(gpu, memory_flag=False).name
         except ConfigError:
             same = False
         if not same:
@@ -655,6 +706,13 @@ def warn_if_result_of_another_model(result: dict[str, Any], model: str, name: st
 
 # ---- the CLI ----------------------------------------------------------------------------
 
+def _utilization(text: str) -> float:
+    """``--gpu-memory-utilization``: a fraction in (0, 1] (ConfigError otherwise)."""
+    from kvcore.deploy.sweep import parse_utilization
+
+    return parse_utilization(text)
+
+
 def add_subparser(sub: Any) -> argparse.ArgumentParser:
     """Register ``kvcore calibrate`` on the CLI's subparsers."""
     from kvcore.sim.command import _count_arg
@@ -687,6 +745,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    action="store_false", help=argparse.SUPPRESS)
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
                    default=True, help="the run's chunked prefill (default on, as vLLM)")
+    p.add_argument("--gpu-memory-utilization", type=_utilization, default=None,
+                   metavar="F", help="the run's (default vLLM's 0.9): the GPU budget's share")
+    p.add_argument("--block-size", type=length_arg("block_size"), default=None,
+                   help="the run's --block-size (default: vLLM's choice for the model)")
     p.add_argument("--kv-cache-memory", "--kv-cache-memory-bytes", default=None,
                    metavar="SIZE",
                    help="the KV budget per rank the run's log reports (20GiB, bytes); "
@@ -720,6 +782,40 @@ def _pct(sim: float, measured: float) -> str:
     return f"{err:+.0f} %" if abs(err) < 1e4 else (">+9999 %" if err > 0 else "<-9999 %")
 
 
+def replayed_as(args: argparse.Namespace, max_model_len: int, gpu: str) -> str:
+    """The flags the runs were replayed with (calibrate's spelling, vLLM's names),
+    defaults resolved (vLLM 0.32's for ``gpu``:
+    :func:`kvcore.sim.accuracy.vllm_serve_defaults`), so a user can check them against
+    the server's."""
+    from kvcore.deploy.budget import DEFAULT_GPU_MEMORY_UTILIZATION
+    from kvcore.deploy.engines import DEFAULT_ENGINE
+    from kvcore.sim.accuracy import vllm_serve_defaults
+
+    mnbt, mns = vllm_serve_defaults(gpu)
+    if not args.enable_chunked_prefill and args.max_num_batched_tokens is None:
+        mnbt = max(mnbt, max_model_len)  # vLLM 0.32 EngineArgs without chunked prefill
+    parts = [f"--gpu {gpu}", f"--tp {args.tensor_parallel_size}"]
+    if args.pipeline_parallel_size != 1:
+        parts.append(f"--pp {args.pipeline_parallel_size}")
+    parts += [f"--kv-cache-dtype {args.kv_cache_dtype}", f"--max-model-len {max_model_len}",
+              f"--max-num-batched-tokens {args.max_num_batched_tokens or mnbt}",
+              f"--max-num-seqs {args.max_num_seqs or mns}"]
+    if args.block_size is not None:
+        parts.append(f"--block-size {args.block_size}")
+    if args.kv_cache_memory is not None:  # the budget as given: no engine profile
+        parts.append(f"--kv-cache-memory {args.kv_cache_memory}")
+    else:
+        parts.append("--gpu-memory-utilization "
+                     f"{args.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION:g}"
+                     f" --engine {args.engine or DEFAULT_ENGINE}")
+    parts.append("--enable-prefix-caching" if args.enable_prefix_caching
+                 else "--no-enable-prefix-caching")
+    if not args.enable_chunked_prefill:
+        parts.append("--no-enable-chunked-prefill")
+    parts.append(f"--dataset-name {args.dataset_name}")
+    return " ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     """``kvcore calibrate``: read, calibrate, print, write.  Bad input raises
     ConfigError (the CLI prints one line and exits 2)."""
@@ -728,7 +824,7 @@ def run(args: argparse.Namespace) -> int:
     from kvcore.deploy.gpus import get_gpu
     from kvcore.sim.accuracy import METRICS, evaluate
 
-    get_gpu(args.gpu)
+    gpu = get_gpu(args.gpu, memory_flag=False)
     kv_gib = None
     if args.kv_cache_memory is not None:
         from kvcore.units import parse_size
@@ -737,6 +833,9 @@ def run(args: argparse.Namespace) -> int:
         if not kv_gib > 0:
             raise ConfigError(f"--kv-cache-memory {args.kv_cache_memory!r} must be > 0",
                               field="kv_cache_memory", value=args.kv_cache_memory)
+    if kv_gib is not None and args.gpu_memory_utilization is not None:
+        warnings.warn("--gpu-memory-utilization is unused with --kv-cache-memory (the KV "
+                      "budget is given; vLLM ignores it too)", stacklevel=2)
     if args.engine is not None:
         from kvcore.deploy.engines import get_engine
 
@@ -799,7 +898,9 @@ def run(args: argparse.Namespace) -> int:
                 enable_prefix_caching=args.enable_prefix_caching,
                 enable_chunked_prefill=args.enable_chunked_prefill,
                 kv_cache_memory_gib=kv_gib, engine=args.engine,
-                dataset=args.dataset_name))
+                dataset=args.dataset_name,
+                gpu_memory_utilization=args.gpu_memory_utilization,
+                block_size=args.block_size))
             warn_if_result_of_another_model(res, args.model, str(path))
     terms = [t for t in args.terms.split(",") if t]
 
@@ -852,11 +953,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"efficiency": dataclasses.asdict(eff), "changed": moved,
                           "mean_abs_log_error": {"default": before, "calibrated": after},
-                          "runs": runs, "output": args.output}, indent=1))
+                          "runs": runs, "output": args.output,
+                          "replayed_as": replayed_as(args, mml, gpu.name)}, indent=1))
         return 0
-    print(f"Calibrated the roofline clock of {args.model} on {args.gpu} (TP "
+    print(f"Calibrated the roofline clock of {args.model} on {gpu.name} (TP "
           f"{args.tensor_parallel_size}) on {len(rows)} run(s): mean |log error| "
           f"{before:.3f} -> {after:.3f}")
+    print(f"  replayed as: {replayed_as(args, mml, gpu.name)}")
     unit = {"output_throughput": "tok/s", "ttft_ms": "ms", "tpot_ms": "ms"}
     for r in runs:
         print(f"  {r['result']}:")

@@ -1400,7 +1400,7 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     if args.gpu is not None:
         from kvcore.deploy.gpus import get_gpu
 
-        gpu_info = get_gpu(args.gpu)
+        gpu_info = get_gpu(args.gpu, memory_flag=False)
     seqs, tokens = vllm_serve_defaults(gpu_info.memory_bytes if gpu_info else None,
                                        gpu_info.name if gpu_info else "")
     max_num_seqs = args.max_num_seqs or seqs

@@ -941,7 +941,7 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
 
     cfg = model_config if isinstance(model_config, ModelConfig) \
         else load_model_config(model_config)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu, memory_flag=False)
     if g.perf is None:
         raise ConfigError(f"gpu: {g.name} has no peak figures in the catalog; give a GPU "
                           f"with perf figures (kvcore gpus --json)", field="gpu",

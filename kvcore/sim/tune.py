@@ -35,7 +35,8 @@ from typing import Any
 from kvcore.errors import ConfigError, KVCoreError
 
 __all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune", "merge_same_runs",
-           "vllm_command", "serve_model", "parse_goodput", "prefer_simpler", "OBJECTIVES"]
+           "vllm_command", "serve_model", "serve_model_note", "parse_goodput",
+           "prefer_simpler", "OBJECTIVES"]
 
 OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
               "total_token_throughput")
@@ -345,7 +346,7 @@ def candidates(model: Any, gpu: str, *, tp: Sequence[int], pp: Sequence[int] = (
     if not isinstance(gpu, str):
         raise ConfigError(f"gpu: expected a GPU name, got {shorten(gpu)}", field="gpu",
                           value=shorten(gpu))
-    get_gpu(gpu)
+    get_gpu(gpu, memory_flag=False)
     tp = [check_int(t, "tensor_parallel_size") for t in _values(tp, "tensor_parallel_size")]
     pp = [check_int(p, "pipeline_parallel_size")
           for p in _values(pp, "pipeline_parallel_size")]
@@ -521,18 +522,34 @@ def serve_model(model: Any) -> str:
     """The model argument of ``vllm serve`` for kvcore's ``model``: an embedded name
     becomes its HF id (``gemma-3-27b-it`` -> ``google/gemma-3-27b-it``,
     :func:`kvcore.models.embedded.hf_model_id`); a ``config.json`` path its folder
-    (vLLM loads a model folder or an HF id, not a config file); anything else as
-    given."""
+    (vLLM loads a model folder or an HF id, not a config file); a config file of
+    another name as given (no folder would load it: :func:`serve_model_note`); anything
+    else as given."""
     import os
 
     from kvcore.models.embedded import hf_model_id
 
     text = str(model)
     if os.path.isfile(text):
+        if os.path.basename(text) != "config.json":  # vLLM reads DIR/config.json only
+            return text  # as given, with :func:`serve_model_note`'s note
         return os.path.dirname(os.path.abspath(text))
     if os.path.isdir(text):
         return text
     return hf_model_id(text) or text
+
+
+def serve_model_note(model: Any) -> str | None:
+    """Why the printed ``vllm serve`` line's model needs replacing, or None: a config
+    file not named ``config.json`` (vLLM loads ``FOLDER/config.json`` with the weights
+    beside it, or an HF id)."""
+    import os
+
+    text = str(model)
+    if os.path.isfile(text) and os.path.basename(text) != "config.json":
+        return (f"vllm serve loads a model folder (config.json and the weights) or an HF "
+                f"id, not {text}: replace it with the model's folder or id")
+    return None
 
 
 def vllm_command(model: str, cand: dict[str, Any], *,
@@ -891,7 +908,7 @@ def check_candidate(cand: Any) -> dict[str, Any]:
                           field="gpu", value=shorten(cand["gpu"]))
     from kvcore.deploy.gpus import get_gpu
 
-    get_gpu(cand["gpu"])
+    get_gpu(cand["gpu"], memory_flag=False)
     out = dict(cand)
     for k in ("tensor_parallel_size", "pipeline_parallel_size"):
         out[k] = check_int(cand.get(k, 1), k)
@@ -940,7 +957,7 @@ def _default_mnbt(gpu: str, max_model_len: int, chunked: bool) -> int:
     from kvcore.deploy.gpus import get_gpu
     from kvcore.sim.command import vllm_serve_defaults
 
-    g = get_gpu(gpu)
+    g = get_gpu(gpu, memory_flag=False)
     default = vllm_serve_defaults(getattr(g, "memory_bytes", None), g.name)[1]
     return default if chunked else max(max_model_len, default)
 
@@ -1187,7 +1204,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``kvcore tune`` (returns the exit status)."""
     from kvcore.deploy.gpus import get_gpu
 
-    gpu = get_gpu(args.gpu).name
+    gpu = get_gpu(args.gpu, memory_flag=False).name
     from kvcore.sim.command import _model_config
 
     _model_config(args.model)  # a path, embedded name or HF id (resolved once, here)
@@ -1354,6 +1371,7 @@ def run(args: argparse.Namespace) -> int:
                           "runner_ups": runners, "candidates": len(configs),
                           "min_gain": MIN_GAIN, "within_margin": near,
                           "margin_note": margin_note,
+                          "model_note": serve_model_note(args.model),
                           "speculative_config": None if spec is None else spec.config,
                           "spec_acceptance_rate": args.spec_acceptance_rate,
                           "failed": [{"config": {k: f["config"].get(k)
@@ -1362,6 +1380,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"best of {len(ranked)} candidates on {gpu} (ranked by {objective} per GPU):")
     print(f"  {best['vllm_serve']}")
+    model_note = serve_model_note(args.model)
+    if model_note:
+        print(f"  note: {model_note}")
     print("  " + ", ".join(f"{k} {_fmt(v)}" for k, v in best["figures"].items()))
     if margin_note:
         print(f"  note: {margin_note}")
