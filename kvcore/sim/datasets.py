@@ -261,7 +261,7 @@ def burstgpt_dataset(path: str | os.PathLike[str], num_prompts: int = 1000,
     for i, r in enumerate(idx):
         cell, resp, line = rows[r]
         if not math.isfinite(cell) or cell < 1:
-            why = ("empty" if math.isnan(cell) else f"{cell:g}; vLLM would send an empty "
+            why = ("empty or NaN" if math.isnan(cell) else f"{cell:g}; vLLM would send an empty "
                    f"prompt")
             raise ConfigError(f"{path}:{line}: 'Request tokens' is {why} (drop the row or "
                               f"choose another --seed)", field="dataset_path",

@@ -911,6 +911,10 @@ def plot_fleet(res: FleetResult, path: str, title: str) -> None:
     axes[0][1].set_title("requests per replica")
     axes[1][0].bar(range(n), res.busy_seconds)
     axes[1][0].set_title("busy seconds per replica")
+    for a in (axes[0][1], axes[1][0]):  # replicas are r0, r1, ...: whole ticks only
+        a.set_xticks(range(n))
+        a.set_xticklabels([f"r{k}" for k in range(n)], fontsize=7 if n <= 16 else 5)
+        a.set_xlabel("replica")
     done = [r for r in res.requests if not r.rejected and r.finish >= 0]
     xs = sorted(1000 * r.ttft for r in done)
     ax = axes[1][1]

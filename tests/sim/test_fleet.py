@@ -579,3 +579,28 @@ def test_fleet_api_bad_input_is_a_config_error_naming_the_argument(case):
     with pytest.raises(ConfigError) as exc:
         call()
     assert exc.value.extra["field"] == field, str(exc.value)
+
+
+def test_fleet_plot_ticks_are_whole_replicas(capsys, tmp_path, monkeypatch):
+    # replicas are counted, not measured: the per-replica bars carry one tick each,
+    # r0 .. r{n-1}, never fractional positions such as 0.5
+    pytest.importorskip("matplotlib")
+    import kvcore.sim.metrics as metrics
+    from kvcore.cli import main
+
+    figs = []
+    real = metrics.save_plot
+
+    def keep(fig, path):
+        figs.append(fig)
+        return real(fig, path)
+
+    monkeypatch.setattr(metrics, "save_plot", keep)
+    assert main([*FLEET, "--replicas", "3", "--plot", str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").stat().st_size > 0
+    bars = [ax for ax in figs[0].axes if "per replica" in ax.get_title()
+            and "usage" not in ax.get_title()]
+    assert len(bars) == 2
+    for ax in bars:
+        assert list(ax.get_xticks()) == [0, 1, 2]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["r0", "r1", "r2"]

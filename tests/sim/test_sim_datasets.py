@@ -332,6 +332,9 @@ def test_bad_dataset_flags(capsys: Any, argv: list[str], words: list[str]) -> No
      [":2:", "empty prompt"]),
     ("Timestamp,Model,Request tokens,Response tokens\n1,GPT-4,,5\n",
      [":2:", "'Request tokens' is empty"]),
+    # pandas reads the text "nan" as NaN, as an empty cell: the message names both
+    ("Timestamp,Model,Request tokens,Response tokens\n1,GPT-4,nan,5\n",
+     [":2:", "'Request tokens' is empty or NaN"]),
 ])
 def test_bad_burstgpt_csv(capsys: Any, tmp_path: Path, text: str, words: list[str]
                           ) -> None:
