@@ -24,6 +24,7 @@ The free queue is a doubly linked list threaded through the blocks themselves
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,9 +140,28 @@ class FreeBlockQueue:
     def popleft(self) -> KVCacheBlock:
         return self.popleft_n(1)[0]
 
+    @staticmethod
+    def _count(n: Any) -> int:
+        """``n`` as a block count: an int >= 0 (numpy integers too), never a bool or a
+        float; raises :class:`~kvcore.errors.BlockPoolError` naming ``n``."""
+        got = None
+        if not isinstance(n, bool):
+            try:
+                got = operator.index(n)
+            except TypeError:
+                got = None
+        if got is None or got < 0:
+            from kvcore.errors import BlockPoolError
+
+            raise BlockPoolError(f"n must be an int >= 0 (a number of blocks), got "
+                                 f"{n!r}", field="n", value=repr(n)[:40])
+        return got
+
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         """The first ``n`` blocks, removed; raises
         :class:`~kvcore.errors.BlockPoolError` (a ValueError) if fewer are free."""
+        if type(n) is not int or n < 0:  # a bool, float or negative count would
+            n = self._count(n)  # corrupt num_free_blocks
         if n > self.num_free_blocks:
             from kvcore.errors import BlockPoolError
 
@@ -384,8 +404,9 @@ class BlockPool:
         pool_blocks = self.blocks
         blocks = list(blocks)
         for b in blocks:
-            bid = b.block_id
-            if bid >= len(pool_blocks) or pool_blocks[bid] is not b:
+            bid = getattr(b, "block_id", None)
+            if type(bid) is not int or not 0 <= bid < len(pool_blocks) \
+                    or pool_blocks[bid] is not b:
                 raise self._foreign(b, "touched")
         for b in blocks:
             if b.ref_cnt == 0:
@@ -445,7 +466,13 @@ class BlockPool:
         k = 0  # blocks processed (undone on an error)
         anchor = head if self.front_in_order else None  # insert after it, then advance
         for b in blocks:
-            if b.is_null:
+            try:
+                is_null = b.is_null
+            except AttributeError:  # not a block at all (an int id, None, ...)
+                self._undo_free([d for d in blocks[:k]  # type: ignore[index]
+                                 if not d.is_null], n)
+                raise self._foreign(b, "freed") from None
+            if is_null:
                 if b is not null:
                     self._undo_free([d for d in blocks[:k]  # type: ignore[index]
                                      if not d.is_null], n)
@@ -500,8 +527,9 @@ class BlockPool:
         from kvcore.errors import BlockPoolError
 
         bid = getattr(b, "block_id", None)
+        who = f"block {bid}" if bid is not None else f"a {type(b).__name__}"
         return BlockPoolError(
-            f"block {bid} {what} is not a block of this pool ({b!r}; the pool has block "
+            f"{who} {what} is not a block of this pool ({b!r}; the pool has block "
             f"ids 0..{self.num_blocks - 1} and hands out only its own objects)",
             block_id=bid)
 

@@ -162,7 +162,10 @@ class PrefixAwareRouter(_LeastRecent):
     Options: ``pending_ttl_s`` (seconds >= 0; 0 turns the history off; None: 120 s
     on full-attention layouts, 0 on hybrids),
     ``max_pending_blocks`` (history size in block hashes, oldest dropped first),
-    ``load_factor`` (>= 1), ``hash_tie_break`` (False: least-backlog as before).
+    ``load_factor`` (>= 1), ``hash_tie_break`` (False: least-backlog as before),
+    ``bounded_load`` (True: the bounded-load cap applies to every choice, a replica
+    over it is taken only when all are; it stops a hot prefix piling its requests on
+    one replica, at some hits' cost: docs/ROUTING.md measures both; off by default).
     Raises :class:`~kvcore.errors.ConfigError` naming a bad option."""
 
     name = "prefix-aware"
@@ -171,7 +174,7 @@ class PrefixAwareRouter(_LeastRecent):
 
     def __init__(self, *, pending_ttl_s: float | None = None,
                  max_pending_blocks: int = 1 << 18, load_factor: float = 1.25,
-                 hash_tie_break: bool = True) -> None:
+                 hash_tie_break: bool = True, bounded_load: bool = False) -> None:
         super().__init__()
         for nm, v, lo in (("pending_ttl_s", 0.0 if pending_ttl_s is None
                            else pending_ttl_s, 0.0),
@@ -184,10 +187,11 @@ class PrefixAwareRouter(_LeastRecent):
             raise ConfigError(f"max_pending_blocks: expected an int >= 0, got "
                               f"{max_pending_blocks!r}", field="max_pending_blocks",
                               value=repr(max_pending_blocks))
-        if not isinstance(hash_tie_break, bool):
-            raise ConfigError(f"hash_tie_break: expected True or False, got "
-                              f"{hash_tie_break!r}", field="hash_tie_break",
-                              value=repr(hash_tie_break))
+        for nm, flag in (("hash_tie_break", hash_tie_break), ("bounded_load", bounded_load)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{nm}: expected True or False, got {flag!r}",
+                                  field=nm, value=repr(flag))
+        self.bounded_load = bounded_load
         #: None until the first route on an auto default (the layout decides)
         self.pending_ttl_s: float | None = (None if pending_ttl_s is None
                                             else float(pending_ttl_s))
@@ -294,7 +298,12 @@ class PrefixAwareRouter(_LeastRecent):
         if k is None:
             o, b = view.outstanding, view.prefill_backlog
             p = request.prompt_len
-            k = self._pick([(b[j] + p - hits[j], o[j]) for j in range(n)])
+            keys: list[tuple[int, ...]] = [(b[j] + p - hits[j], o[j]) for j in range(n)]
+            if self.bounded_load:  # a hot prefix may not pile its requests on one replica
+                cap = math.ceil(self.load_factor * (sum(o) + 1) / n)
+                keys = [(0, *key) if o[j] + 1 <= cap else (1, *key)
+                        for j, key in enumerate(keys)]
+            k = self._pick(keys)
         view.predicted_hit = hits[k]
         self._remember(request, k, view)
         return k
@@ -337,12 +346,13 @@ class AttentionOnlyPrefixRouter(PrefixAwareRouter):
     uses_attention_index = True
 
     def __init__(self, *, pending_ttl_s: float = 0.0, max_pending_blocks: int = 1 << 18,
-                 load_factor: float = 1.25, hash_tie_break: bool = False) -> None:
+                 load_factor: float = 1.25, hash_tie_break: bool = False,
+                 bounded_load: bool = False) -> None:
         # the model of an index-only router of one attention group: no routing
         # history, least-backlog ties (the options turn them on)
         super().__init__(pending_ttl_s=pending_ttl_s,
                          max_pending_blocks=max_pending_blocks, load_factor=load_factor,
-                         hash_tie_break=hash_tie_break)
+                         hash_tie_break=hash_tie_break, bounded_load=bounded_load)
 
     def _hits(self, request: SimRequest, view: FleetView) -> list[int]:
         return view.attention_hits(request)

@@ -604,3 +604,41 @@ def test_fleet_plot_ticks_are_whole_replicas(capsys, tmp_path, monkeypatch):
     for ax in bars:
         assert list(ax.get_xticks()) == [0, 1, 2]
         assert [t.get_text() for t in ax.get_xticklabels()] == ["r0", "r1", "r2"]
+
+
+class _CapChecked(PrefixAwareRouter):
+    """The bounded-load router with its choice checked against the cap at each route:
+    outstanding + 1 <= ceil(load_factor (sum outstanding + 1) / N) (Mirrokni, Thorup,
+    Zadimoghaddam, SODA 2018), computed here from the view, not from the router."""
+
+    def __init__(self, **kw):
+        super().__init__(bounded_load=True, **kw)
+        self.checked = 0
+
+    def route(self, request, view):
+        o = list(view.outstanding)
+        k = super().route(request, view)
+        cap = -(-int(self.load_factor * 1000) * (sum(o) + 1) // (1000 * view.num_replicas))
+        assert o[k] + 1 <= cap, (o, k, cap)
+        self.checked += 1
+        return k
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bounded_load_never_piles_a_hot_prefix(seed):
+    # generated: a few hot prefixes, replicas 2 - 6, arrivals faster than service so
+    # requests stay outstanding; the cap must hold at every decision
+    rng = random.Random(seed)
+    n_rep = rng.randrange(2, 7)
+    cfg = _cfg(rng.choice([300, 2000]), _full())
+    reqs, _ = _trace(_prefixes(rng.randrange(1, 4), [128, 400], seed=seed), 60, seed=seed,
+                     gap_ms=rng.choice([0.5, 2, 5]), out=(20, 80))
+    router = _CapChecked(load_factor=rng.choice([1.0, 1.25, 2.0]))
+    res = run_fleet(cfg, [SimRequest(r) for r in reqs], TM, replicas=n_rep, router=router,
+                    max_num_seqs=8, max_num_batched_tokens=512)
+    assert router.checked == 60 and len(res.assignment) == 60
+
+
+def test_bounded_load_option_is_checked():
+    with pytest.raises(ConfigError, match="bounded_load"):
+        PrefixAwareRouter(bounded_load="yes")

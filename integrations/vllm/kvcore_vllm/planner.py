@@ -120,23 +120,20 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
     available_memory: per worker, KV-cache bytes.
 
     Every returned config is one vLLM's own KV-cache managers run
-    (:func:`check_vllm_runnable`, checked here).
+    (:func:`check_vllm_runnable`, checked here): where kvcore's layout is not (it
+    packs layers of two kinds or windows into one block table, which vLLM's engine
+    core would manage as its first layer's kind), the call warns and returns vLLM's own
+    planner's configs, so it plans whenever vLLM does.
 
     Raises :class:`~kvcore.errors.ConfigError` when the two lists differ in length, a
-    budget is not a non-negative int, or the plan is not one vLLM's managers run
-    (:func:`check_vllm_runnable`), :class:`~kvcore.errors.SpecError` for a kind kvcore
+    budget is not a non-negative int, :class:`~kvcore.errors.SpecError` for a kind kvcore
     does not have, and kvcore's :class:`~kvcore.errors.NotEnoughMemoryError` (a
     ``ValueError``, like vLLM's) when a worker's budget cannot hold one request.
     With ``max_model_len=-1`` the longest length that fits is written back into
     ``vllm_config.model_config.max_model_len``, as vLLM does.
     """
     require_vllm("get_kv_cache_configs()")
-    import dataclasses
-
     from vllm.config import VllmConfig
-
-    import kvcore
-    from kvcore_vllm.specs import from_vllm_spec, to_vllm_config
 
     where = "get_kv_cache_configs()"
     check_type(where, "vllm_config", vllm_config, VllmConfig, "a vLLM 0.32 VllmConfig")
@@ -156,6 +153,41 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
             raise ConfigError(f"get_kv_cache_configs: memory budget {m!r} is not a "
                               "non-negative int (bytes)", field="available_memory",
                               value=repr(m))
+    try:
+        return _plan_workers(vllm_config, kv_cache_specs, available_memory)
+    except _NotRunnable as e:
+        # kvcore's layout packs layers vLLM's managers cannot share a block table
+        # (e.g. two sliding windows): vLLM plans it, so kvcore must not refuse it; vLLM's
+        # own planner gives its layout (the one kvcore's search keeps as its baseline)
+        import warnings
+
+        warnings.warn(f"kvcore_vllm: {e.message.split('; ')[0]}, which vLLM 0.32's own "
+                      "managers do not run (one kind and window per block table): "
+                      "planned with vLLM's own layout instead", stacklevel=2)
+        return _vllm_planner()(vllm_config, kv_cache_specs, available_memory)
+
+
+class _NotRunnable(ConfigError):
+    """kvcore's plan is not one vLLM 0.32's own managers run."""
+
+
+def _vllm_planner() -> Any:
+    """vLLM's own ``get_kv_cache_configs`` (the original where the bridge patched it)."""
+    from vllm.v1.core import kv_cache_utils
+
+    from kvcore_vllm.installer import _saved
+
+    return _saved.get(("vllm.v1.core.kv_cache_utils", "get_kv_cache_configs"),
+                      kv_cache_utils.get_kv_cache_configs)
+
+
+def _plan_workers(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
+                  available_memory: list[int]) -> list[Any]:
+    import dataclasses
+
+    import kvcore
+    from kvcore_vllm.specs import from_vllm_spec, to_vllm_config
+
     opts = plan_options(vllm_config)
     plans = []
     for specs, mem in zip(kv_cache_specs, available_memory):
@@ -177,7 +209,10 @@ def get_kv_cache_configs(vllm_config: Any, kv_cache_specs: list[dict[str, Any]],
         if any(f.name == "prefix_cache_retention_interval"
                for f in dataclasses.fields(vcfg)):
             vcfg.prefix_cache_retention_interval = interval
-        check_vllm_runnable(vcfg, vllm_config)
+        try:
+            check_vllm_runnable(vcfg, vllm_config)
+        except ConfigError as e:
+            raise _NotRunnable(e.message, **e.extra) from None
         out.append(vcfg)
     if opts["max_model_len"] == -1:
         vllm_config.model_config.max_model_len = min(p.max_model_len for _, p in plans)
