@@ -80,6 +80,59 @@ def test_032_batch_defaults_are_get_batch_defaults(gib, usage, a100):
     else:
         expected = (2048 if usage == "serve" else 8192, 256)
     assert (tokens, seqs) == expected
+    # vllm#34936 (arg_utils.py@0.32): --performance-mode throughput doubles both
+    # defaults; balanced and interactivity leave them
+    for mode, k in (("balanced", 1), ("interactivity", 1), ("throughput", 2)):
+        t, s_, _ = batch_defaults(get_engine("vllm==0.32"), gpu=Dev(),
+                                  memory_bytes=gib * GIB, usage=usage,
+                                  performance_mode=mode)
+        assert (t, s_) == (k * expected[0], k * expected[1])
+
+
+def test_throughput_mode_takes_the_doubled_batch_from_the_budget():
+    """vLLM 0.32 profiles max_num_batched_tokens tokens and samples max_num_seqs rows;
+    doubling both (throughput mode) grows those two ledger lines and shrinks the KV
+    budget by exactly their growth; given flags are not doubled (vLLM doubles only
+    what the user left unset)."""
+    def ledger(**kw):
+        return compute_budget("llama-3.1-8b", gpu="H100", **kw).ledger
+
+    base, thr = ledger(), ledger(performance_mode="throughput")
+    assert (thr.max_num_batched_tokens, thr.max_num_seqs) == (16384, 2048)
+    assert (base.max_num_batched_tokens, base.max_num_seqs) == (8192, 1024)
+    # sampler: rows x vocab 128,256 x 8 B (float32 logits + probabilities)
+    assert thr.sampler_bytes - base.sampler_bytes == 1024 * 128256 * 8
+    grew = (thr.activation_bytes - base.activation_bytes
+            + thr.sampler_bytes - base.sampler_bytes)
+    assert grew > 0 and base.kv_cache_memory_bytes - thr.kv_cache_memory_bytes == grew
+    given = ledger(performance_mode="throughput", max_num_batched_tokens=4096,
+                   max_num_seqs=64)
+    assert (given.max_num_batched_tokens, given.max_num_seqs) == (4096, 64)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gpu", "H100", "--performance-mode", "throughput", "--engine", "vllm==0.14.1"],
+     ["--performance-mode throughput", "vllm==0.32"]),
+    (["--performance-mode", "throughput"], ["--performance-mode", "need(s) a GPU"]),
+    (["--gpu", "H100", "--performance-mode", "fast"], ["--performance-mode", "throughput"]),
+])
+def test_performance_mode_bad_input_is_one_line(capsys, argv, words):
+    assert cli_main(["plan", "llama-3.1-8b", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_performance_mode_api_values_are_checked():
+    from kvcore.deploy.engines import check_performance_mode
+
+    for bad in ("Throughput", "", None, 1, True):
+        with pytest.raises(ConfigError) as e:
+            check_performance_mode(bad)
+        assert e.value.extra["field"] == "performance_mode"
+    with pytest.raises(ConfigError):
+        plan_on_gpu("llama-3.1-8b", gpu="H100", performance_mode="max")
 
 
 def test_v0_profiles_a_whole_max_model_len_batch_and_v1_its_token_budget():

@@ -288,6 +288,7 @@ def compute_budget(
     usage: str = "serve",
     disable_custom_all_reduce: bool = False,
     flashinfer_sampler: bool = True,
+    performance_mode: str = "balanced",
 ) -> GPUBudget:
     """The per-rank KV budget of ``model`` on ``gpu`` (module docstring for the rule).
 
@@ -333,7 +334,7 @@ def compute_budget(
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             max_model_len=max_model_len, enforce_eager=not cuda_graphs, usage=usage,
             disable_custom_all_reduce=disable_custom_all_reduce,
-            flashinfer_sampler=flashinfer_sampler)
+            flashinfer_sampler=flashinfer_sampler, performance_mode=performance_mode)
         est = OverheadEstimate(
             activation_bytes=ledger.activation_bytes + ledger.sampler_bytes,
             non_torch_bytes=ledger.non_torch_bytes,
@@ -609,13 +610,16 @@ def plan_on_gpu(
     usage: str = "serve",
     disable_custom_all_reduce: bool = False,
     flashinfer_sampler: bool = True,
+    performance_mode: str = "balanced",
     **plan_kwargs: Any,
 ) -> Any:
     """Plan ``model`` with the KV budget a GPU leaves (see :func:`compute_budget`).
 
     ``engine`` (``"vllm==0.10.1"``; default the newest profile, see
     :mod:`kvcore.deploy.engines`) picks the memory accounting; ``usage`` (``serve`` |
-    ``offline``) its batch defaults; ``max_num_seqs`` None is the engine's default.
+    ``offline``) its batch defaults; ``max_num_seqs`` None is the engine's default;
+    ``performance_mode`` is vLLM's ``--performance-mode`` (``throughput`` doubles the
+    default batch and sequence limits, so the profile run and the sampler take more).
     The stats also carry ``engine``, the ``ledger`` (one line per term, with rule and
     source) and the ceilings vLLM would hit (:mod:`kvcore.deploy.ceilings`).
 
@@ -690,7 +694,7 @@ def plan_on_gpu(
         data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
         max_num_seqs=max_num_seqs, cuda_graphs=cuda_graphs, engine=engine, usage=usage,
         disable_custom_all_reduce=disable_custom_all_reduce,
-        flashinfer_sampler=flashinfer_sampler)
+        flashinfer_sampler=flashinfer_sampler, performance_mode=performance_mode)
     mml = plan_kwargs.get("max_model_len")
     if not (isinstance(mml, int) and not isinstance(mml, bool)):
         mml = cfg.max_position_embeddings if hasattr(cfg, "max_position_embeddings") \

@@ -57,7 +57,8 @@ from typing import Any
 from kvcore.errors import ConfigError
 
 __all__ = ["EngineProfile", "PROFILES", "DEFAULT_ENGINE", "get_engine", "LedgerLine",
-           "EngineLedger", "engine_ledger", "cuda_total_bytes", "batch_defaults"]
+           "EngineLedger", "engine_ledger", "cuda_total_bytes", "batch_defaults",
+           "PERFORMANCE_MODES", "check_performance_mode"]
 
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -198,14 +199,52 @@ def cuda_total_bytes(gpu: Any, memory_bytes: int) -> tuple[int, str]:
 
 def batch_defaults(profile: EngineProfile, *, gpu: Any, memory_bytes: int,
                    usage: str = "serve", max_model_len: int | None = None,
-                   enable_chunked_prefill: bool | None = None
+                   enable_chunked_prefill: bool | None = None,
+                   performance_mode: str = "balanced"
                    ) -> tuple[int, int, str]:
     """vLLM's default ``(max_num_batched_tokens, max_num_seqs)`` for this generation, GPU
     and usage context (``serve``: OPENAI_API_SERVER, ``offline``: LLM_CLASS), and the
-    rule applied (with its source)."""
+    rule applied (with its source).  ``performance_mode`` (vLLM's ``--performance-mode``,
+    :data:`PERFORMANCE_MODES`): ``throughput`` doubles both defaults
+    (``_set_default_max_num_seqs_and_batched_tokens_args``, arg_utils.py@0.32;
+    vllm#34936); modelled for the 0.32 profile only (ConfigError on older ones)."""
     if usage not in ("serve", "offline"):
         raise ConfigError(f"usage must be 'serve' (vllm serve) or 'offline' (the LLM "
                           f"class), got {usage!r}", field="usage", value=repr(usage))
+    check_performance_mode(performance_mode, profile)
+    t, s, rule = _batch_defaults(profile, gpu=gpu, memory_bytes=memory_bytes, usage=usage,
+                                 max_model_len=max_model_len,
+                                 enable_chunked_prefill=enable_chunked_prefill)
+    if performance_mode == "throughput":
+        return 2 * t, 2 * s, (f"{rule}; --performance-mode throughput doubles both "
+                              "(arg_utils.py@0.32, vllm#34936)")
+    return t, s, rule
+
+
+#: vLLM's ``--performance-mode`` values (vllm/config/vllm.py@0.32 PerformanceMode)
+PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
+
+
+def check_performance_mode(mode: Any, profile: EngineProfile | None = None) -> str:
+    """``mode`` if it is one of :data:`PERFORMANCE_MODES` and the profile models it (0.32:
+    the code kvcore read; vLLM added the flag in vllm#34936).  Raises ConfigError naming
+    ``performance_mode`` otherwise.  ``interactivity`` (CUDA graphs at every batch size
+    1 - 32) is accepted and its few extra small graphs are not counted."""
+    if not isinstance(mode, str) or mode not in PERFORMANCE_MODES:
+        raise ConfigError(f"--performance-mode {mode!r}: valid: "
+                          f"{', '.join(PERFORMANCE_MODES)}", field="performance_mode",
+                          value=repr(mode)[:40])
+    if mode != "balanced" and profile is not None and profile.first < (0, 32, 0):
+        raise ConfigError(f"--performance-mode {mode}: kvcore models it from vLLM 0.32's "
+                          f"code (vllm#34936), and the engine profile {profile.name} covers "
+                          "releases before 0.32: give --engine vllm==0.32 or drop it",
+                          field="performance_mode", value=mode)
+    return mode
+
+
+def _batch_defaults(profile: EngineProfile, *, gpu: Any, memory_bytes: int,
+                    usage: str, max_model_len: int | None,
+                    enable_chunked_prefill: bool | None) -> tuple[int, int, str]:
     serve = usage == "serve"
     name = (getattr(gpu, "device_name", "") or getattr(gpu, "name", "") or "").lower()
     if not profile.v1:
@@ -400,7 +439,8 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
                   enforce_eager: bool = False, usage: str = "serve",
                   enable_chunked_prefill: bool | None = None,
                   disable_custom_all_reduce: bool = False,
-                  flashinfer_sampler: bool = True) -> EngineLedger:
+                  flashinfer_sampler: bool = True,
+                  performance_mode: str = "balanced") -> EngineLedger:
     """The per-rank memory ledger of ``cfg`` on a GPU under one engine profile.
 
     ``weights`` is a :class:`~kvcore.deploy.weights.WeightsEstimate` (fullest stage per
@@ -412,7 +452,8 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
     tp, pp, dp = tensor_parallel_size, pipeline_parallel_size, data_parallel_size
     t_def, s_def, batch_rule = batch_defaults(p, gpu=gpu, memory_bytes=gpu_memory_bytes,
                                               usage=usage, max_model_len=max_model_len,
-                                              enable_chunked_prefill=enable_chunked_prefill)
+                                              enable_chunked_prefill=enable_chunked_prefill,
+                                              performance_mode=performance_mode)
     tokens = max_num_batched_tokens or t_def
     seqs = max_num_seqs or s_def
     if max_num_batched_tokens or max_num_seqs:

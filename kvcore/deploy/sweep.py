@@ -623,6 +623,11 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--max-num-seqs", metavar="N", type=_arg(
         lambda t: parse_count(t, "max_num_seqs", "--max-num-seqs"), "max_num_seqs"),
         default=None, help="sequences per step (default: the engine's for the GPU)")
+    g.add_argument("--performance-mode", default=None,
+                   choices=["balanced", "interactivity", "throughput"],
+                   help="vLLM's --performance-mode (default balanced): throughput doubles "
+                        "the default max_num_batched_tokens and max_num_seqs, so the "
+                        "profile run and the sampler take more memory (vLLM 0.32)")
     g.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs (vLLM's --enforce-eager)")
     g.add_argument("--disable-custom-all-reduce", action="store_true",
@@ -671,7 +676,8 @@ def on_gpu(args: Any) -> bool:
         given = [flag for flag, attr in (
             ("--gpu-memory-utilization", "gpu_memory_utilization"),
             ("--overhead", "overhead"), ("--dp", "dp"),
-            ("--enable-expert-parallel", "enable_expert_parallel"))
+            ("--enable-expert-parallel", "enable_expert_parallel"),
+            ("--performance-mode", "performance_mode"))
             if getattr(args, attr, None) is not None
             and getattr(args, attr, None) is not False]  # --overhead 0 counts as given
         if given:
@@ -689,7 +695,8 @@ def gpu_plan_kwargs(args: Any) -> dict[str, Any]:
             "engine": getattr(args, "engine", None), "usage": getattr(args, "usage", "serve"),
             "max_num_seqs": getattr(args, "max_num_seqs", None),
             "cuda_graphs": not getattr(args, "enforce_eager", False),
-            "disable_custom_all_reduce": getattr(args, "disable_custom_all_reduce", False)}
+            "disable_custom_all_reduce": getattr(args, "disable_custom_all_reduce", False),
+            "performance_mode": getattr(args, "performance_mode", None) or "balanced"}
 
 
 def cli_plan_kwargs(args: Any) -> dict[str, Any]:
