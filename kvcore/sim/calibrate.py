@@ -707,10 +707,16 @@ def warn_if_result_of_another_model(result: dict[str, Any], model: str, name: st
 # ---- the CLI ----------------------------------------------------------------------------
 
 def _utilization(text: str) -> float:
-    """``--gpu-memory-utilization``: a fraction in (0, 1] (ConfigError otherwise)."""
+    """``--gpu-memory-utilization``: a fraction in (0, 1]; otherwise argparse's one-line
+    usage error naming the flag, the value and the valid range."""
+    import argparse
+
     from kvcore.deploy.sweep import parse_utilization
 
-    return parse_utilization(text)
+    try:
+        return parse_utilization(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def add_subparser(sub: Any) -> argparse.ArgumentParser:
