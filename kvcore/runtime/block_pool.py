@@ -25,7 +25,7 @@ The free queue is a doubly linked list threaded through the blocks themselves
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,6 +277,14 @@ class AllBlocksCleared:
     """The prefix cache was reset."""
 
 
+
+def _hashable(h: Any) -> bool:
+    try:
+        hash(h)
+    except TypeError:
+        return False
+    return True
+
 class BlockPool:
     """Blocks, their free queue and the prefix cache (one hash table per group).
 
@@ -354,8 +362,45 @@ class BlockPool:
         return 1.0 - self.free_queue.num_free_blocks / self.num_usable_blocks
 
     def get_cached_block(self, block_hash: bytes, group_id: int) -> KVCacheBlock | None:
-        """The earliest-cached block with this hash in this group, or None."""
-        return self.cached[group_id].get(block_hash)
+        """The earliest-cached block with this hash in this group, or None.  Raises
+        :class:`~kvcore.errors.BlockPoolError` for a ``group_id`` that is not one of the
+        pool's groups and an unhashable ``block_hash``."""
+        if type(group_id) is not int or group_id < 0:
+            raise self._bad_group(group_id)
+        try:
+            return self.cached[group_id].get(block_hash)
+        except IndexError:
+            raise self._bad_group(group_id) from None
+        except TypeError:
+            from kvcore.errors import BlockPoolError
+
+            raise BlockPoolError(f"block_hash must be a block hash (bytes), got "
+                                 f"{type(block_hash).__name__} {repr(block_hash)[:40]}",
+                                 field="block_hash") from None
+
+    def _bad_group(self, group_id: Any) -> Exception:
+        from kvcore.errors import BlockPoolError
+
+        return BlockPoolError(f"group_id must be an int in [0, {len(self.cached) - 1}] "
+                              f"(the pool's KV-cache groups), got {repr(group_id)[:40]}",
+                              field="group_id", value=repr(group_id)[:40])
+
+    def _listed(self, blocks: Any, what: str) -> list[Any]:
+        """``blocks`` as a list (BlockPoolError for a str, bytes, mapping or
+        non-iterable; the items are checked by the caller)."""
+        if type(blocks) is list:
+            return blocks
+        from collections.abc import Mapping
+
+        if not isinstance(blocks, (str, bytes, bytearray, Mapping)):
+            try:
+                return list(blocks)
+            except TypeError:
+                pass
+        from kvcore.errors import BlockPoolError
+
+        raise BlockPoolError(f"blocks {what} must be a sequence of this pool's blocks, got "
+                             f"{type(blocks).__name__} {repr(blocks)[:40]}", field="blocks")
 
     # ---- allocation ----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[KVCacheBlock]:
@@ -402,7 +447,7 @@ class BlockPool:
         pool's (nothing changed then)."""
         q = self.free_queue
         pool_blocks = self.blocks
-        blocks = list(blocks)
+        blocks = self._listed(blocks, "touched")
         for b in blocks:
             bid = getattr(b, "block_id", None)
             if type(bid) is not int or not 0 <= bid < len(pool_blocks) \
@@ -419,7 +464,73 @@ class BlockPool:
                           stride: int = 1, request: Any = None, block_size: int = 0) -> None:
         """Enter blocks ``num_cached .. num_full-1`` of a request in the cache of
         ``group_id``, block ``i`` under ``block_hashes[(i + 1) * stride - 1]``.  Null
-        blocks and blocks already cached are skipped."""
+        blocks and blocks already cached are skipped.
+
+        Raises :class:`~kvcore.errors.BlockPoolError`, with nothing changed, for a
+        ``group_id`` that is not the pool's, counts that are not ints with ``0 <=
+        num_cached <= num_full <= len(blocks)``, a ``stride`` below 1, fewer hashes than
+        the range needs, an unhashable hash, and a block in the range that is not one of
+        this pool's held blocks (a plugin's manager passing a forged or freed block
+        cannot enter it in the cache)."""
+        if type(group_id) is not int or not 0 <= group_id < len(self.cached):
+            raise self._bad_group(group_id)
+        cache = self.cached[group_id]
+        self._check_cache_range(blocks, block_hashes, num_cached, num_full, stride)
+        dups = self._dups[group_id]
+        pool_blocks = self.blocks
+        done: list[KVCacheBlock] = []  # entered here (undone on an error)
+        for i in range(num_cached, num_full):
+            b = blocks[i]
+            try:
+                own = pool_blocks[b.block_id] is b
+            except (AttributeError, IndexError, TypeError):
+                own = False
+            if not own:
+                self._undo_cache(done, group_id)
+                raise self._foreign(b, "cached")
+            if b.block_hash is not None or b.is_null:
+                continue
+            h = block_hashes[(i + 1) * stride - 1]
+            if b.ref_cnt < 1 or (type(h) is not bytes and not _hashable(h)):
+                self._undo_cache(done, group_id)
+                raise self._uncacheable(b, h, (i + 1) * stride - 1)
+            done.append(b)
+            b.block_hash = h
+            b.group_id = group_id
+            if h in cache:
+                dups.setdefault(h, {})[b.block_id] = b
+            else:
+                cache[h] = b
+        if self.enable_events and done:
+            parent = (block_hashes[num_cached * stride - 1] if num_cached > 0 else None)
+            toks: tuple[int, ...] = ()
+            lora = None
+            if request is not None:
+                toks = tuple(request.all_token_ids[num_cached * block_size:
+                                                   num_full * block_size])
+                lora = getattr(request, "lora_name", None)
+            stored: tuple[Any, ...] = tuple(b.block_hash for b in done)
+            self.events.append(BlockStored(stored, parent, toks, block_size, group_id,
+                                           lora))
+
+    def cache_call(self, manager: Any) -> Callable[..., None]:
+        """The caching call ``manager`` goes through: the pool's unchecked
+        :meth:`_cache_range` for kvcore's own manager types (``kvcore.runtime.managers``,
+        whose tables hold only blocks taken from this pool and hits the coordinator
+        verified) on a pool that does not override :meth:`cache_full_blocks`; the
+        checked :meth:`cache_full_blocks` for a plugin's manager or a subclassed pool."""
+        if type(manager).__module__ == "kvcore.runtime.managers" \
+                and type(self).cache_full_blocks is BlockPool.cache_full_blocks:
+            return self._cache_range
+        return self.cache_full_blocks
+
+    def _cache_range(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
+                     num_cached: int, num_full: int, group_id: int, stride: int = 1,
+                     request: Any = None, block_size: int = 0) -> None:
+        """:meth:`cache_full_blocks` without its checks, for kvcore's own managers
+        (``kvcore.runtime.managers``), whose tables hold only blocks they took from
+        this pool or hits the coordinator verified, and whose counts are their own.
+        A plugin's manager goes through the checked call."""
         cache = self.cached[group_id]
         stored: list[bytes] = []
         for i in range(num_cached, num_full):
@@ -446,6 +557,64 @@ class BlockPool:
             self.events.append(BlockStored(tuple(stored), parent, toks, block_size,
                                            group_id, lora))
 
+    def _check_cache_range(self, blocks: Any, block_hashes: Any, num_cached: Any,
+                           num_full: Any, stride: Any) -> None:
+        """The counts and lengths of :meth:`cache_full_blocks` (its blocks and hashes
+        are checked as it goes, and its entries undone on an error)."""
+        if type(num_cached) is int and type(num_full) is int and type(stride) is int \
+                and stride >= 1 and 0 <= num_cached <= num_full:
+            try:
+                if num_full <= len(blocks) and (num_full == num_cached
+                                                or num_full * stride <= len(block_hashes)):
+                    return
+            except TypeError:
+                pass
+        from kvcore.errors import BlockPoolError
+
+        def bad(msg: str, field: str) -> Exception:
+            return BlockPoolError(f"cache_full_blocks: {msg}", field=field)
+
+        for nm, v in (("num_cached", num_cached), ("num_full", num_full),
+                      ("stride", stride)):
+            if type(v) is not int:
+                raise bad(f"{nm} must be an int, got {repr(v)[:40]}", nm)
+        if stride < 1:
+            raise bad(f"stride must be >= 1, got {stride}", "stride")
+        try:
+            nb, nh = len(blocks), len(block_hashes)
+        except TypeError:
+            raise bad("blocks and block_hashes must be sequences", "blocks") from None
+        if not 0 <= num_cached <= num_full <= nb:
+            raise bad(f"need 0 <= num_cached ({num_cached}) <= num_full ({num_full}) <= "
+                      f"len(blocks) ({nb})", "num_full")
+        raise bad(f"{nh} block hashes for blocks up to {num_full} at stride {stride} "
+                  f"(needs {num_full * stride})", "block_hashes")
+
+    def _uncacheable(self, b: KVCacheBlock, h: Any, k: int) -> Exception:
+        from kvcore.errors import BlockPoolError
+
+        if b.ref_cnt < 1:
+            return BlockPoolError(f"cache_full_blocks: block {b.block_id} is not held "
+                                  f"(ref_cnt {b.ref_cnt}); only a held block's content "
+                                  "can be cached", block_id=b.block_id)
+        return BlockPoolError(f"cache_full_blocks: block_hashes[{k}] is not hashable: "
+                              f"{type(h).__name__}", field="block_hashes")
+
+    def _undo_cache(self, done: list[KVCacheBlock], group_id: int) -> None:
+        """Take back the entries a failed :meth:`cache_full_blocks` made (error path)."""
+        cache, dups = self.cached[group_id], self._dups[group_id]
+        for b in reversed(done):
+            h: Any = b.block_hash
+            d = dups.get(h)
+            if d is not None and b.block_id in d:
+                del d[b.block_id]
+                if not d:
+                    del dups[h]
+            elif cache.get(h) is b:
+                del cache[h]
+            b.block_hash = None
+            b.group_id = -1
+
     def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one holder of each block, in the order given (callers pass a request's
         blocks last block first).  A block reaching ``ref_cnt == 0`` goes to the back
@@ -461,7 +630,7 @@ class BlockPool:
         pool_blocks = self.blocks
         null = self.null_block
         if type(blocks) is not list:
-            blocks = list(blocks)
+            blocks = self._listed(blocks, "freed")
         n = 0
         k = 0  # blocks processed (undone on an error)
         anchor = head if self.front_in_order else None  # insert after it, then advance
@@ -551,7 +720,9 @@ class BlockPool:
     def reserve_blocks(self, n: int) -> list[KVCacheBlock]:
         """Take ``n`` blocks for good (e.g. attention sinks shared by all requests); they
         are listed in :attr:`reserved_blocks`.  Raises
-        :class:`~kvcore.errors.NotEnoughMemoryError` when fewer than ``n`` are free."""
+        :class:`~kvcore.errors.NotEnoughMemoryError` when fewer than ``n`` are free, and
+        BlockPoolError for an ``n`` that is not an int >= 0."""
+        n = self.free_queue._count(n)
         if n > self.free_queue.num_free_blocks:
             from kvcore.errors import NotEnoughMemoryError
 

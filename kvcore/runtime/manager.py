@@ -283,6 +283,7 @@ class KVCacheManager:
             self._f_bs = m0.block_size
             self._f_caching = m0.enable_caching
             self._f_gid = m0.group_id
+            self._f_cache = self.block_pool.cache_call(m0)
         self._pool = self.block_pool
         self._fq = self.block_pool.free_queue
         # running requests of several groups: per manager, which base-class rules hold
@@ -494,7 +495,7 @@ class KVCacheManager:
                             if n_full > len(table):
                                 n_full = len(table)
                             if n_full > done:
-                                self._pool.cache_full_blocks(
+                                self._f_cache(
                                     table, request.block_hashes, done, n_full,
                                     self._f_gid, 1, request, bs)
                                 ncached[rid] = n_full

@@ -220,9 +220,9 @@ class SingleTypeManager:
         table = self.req_to_blocks[rid]
         if num_full > len(table):
             num_full = len(table)
-        self.pool.cache_full_blocks(table, request.block_hashes, done, num_full,
-                                    self.group_id, self.hash_stride, request,
-                                    self.block_size)
+        self.pool.cache_call(self)(table, request.block_hashes, done, num_full,
+                                   self.group_id, self.hash_stride, request,
+                                   self.block_size)
         self.num_cached_blocks[rid] = num_full
 
     def block_key(self, block_hashes: Sequence[bytes], i: int) -> bytes:

@@ -99,3 +99,61 @@ def test_random_calls_with_bad_arguments_keep_the_pool_exact(seed: int,
         assert pool.num_free_blocks == num_blocks - 1 - len(holders)
         for bid, c in holders.items():
             assert pool.blocks[bid].ref_cnt == c
+
+
+def _cache_state(pool: BlockPool) -> Any:
+    return ([dict(c) for c in pool.cached], [{h: dict(d) for h, d in g.items()}
+                                              for g in pool._dups],
+            [(b.block_hash, b.group_id) for b in pool.blocks])
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 8),
+       bad=st.sampled_from(["foreign", "freed", "unhashable", "none"]))
+def test_cache_full_blocks_failing_mid_range_enters_nothing(seed: int, n: int,
+                                                            bad: str) -> None:
+    """A bad block or hash anywhere in the range: BlockPoolError, and the blocks before
+    it (already entered as the call went) are taken back: the cache, the duplicates
+    and every block's hash are as before.  A good range is entered whole."""
+    rng = random.Random(seed)
+    pool = BlockPool(2 * n + 4)
+    pre = pool.get_new_blocks(1)  # a block already cached under the hash of slot 0:
+    pool.cache_full_blocks(pre, [b"h0"], 0, 1, 0)  # slot 0 then goes to _dups
+    blocks = pool.get_new_blocks(n)
+    hashes: list[Any] = [b"h%d" % i for i in range(n)]
+    k = rng.randrange(n)
+    if bad == "foreign":
+        blocks[k] = BlockPool(4).get_new_blocks(1)[0]
+    elif bad == "freed":
+        pool.free_blocks([blocks[k]])
+    elif bad == "unhashable":
+        hashes[k] = [1, 2]
+    before = _cache_state(pool)
+    if bad == "none":
+        pool.cache_full_blocks(blocks, hashes, 0, n, 0)
+        assert [b.block_hash for b in blocks] == hashes
+        assert pool.get_cached_block(b"h0", 0) is pre[0]  # the earliest stays the hit
+        return
+    with pytest.raises(BlockPoolError):
+        pool.cache_full_blocks(blocks, hashes, 0, n, 0)
+    assert _cache_state(pool) == before
+
+
+def test_cache_call_checks_plugin_managers_and_subclassed_pools() -> None:
+    """kvcore's own manager types take the unchecked caching call; a plugin's manager
+    (another module) and a pool that overrides cache_full_blocks take the checked one."""
+    from kvcore.runtime.managers import FullAttentionManager
+
+    class PluginManager(FullAttentionManager):  # defined here: not kvcore's module
+        pass
+
+    class EventPool(BlockPool):
+        def cache_full_blocks(self, *a: Any, **k: Any) -> None:
+            super().cache_full_blocks(*a, **k)
+
+    pool, sub = BlockPool(8), EventPool(8)
+    core = object.__new__(FullAttentionManager)
+    plugin = object.__new__(PluginManager)
+    assert pool.cache_call(core) == pool._cache_range
+    assert pool.cache_call(plugin) == pool.cache_full_blocks
+    assert sub.cache_call(core) == sub.cache_full_blocks
