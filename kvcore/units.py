@@ -28,6 +28,7 @@ is refused as implausible, so no later arithmetic or output meets a 400-digit nu
 
 from __future__ import annotations
 
+import numbers
 import operator
 import re
 from typing import Any
@@ -43,6 +44,10 @@ __all__ = [
     "MAX_TOKEN_ID",
     "bound",
     "check_int",
+    "check_number",
+    "check_path",
+    "check_items",
+    "check_name",
     "parse_size",
     "parse_length",
     "shorten",
@@ -215,6 +220,100 @@ def check_int(value: Any, field: str, *, minimum: int | None = 1,
                           f"(at most {maximum:,})", field=field, value=shown,
                           maximum=maximum)
     return number
+
+
+# ---- numbers, paths, names and sequences of the Python API ------------------------------
+
+def check_number(value: Any, field: str, *, minimum: float | None = None,
+                 maximum: float | None = None, allow_inf: bool = False,
+                 exclusive_minimum: bool = False, where: str = "") -> float:
+    """``value`` as a float in ``[minimum, maximum]`` (``(minimum, ...`` with
+    ``exclusive_minimum``).  Accepts ints (any size that a float holds) and floats;
+    bool, NaN, text and other types are refused; ``inf`` only with ``allow_inf``.
+    Raises ConfigError naming the field, the value (cut) and the valid range."""
+    _arg_field(field, "check_number")
+    pre = f"{where}: " if where else ""
+    lo = "" if minimum is None else (f" > {minimum:g}" if exclusive_minimum
+                                     else f" >= {minimum:g}")
+    hi = "" if maximum is None else f" and <= {maximum:g}"
+    what = f"a {'' if allow_inf else 'finite '}number{lo}{hi}"
+    shown = shorten(value)
+    number: float | None = None
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = None
+        else:
+            if number != number or (not allow_inf and number in (float("inf"),
+                                                                 float("-inf"))):
+                number = None
+    if number is None or (minimum is not None and (
+            number < minimum or (exclusive_minimum and number == minimum))) or (
+            maximum is not None and number > maximum):
+        raise ConfigError(f"{pre}{field} = {shown} must be {what}", field=field,
+                          value=shown)
+    return number
+
+
+def check_path(value: Any, field: str, *, where: str = "") -> Any:
+    """``value`` as a :class:`pathlib.Path`: a non-empty ``str`` or an
+    :class:`os.PathLike` of str.  Raises ConfigError naming the field otherwise (bytes
+    paths, numbers, lists ...).  Whether the file exists is the reader's check."""
+    import os
+    from pathlib import Path
+
+    _arg_field(field, "check_path")
+    pre = f"{where}: " if where else ""
+    text = value
+    if isinstance(value, os.PathLike):
+        text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip() or "\x00" in text:
+        raise ConfigError(f"{pre}{field} = {shorten(value)} must be a file path (a "
+                          f"non-empty str or os.PathLike)", field=field,
+                          value=shorten(value))
+    return Path(text)
+
+
+def check_name(value: Any, field: str, *, known: Any = None, where: str = "") -> str:
+    """``value`` if it is a non-empty str (and, with ``known``, one of them).  Raises
+    ConfigError naming the field, the value and the known names."""
+    _arg_field(field, "check_name")
+    pre = f"{where}: " if where else ""
+    names = list(known) if known is not None else None
+    if not isinstance(value, str) or not value or (names is not None
+                                                   and value not in names):
+        valid = f"one of {', '.join(map(str, names))}" if names is not None else \
+            "a non-empty name"
+        raise ConfigError(f"{pre}{field} = {shorten(value)} must be {valid}",
+                          field=field, value=shorten(value))
+    return value
+
+
+def check_items(value: Any, kind: Any, field: str, *, hint: str = "",
+                where: str = "") -> list[Any]:
+    """``value`` as a list whose items are instances of ``kind`` (a class or a tuple of
+    classes): a list, tuple or other iterable, not a str, bytes or mapping.  Raises
+    ConfigError naming the field and the first bad item's index and type; ``hint``
+    (e.g. "wrap a TraceRequest as SimRequest(trace)") ends the message."""
+    from collections.abc import Iterable, Mapping
+
+    _arg_field(field, "check_items")
+    pre = f"{where}: " if where else ""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    tail = f" ({hint})" if hint else ""
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value,
+                                                                             Iterable):
+        raise ConfigError(f"{pre}{field} must be a sequence of {names} objects, got "
+                          f"{type(value).__name__} {shorten(value)}{tail}", field=field,
+                          value=shorten(value))
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise ConfigError(f"{pre}{field}[{i}] must be {names}, got "
+                              f"{type(item).__name__} {shorten(item)}{tail}",
+                              field=f"{field}[{i}]", value=shorten(item))
+    return items
 
 
 # ---- sizes -------------------------------------------------------------------------------

@@ -242,7 +242,9 @@ class ResidencyIndex:
         return st
 
     def remove_replica(self, replica: Hashable) -> None:
-        """Forget a replica (gone from the fleet)."""
+        """Forget a replica (gone from the fleet).  Raises
+        :class:`~kvcore.errors.KVEventError` for an unhashable replica."""
+        _replica_arg(replica)
         self._replicas.pop(replica, None)
 
     def state(self, replica: Hashable) -> ReplicaState:
@@ -455,11 +457,14 @@ class ResidencyIndex:
             from kvcore.runtime.hashing import BlockHasher
 
             self._hasher = BlockHasher(self.hash_block_size, self.hash)
-        req = SimpleNamespace(all_token_ids=list(token_ids), block_hashes=[],
-                              lora_name=lora_name, cache_salt=cache_salt,
-                              mm_features=list(mm_features) if mm_features else None,
-                              request_id="routing")
-        self._hasher.extend(req)
+        from kvcore.errors import RequestError
+        from kvcore.runtime.hashing import Request
+
+        try:  # the runtime's Request checks the token ids, keys and features
+            req = Request("routing", token_ids, hash=self._hasher, lora_name=lora_name,
+                          cache_salt=cache_salt, mm_features=mm_features or None)
+        except RequestError as exc:
+            raise KVEventError(f"block_hashes: {exc.message}", **exc.extra) from None
         return self._keys(req.block_hashes)
 
     def _keys(self, hashes: Sequence[Any]) -> list[Any]:

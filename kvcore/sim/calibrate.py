@@ -637,13 +637,15 @@ def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
     """Warn when a coefficient file written by ``kvcore calibrate`` was fitted on
     another model, GPU or TP than the run that uses it (its ``model`` / ``gpu`` /
     ``tensor_parallel_size`` entries; a plain object of fields says nothing, so nothing
-    is said)."""
+    is said).  Raises ConfigError for a ``path`` that is not a path."""
     import warnings
 
     from kvcore.deploy.gpus import get_gpu
+    from kvcore.units import check_path
 
+    p = check_path(path, "efficiency")
     try:
-        saved = json.loads(Path(path).read_text())
+        saved = json.loads(p.read_text())
     except (OSError, ValueError, RecursionError):
         return  # load_efficiency has already said what is wrong with it
     if not isinstance(saved, dict) or saved.get("format") != _FORMAT:

@@ -63,7 +63,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, shorten
 from kvcore.sim.traces import TraceRequest
 from kvcore.sim.workload import (
     _OUTPUT_BASE,
@@ -73,6 +73,7 @@ from kvcore.sim.workload import (
     _np,
     random_dataset,
 )
+from kvcore.units import check_path
 
 __all__ = ["DATASET_NAMES", "DATASET_FLAGS", "GENERAL_DATASET_FLAGS",
            "prefix_repetition_dataset",
@@ -193,7 +194,7 @@ def read_burstgpt(path: str | os.PathLike[str]) -> list[tuple[float, int, int]]:
     header without the columns of :data:`BURSTGPT_COLUMNS`, a non-numeric cell, or no
     row kept.
     """
-    p = Path(path)
+    p = check_path(path, "dataset_path")
     try:
         fh = open(p, newline="", encoding="utf-8")
     except OSError as exc:
@@ -286,7 +287,7 @@ def load_tokenizer(path: str | os.PathLike[str] | None) -> Callable[[str], list[
         raise ConfigError("--dataset-name sharegpt needs --tokenizer PATH (a local folder "
                           "with the model's tokenizer.json): ShareGPT's lengths are "
                           "token counts of its text", field="tokenizer", value=None)
-    p = Path(path)
+    p = check_path(path, "tokenizer")
     folder = p.parent if p.is_file() else p
     file = p if p.is_file() else p / "tokenizer.json"
     if not file.is_file():
@@ -341,7 +342,15 @@ def sharegpt_dataset(path: str | os.PathLike[str], tokenize: Callable[[str], Seq
     _int("seed", seed, 0)
     if output_len is not None:
         _int("sharegpt_output_len", output_len, 1)
-    p = Path(path)
+    if not callable(tokenize):
+        raise ConfigError(f"tokenize must be a callable text -> token ids "
+                          f"(load_tokenizer's), got {shorten(tokenize)}", field="tokenize",
+                          value=shorten(tokenize))
+    for nm, flag in (("disable_shuffle", disable_shuffle), ("no_oversample", no_oversample)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{nm} must be True or False, got {shorten(flag)}", field=nm,
+                              value=shorten(flag))
+    p = check_path(path, "dataset_path")
     try:
         with open(p, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -444,7 +453,13 @@ def check_dataset_flags(args: Any, *, defaults: dict[str, Any] | None = None) ->
 def dataset_requests(args: Any) -> tuple[list[TraceRequest], str]:
     """The requests of ``args.dataset`` from the (already checked,
     :func:`check_dataset_flags`) flags' values, and the workload's name for reports.
-    Raises ConfigError as the dataset's function."""
+    Raises ConfigError as the dataset's function (``args`` when it is not the parsed
+    flags)."""
+    if not all(hasattr(args, a) for a in ("dataset", "num_prompts", "seed")):
+        raise ConfigError(f"args must be kvcore simulate's parsed flags (an "
+                          f"argparse.Namespace with dataset, num_prompts, seed), got "
+                          f"{type(args).__name__} {shorten(args)}", field="args",
+                          value=shorten(args))
     name = args.dataset
     n, seed = args.num_prompts, args.seed
     if name == "random":

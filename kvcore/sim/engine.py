@@ -86,8 +86,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kvcore.errors import ConfigError
-from kvcore.sim.replay import check_trace_request
+from kvcore.errors import ConfigError, shorten
+from kvcore.sim.replay import check_manager, check_trace_request
 from kvcore.sim.timing import (
     ConstantTimeModel,
     RooflineTimeModel,
@@ -95,11 +95,12 @@ from kvcore.sim.timing import (
     StepTimeModel,
     describe_batch,
 )
+from kvcore.units import check_int, check_items, check_name, check_number
 
+# (mamba_block_aligned_split, mamba_checkpoint_position and mamba_checkpoint_valid are
+# vLLM 0.32's private Scheduler helpers, mirrored for the loop and its tests: not API)
 __all__ = ["SimRequest", "EngineResult", "Engine", "StepRecord", "run_engine",
-           "check_scheduler_limits", "check_some_served", "resolve_request_overhead",
-           "mamba_block_aligned_split", "mamba_checkpoint_position",
-           "mamba_checkpoint_valid"]
+           "check_scheduler_limits", "check_some_served", "resolve_request_overhead"]
 
 _PURE_MODELS = (RooflineTimeModel, ConstantTimeModel)
 _MEMO_MAX = 1 << 18
@@ -136,6 +137,8 @@ class SimRequest:
 
     def __init__(self, trace: Any, arrival: float | None = None) -> None:
         check_trace_request(trace)
+        if arrival is not None:
+            arrival = check_number(arrival, "arrival", minimum=0.0)
         self.trace = trace
         self.request_id: str = trace.request_id
         self.request: Any = None
@@ -205,6 +208,13 @@ class SimRequest:
         return [tt[i] - tt[i - 1] for i in range(1, len(tt)) if i not in same]
 
 
+def _check_sim_request(r: Any) -> None:
+    if not isinstance(r, SimRequest):
+        raise ConfigError(f"r must be a SimRequest (wrap a TraceRequest as "
+                          f"SimRequest(trace)), got {type(r).__name__} {shorten(r)}",
+                          field="r", value=shorten(r))
+
+
 @dataclass
 class EngineResult:
     """What a clocked run produced.
@@ -249,14 +259,12 @@ def resolve_request_overhead(time_model: Any, request_overhead_s: float | None =
     ``api_server_s``: the serial stage's time per request).
 
     Raises ConfigError (field ``name``) unless it is a finite number >= 0."""
+    check_name(name, "name")
     v = getattr(time_model, name, 0.0) if request_overhead_s is None \
         else request_overhead_s
     if v is None:
         v = 0.0
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < math.inf:
-        raise ConfigError(f"{name} must be a finite number of seconds >= 0, "
-                          f"got {v!r}", field=name, value=repr(v))
-    return float(v)
+    return check_number(v, name, minimum=0.0)
 
 
 def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
@@ -267,7 +275,12 @@ def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
     max_num_seqs`` and ``long_prefill_token_threshold > max_model_len``.
 
     Raises ConfigError naming the field (``max_num_batched_tokens`` or
-    ``long_prefill_token_threshold``), the value and the bound."""
+    ``long_prefill_token_threshold``), the value and the bound, and for a value that
+    is not an int in range."""
+    check_int(max_num_seqs, "max_num_seqs")
+    check_int(max_num_batched_tokens, "max_num_batched_tokens")
+    check_int(max_model_len, "max_model_len", maximum=1 << 62)
+    check_int(long_prefill_token_threshold, "long_prefill_token_threshold", minimum=0)
     if max_num_batched_tokens < max_num_seqs:
         raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= "
                           f"max_num_seqs ({max_num_seqs}): vLLM refuses to start "
@@ -291,8 +304,18 @@ def check_some_served(requests: Sequence[Any], *, max_model_len: int,
 
     requests: the run's :class:`SimRequest` objects (``rejected`` set by the run; the
     ``max_model_len`` case is found before a run too, from the lengths alone).
-    Raises ConfigError (field ``max_model_len`` or ``num_blocks``)."""
-    reqs = list(requests)
+    Any object with int ``prompt_len`` / ``output_len`` and bool ``rejected`` serves.
+    Raises ConfigError (field ``max_model_len`` or ``num_blocks``; ``requests[i]`` for
+    an item without those attributes)."""
+    reqs = check_items(requests, object, "requests")
+    for i, r in enumerate(reqs):
+        for name, kind in (("prompt_len", int), ("output_len", int), ("rejected", bool)):
+            v = getattr(r, name, None)
+            if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+                raise ConfigError(f"requests[{i}].{name} must be {kind.__name__} (a "
+                                  f"SimRequest's), got {v!r}",
+                                  field=f"requests[{i}].{name}", value=repr(v))
+    check_int(max_model_len, "max_model_len", maximum=1 << 62)
     if not reqs:
         return
     if all(r.prompt_len + r.output_len > max_model_len for r in reqs):
@@ -407,6 +430,7 @@ class Engine:
                  api_server_s: float | None = None,
                  enable_chunked_prefill: bool = True,
                  api_stream_s: float | None = None) -> None:
+        check_manager(manager)
         _check_int("max_num_seqs", max_num_seqs, 1)
         if not isinstance(enable_chunked_prefill, bool):
             raise ConfigError(f"enable_chunked_prefill must be True or False, got "
@@ -582,6 +606,7 @@ class Engine:
         """The client sent ``r`` at ``r.sent`` (>= the sends before it): the engine
         sees it ``request_overhead_s`` (plus its wait for the API server's serial
         stage) later, at the first step from then."""
+        _check_sim_request(r)
         wait = self._api_stage(r)
         if self.request_overhead_s or wait or self.transit:
             # behind requests still on their way, in order (they may have passed the
@@ -594,6 +619,7 @@ class Engine:
         """``r`` reaches this engine's API server at ``r.sent + request_overhead_s``,
         which the caller has reached (a fleet routes then); the engine sees it now,
         or, with the serial stage busy (``api_server_s``), after its wait."""
+        _check_sim_request(r)
         if self._api_stage(r) or self.transit:
             self._to_transit(r)
         else:
@@ -635,6 +661,7 @@ class Engine:
     def add_request(self, r: SimRequest) -> None:
         """Queue ``r`` (already released: ``r.sent`` set) behind the waiting requests
         now, materializing its runtime Request on this engine's manager if needed."""
+        _check_sim_request(r)
         if r.request is None:
             r.materialize(self.manager)
         r.t0 = self._sent_off(r)

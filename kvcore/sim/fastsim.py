@@ -46,10 +46,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, shorten
 from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
+from kvcore.units import check_int
 
-__all__ = ["Workload", "run_workload", "percentile", "summarize"]
+# (percentile and summarize are the loop's own helpers: summarize takes its private
+# request records; kvcore.sim.metrics has the public percentile)
+__all__ = ["Workload", "run_workload"]
 
 
 @dataclass(frozen=True)
@@ -229,13 +232,35 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     (see :func:`summarize`) plus ``steps``.
 
     Raises ConfigError for a non-positive ``max_num_seqs`` / ``max_num_batched_tokens``
-    or a request that can never fit ``kv_capacity_tokens``.
+    or a request that can never fit ``kv_capacity_tokens``, and for arguments of
+    another kind (a ``workload`` that is not a :class:`Workload`, a ``time_model``
+    without ``step_time``, flags that are not bools), naming the argument.
     """
+    from kvcore.sim.metrics import check_goodput
+
     for name, v in (("max_num_seqs", max_num_seqs),
                     ("max_num_batched_tokens", max_num_batched_tokens)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} must be a positive int, got {v!r}", field=name,
-                              value=v)
+            raise ConfigError(f"{name} must be a positive int, got {shorten(v)}",
+                              field=name, value=shorten(v))
+        check_int(v, name)
+    if not isinstance(workload, Workload):
+        raise ConfigError(f"workload must be a kvcore.sim.fastsim.Workload, got "
+                          f"{type(workload).__name__} {shorten(workload)}",
+                          field="workload", value=shorten(workload))
+    if not callable(getattr(time_model, "step_time", None)):
+        raise ConfigError(f"time_model must have a step_time(batch) -> seconds method, "
+                          f"got {type(time_model).__name__}", field="time_model",
+                          value=type(time_model).__name__)
+    if kv_capacity_tokens is not None:
+        check_int(kv_capacity_tokens, "kv_capacity_tokens", minimum=0)
+    if not isinstance(enable_prefix_caching, bool):
+        raise ConfigError(f"enable_prefix_caching must be True or False, got "
+                          f"{shorten(enable_prefix_caching)}", field="enable_prefix_caching",
+                          value=shorten(enable_prefix_caching))
+    if goodput is not None:
+        goodput = check_goodput(goodput)
+    check_int(max_steps, "max_steps", maximum=1 << 62)
     w = workload
     cap = kv_capacity_tokens if kv_capacity_tokens is not None else math.inf
     if w.requests:

@@ -60,6 +60,7 @@ from typing import Any
 from kvcore.errors import ConfigError
 from kvcore.sim.engine import Engine, EngineResult, SimRequest, Slots, resolve_request_overhead
 from kvcore.sim.timing import StepTimeModel
+from kvcore.units import check_int, check_name, check_number
 
 __all__ = ["ROUTERS_ENTRY_POINT_GROUP", "FleetView", "FleetResult", "RoundRobinRouter",
            "LeastLoadedRouter", "PrefixAwareRouter", "AttentionOnlyPrefixRouter",
@@ -75,6 +76,17 @@ MAX_REPLICAS = 4096
 
 
 # ---- routers ---------------------------------------------------------------------------
+def _check_route(request: Any, view: Any) -> None:
+    """A router's arguments: the request being routed and the fleet's view."""
+    if not isinstance(request, SimRequest):
+        raise ConfigError(f"route: request must be a SimRequest, got "
+                          f"{type(request).__name__}", field="request",
+                          value=type(request).__name__)
+    if not isinstance(view, FleetView):
+        raise ConfigError(f"route: view must be a FleetView (run_fleet passes it), got "
+                          f"{type(view).__name__}", field="view", value=type(view).__name__)
+
+
 class RoundRobinRouter:
     """Replica ``i mod N`` for the i-th request."""
 
@@ -86,6 +98,7 @@ class RoundRobinRouter:
         self._next = 0
 
     def route(self, request: SimRequest, view: FleetView) -> int:
+        _check_route(request, view)
         k = self._next % view.num_replicas
         self._next += 1
         return k
@@ -116,6 +129,7 @@ class LeastLoadedRouter(_LeastRecent):
     uses_attention_index = False
 
     def route(self, request: SimRequest, view: FleetView) -> int:
+        _check_route(request, view)
         o, b = view.outstanding, view.prefill_backlog
         return self._pick([(o[k], b[k]) for k in range(view.num_replicas)])
 
@@ -179,10 +193,7 @@ class PrefixAwareRouter(_LeastRecent):
         for nm, v, lo in (("pending_ttl_s", 0.0 if pending_ttl_s is None
                            else pending_ttl_s, 0.0),
                           ("load_factor", load_factor, 1.0)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                    not math.isfinite(v) or v < lo:
-                raise ConfigError(f"{nm}: expected a finite number >= {lo}, got {v!r}",
-                                  field=nm, value=repr(v))
+            check_number(v, nm, minimum=lo)
         if type(max_pending_blocks) is not int or max_pending_blocks < 0:
             raise ConfigError(f"max_pending_blocks: expected an int >= 0, got "
                               f"{max_pending_blocks!r}", field="max_pending_blocks",
@@ -285,6 +296,7 @@ class PrefixAwareRouter(_LeastRecent):
         return None
 
     def route(self, request: SimRequest, view: FleetView) -> int:
+        _check_route(request, view)
         n = view.num_replicas
         seen = self._hits(request, view)
         hist = self._history_hits(request, view, n)
@@ -384,7 +396,8 @@ def load_router(name: str, **options: Any) -> Any:
     with ``options``).  Raises ConfigError (field ``router``) for an unknown name,
     listing the known ones, an entry point that fails to load, or options the router
     does not take (naming them)."""
-    cls = _BUILTIN.get(name) if isinstance(name, str) else None
+    check_name(name, "router")
+    cls = _BUILTIN.get(name)
     if cls is not None:
         try:
             return cls(**options)
@@ -451,6 +464,7 @@ class FleetView:
     ``router_predicted_hit_ratio`` figure)."""
 
     def __init__(self, n: int, index: Any, attention: Any) -> None:
+        check_int(n, "num_replicas", maximum=MAX_REPLICAS)
         self.num_replicas = n
         self.now = 0.0
         self.outstanding = [0] * n

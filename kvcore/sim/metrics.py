@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kvcore.errors import ConfigError, shorten
+from kvcore.units import check_int, check_items, check_number
 
 __all__ = ["GOODPUT_METRICS", "parse_goodput", "check_goodput", "check_percentiles",
            "serving_metrics", "client_queue_metrics",
@@ -42,17 +43,48 @@ __all__ = ["GOODPUT_METRICS", "parse_goodput", "check_goodput", "check_percentil
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 
+def _values(xs: Any, fn: str) -> Sequence[float]:
+    """``xs`` as a sequence of numbers (ConfigError naming ``xs`` otherwise)."""
+    from collections.abc import Mapping
+
+    if isinstance(xs, (list, tuple)):
+        seq = xs
+    elif isinstance(xs, (str, bytes, bytearray, Mapping)) or not isinstance(xs, Iterable):
+        raise ConfigError(f"{fn}: xs = {shorten(xs)} must be a sequence of numbers",
+                          field="xs", value=shorten(xs))
+    else:
+        seq = list(xs)
+    return seq
+
+
+def _numeric(fn: str, xs: Any, compute: Any) -> float:
+    try:
+        return float(compute())
+    except (TypeError, OverflowError):
+        bad = next((x for x in xs if isinstance(x, bool) or not isinstance(
+            x, (int, float))), None)
+        raise ConfigError(f"{fn}: xs must hold numbers, got {shorten(bad)} "
+                          f"({type(bad).__name__})" if bad is not None else
+                          f"{fn}: xs holds a number too large for a float",
+                          field="xs", value=shorten(bad)) from None
+
+
 def mean(xs: Sequence[float]) -> float:
-    """numpy.mean(xs or 0)."""
-    return sum(xs) / len(xs) if xs else 0.0
+    """numpy.mean(xs or 0).  Raises ConfigError (field ``xs``) unless ``xs`` is a
+    sequence of numbers."""
+    seq = _values(xs, "mean")
+    return _numeric("mean", seq, lambda: sum(seq) / len(seq) if seq else 0.0)
 
 
 def std(xs: Sequence[float]) -> float:
-    """numpy.std(xs or 0) (population standard deviation)."""
-    if not xs:
+    """numpy.std(xs or 0) (population standard deviation).  Raises ConfigError (field
+    ``xs``) unless ``xs`` is a sequence of numbers."""
+    seq = _values(xs, "std")
+    if not seq:
         return 0.0
-    m = mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+    m = mean(seq)
+    return _numeric("std", seq, lambda: math.sqrt(sum((x - m) ** 2 for x in seq)
+                                                  / len(seq)))
 
 
 def percentile(xs: Sequence[float], p: float, *, presorted: bool = False) -> float:
@@ -61,15 +93,23 @@ def percentile(xs: Sequence[float], p: float, *, presorted: bool = False) -> flo
     Raises ConfigError (field ``percentile``) for p outside [0, 100] (numpy raises
     ValueError "Percentiles must be in the range [0, 100]")."""
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
-        raise ConfigError(f"percentile {p!r}: must be a number in [0, 100]",
-                          field="percentile", value=p)
-    if not xs:
+        raise ConfigError(f"percentile {shorten(p)}: must be a number in [0, 100]",
+                          field="percentile", value=shorten(p))
+    if not isinstance(presorted, bool):
+        raise ConfigError(f"percentile: presorted = {shorten(presorted)} must be True or "
+                          f"False", field="presorted", value=shorten(presorted))
+    seq = _values(xs, "percentile")
+    if not seq:
         return 0.0
-    s = xs if presorted else sorted(xs)
-    k = (len(s) - 1) * p / 100.0
-    lo = math.floor(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+    def compute() -> float:
+        s = seq if presorted else sorted(seq)
+        k = (len(s) - 1) * p / 100.0
+        lo = math.floor(k)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+    return _numeric("percentile", seq, compute)
 
 
 def median(xs: Sequence[float]) -> float:
@@ -85,9 +125,17 @@ def parse_goodput(pairs: Iterable[str] | None) -> dict[str, float]:
     Raises ConfigError (field ``goodput``) for a pair that is not ``KEY:VALUE`` with a
     number, an unknown name or a negative (or NaN) value.
     """
+    from collections.abc import Mapping
+
     out: dict[str, float] = {}
     if isinstance(pairs, str):
         pairs = pairs.split()
+    if pairs is not None and (isinstance(pairs, (bytes, bytearray, Mapping))
+                              or not isinstance(pairs, Iterable)):
+        raise ConfigError(f"--goodput {shorten(pairs)}: give a list of KEY:VALUE strings "
+                          f"(e.g. ['ttft:200', 'tpot:50']), the key one of "
+                          f"{', '.join(GOODPUT_METRICS)}", field="goodput",
+                          value=shorten(pairs))
     for pair in pairs or ():
         parts = str(pair).split(":")
         try:
@@ -333,11 +381,41 @@ def _peaks(done: Sequence[Any]) -> dict[str, Any]:
             "max_concurrent_requests": best}
 
 
+#: the figures :func:`format_summary` prints unconditionally
+_SUMMARY_KEYS = (
+    'completed', 'duration', 'failed', 'max_concurrent_requests',
+    'max_output_tokens_per_s', 'mean_kv_usage', 'output_throughput', 'peak_kv_usage',
+    'preemptions', 'prefix_hit_ratio', 'request_throughput', 'steps',
+    'total_input_tokens', 'total_output_tokens', 'total_token_throughput')
+
+
 def format_summary(fig: dict[str, Any], *, max_concurrency: int | None = None,
                    request_rate: float = math.inf, extra: Sequence[tuple[str, str]] = ()
                    ) -> str:
     """The text block ``vllm bench serve`` prints ("Serving Benchmark Result"), the
-    same labels and formats, then kvcore's lines."""
+    same labels and formats, then kvcore's lines.
+
+    fig: :func:`serving_metrics`'s dict; extra: ``(label, value)`` lines.  Raises
+    ConfigError naming ``fig``, ``extra``, ``max_concurrency`` or ``request_rate`` for
+    values of another kind."""
+    from collections.abc import Mapping
+
+    if not isinstance(fig, Mapping):
+        raise ConfigError(f"format_summary: fig must be serving_metrics()'s dict, got "
+                          f"{type(fig).__name__} {shorten(fig)}", field="fig",
+                          value=shorten(fig))
+    missing = [k for k in _SUMMARY_KEYS if k not in fig]
+    if missing:
+        raise ConfigError(f"format_summary: fig lacks {', '.join(missing)} (give "
+                          f"serving_metrics()'s dict)", field="fig", value=missing[0])
+    extra = check_items(extra, tuple, "extra")
+    if any(len(e) != 2 for e in extra):
+        raise ConfigError("format_summary: extra must hold (label, value) pairs",
+                          field="extra", value=shorten(extra))
+    if max_concurrency is not None:
+        check_int(max_concurrency, "max_concurrency")
+    check_number(request_rate, "request_rate", minimum=0.0, allow_inf=True,
+                 exclusive_minimum=True)
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
 
     def row(label: str, value: Any, fmt: str = "{:<10}") -> None:

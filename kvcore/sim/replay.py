@@ -37,17 +37,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, shorten
 from kvcore.sim.traces import TraceRequest
+from kvcore.units import MAX_TOKENS, check_int, check_items
 
-__all__ = ["Job", "ReplayResult", "check_trace_request", "prepare_jobs", "replay"]
+__all__ = ["Job", "ReplayResult", "check_trace_request", "check_manager", "prepare_jobs",
+           "replay", "MANAGER_METHODS"]
 
 
 def check_trace_request(trace: Any) -> None:
     """A trace request the simulators can serve: ``prompt_len >= 1`` token and
     ``output_len >= 0`` tokens (0 is served as 1, vLLM's clamp).
 
-    Raises ConfigError naming the request and the field."""
+    Raises ConfigError naming the request and the field (``trace`` when it is not a
+    :class:`~kvcore.sim.traces.TraceRequest`)."""
+    if not isinstance(trace, TraceRequest):
+        raise ConfigError(f"trace must be a TraceRequest (kvcore.sim.TraceRequest, or "
+                          f"read_trace's rows), got {type(trace).__name__} "
+                          f"{shorten(trace)}", field="trace", value=shorten(trace))
     if trace.prompt_len < 1 or trace.output_len < 0:
         raise ConfigError(
             f"request {trace.request_id!r}: prompt_len must be >= 1 and output_len "
@@ -86,9 +93,29 @@ class Job:
             self.outputs += [1] * (self.output_len - len(self.outputs))
 
 
+#: what the simulators call on a manager (kvcore.runtime.KVCacheManager has them all)
+MANAGER_METHODS = ("make_request", "get_computed_blocks", "allocate_slots", "free")
+
+
+def check_manager(manager: Any, field: str = "manager") -> Any:
+    """``manager`` if it has the :class:`kvcore.runtime.KVCacheManager` methods the
+    simulators call (:data:`MANAGER_METHODS`) and a ``block_pool``.  Raises ConfigError
+    naming ``field`` otherwise."""
+    missing = [m for m in MANAGER_METHODS if not callable(getattr(manager, m, None))]
+    if missing or getattr(manager, "block_pool", None) is None:
+        raise ConfigError(f"{field} must be a KVCacheManager (kvcore.runtime), got "
+                          f"{type(manager).__name__} {shorten(manager)} (it lacks "
+                          f"{', '.join(missing) or 'block_pool'})", field=field,
+                          value=shorten(manager))
+    return manager
+
+
 def prepare_jobs(manager: Any, traces: Sequence[TraceRequest]) -> list[Job]:
-    """Jobs with their Requests built up front (prompt hashing outside any timing)."""
-    jobs = [Job(t) for t in traces]
+    """Jobs with their Requests built up front (prompt hashing outside any timing).
+    Raises ConfigError for a ``manager`` that is not a KVCacheManager and for
+    ``traces`` that are not TraceRequest objects (naming the first bad one)."""
+    check_manager(manager)
+    jobs = [Job(t) for t in check_items(traces, TraceRequest, "traces")]
     for j in jobs:
         j.materialize(manager)
     return jobs
@@ -138,7 +165,25 @@ def replay(manager: Any, jobs: Sequence[Job], *, max_running: int,
     after each step that changed it; ``sample_every`` > 0 records a usage sample every
     that many steps.  A finished job drops its Request and outputs unless
     ``keep_requests``.
+
+    Raises ConfigError for a ``manager`` that is not a KVCacheManager, ``jobs`` that
+    are not Job objects, a ``max_running`` / ``max_model_len`` that is not an int >= 1,
+    a ``sample_every`` that is not an int >= 0, flags that are not bools and a
+    ``progress`` that is not callable.
     """
+    check_manager(manager)
+    jobs = check_items(jobs, Job, "jobs", hint="build them with prepare_jobs")
+    check_int(max_running, "max_running")
+    if max_model_len is not None:
+        check_int(max_model_len, "max_model_len", maximum=MAX_TOKENS)
+    check_int(sample_every, "sample_every", minimum=0)
+    for nm, flag in (("time_calls", time_calls), ("keep_requests", keep_requests)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{nm} must be True or False, got {shorten(flag)}",
+                              field=nm, value=shorten(flag))
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a callable or None, got {shorten(progress)}",
+                          field="progress", value=shorten(progress))
     pc = time.perf_counter
     alloc = manager.allocate_slots
     lookup = manager.get_computed_blocks

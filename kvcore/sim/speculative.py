@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.errors import ConfigError, shorten
+from kvcore.units import check_int
 
 __all__ = ["SpeculativeSettings", "SpecAcceptanceModel", "parse_speculative_config",
            "check_model_supports", "DraftCostTimeModel", "iid_rates", "length_rates", "expected_acceptance_length",
@@ -220,8 +221,27 @@ def _check_k(k: int) -> None:
 def expected_acceptance_length(rates: Sequence[float]) -> float:
     """The expected tokens a verification yields, bonus token included: ``1 + sum(rates)``
     (``E[accepted] = sum_i P(accepted > i)``); for :func:`iid_rates` that is ``(1 -
-    p^(k+1)) / (1 - p)`` (Leviathan et al. 2023, eq. 1)."""
-    return 1.0 + math.fsum(rates)
+    p^(k+1)) / (1 - p)`` (Leviathan et al. 2023, eq. 1).  Raises ConfigError (field
+    ``spec_acceptance``) unless ``rates`` is a sequence of numbers in [0, 1]."""
+    r = _rates(rates)
+    return 1.0 + math.fsum(r)
+
+
+def _rates(rates: Any) -> tuple[float, ...]:
+    from collections.abc import Iterable, Mapping
+
+    if isinstance(rates, (str, bytes, bytearray, Mapping)) or not isinstance(rates,
+                                                                             Iterable):
+        raise ConfigError(f"spec_acceptance rates {shorten(rates)}: must be a sequence "
+                          f"of rates in [0, 1], one per draft position",
+                          field="spec_acceptance", value=shorten(rates))
+    r = tuple(rates)
+    if any(isinstance(x, bool) or not isinstance(x, (int, float))
+           or not 0.0 <= x <= 1.0 for x in r):
+        raise ConfigError(f"spec_acceptance rates {shorten(list(r))}: each must be a "
+                          f"number in [0, 1]", field="spec_acceptance",
+                          value=shorten(list(r)))
+    return tuple(float(x) for x in r)
 
 
 def parse_speculative_config(text: str | dict[str, Any]) -> SpeculativeSettings:
@@ -350,7 +370,11 @@ def check_model_supports(spec: SpeculativeSettings, model_config: Any, model: st
     the target checkpoint's ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``
     layers, Qwen3-Next's ``mtp.*``, and fails without them).  ``model_config``: a
     :class:`kvcore.models.config.ModelConfig`.  Raises ConfigError naming
-    ``speculative_config.method``."""
+    ``speculative_config.method`` (``spec`` when it is not a SpeculativeSettings)."""
+    if not isinstance(spec, SpeculativeSettings):
+        raise ConfigError(f"spec must be a SpeculativeSettings (parse_speculative_config"
+                          f"'s), got {type(spec).__name__} {shorten(spec)}", field="spec",
+                          value=shorten(spec))
     if spec.method != "mtp":
         return
     raw = getattr(model_config, "raw", {}) or {}
@@ -379,7 +403,8 @@ class SpecAcceptanceModel:
     """
 
     def __init__(self, rates: Sequence[float], seed: int = 0) -> None:
-        r = tuple(rates)
+        r = _rates(rates)
+        check_int(seed, "seed", minimum=None, maximum=1 << 64)
         if not r or any(isinstance(x, bool) or not isinstance(x, (int, float))
                         or not 0.0 <= x <= 1.0 for x in r) \
                 or any(r[i] > r[i - 1] for i in range(1, len(r))):
@@ -407,7 +432,15 @@ class SpecAcceptanceModel:
 
     def accepted(self, request_id: str, verification: int, num_drafts: int) -> int:
         """Drafts accepted (no counting): the leading positions ``i < num_drafts`` with
-        ``draw < rates[i]``."""
+        ``draw < rates[i]``.  Raises ConfigError for a ``request_id`` that is not a
+        str, a ``verification`` that is not an int >= 0, a ``num_drafts`` that is not
+        an int in [0, k]."""
+        if not isinstance(request_id, str):
+            raise ConfigError(f"spec_acceptance: request_id must be a str, got "
+                              f"{shorten(request_id)}", field="request_id",
+                              value=shorten(request_id))
+        check_int(verification, "verification", minimum=0, maximum=1 << 62)
+        check_int(num_drafts, "num_drafts", minimum=0, maximum=len(self.rates))
         u = self.uniform(request_id, verification)
         rates = self.rates
         n = 0

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from kvcore.errors import ConfigError, KVCoreError
+from kvcore.errors import ConfigError, KVCoreError, shorten
 
 __all__ = [
     "ScheduledRequest",
@@ -199,7 +199,15 @@ class ConstantTimeModel:
                                   f"seconds >= 0, got {v!r}", field=name, value=v)
 
     def step_time(self, batch: Batch) -> float:
+        _check_batch(batch)
         return self.step_s + self.token_s * batch.num_tokens
+
+
+def _check_batch(batch: Any) -> None:
+    if not isinstance(batch, Batch):
+        raise ConfigError(f"batch must be a kvcore.sim.timing.Batch (describe_batch's), "
+                          f"got {type(batch).__name__} {shorten(batch)}", field="batch",
+                          value=shorten(batch))
 
 
 class _GroupLaw:
@@ -381,7 +389,8 @@ def describe_batch(kv_cache_config: Any, requests: Sequence[ScheduledRequest]) -
 def _time_model_factory(name: str) -> Callable[..., StepTimeModel]:
     builtins: dict[str, Callable[..., StepTimeModel]] = {"constant": ConstantTimeModel,
                                                          "roofline": roofline_for}
-    factory: Callable[..., StepTimeModel] | None = builtins.get(name)
+    factory: Callable[..., StepTimeModel] | None = (builtins.get(name)
+                                                    if isinstance(name, str) else None)
     if factory is not None:
         return factory
     try:
@@ -391,7 +400,7 @@ def _time_model_factory(name: str) -> Callable[..., StepTimeModel]:
         eps = {}
     if not isinstance(name, str) or name not in eps:
         known = sorted({*builtins, *eps})
-        raise ConfigError(f"time_model: unknown step-time model {name!r}; known: "
+        raise ConfigError(f"time_model: unknown step-time model {shorten(name)}; known: "
                           f"{', '.join(known)} (others register under the entry-point "
                           f"group {TIME_MODELS_ENTRY_POINT_GROUP!r})", field="time_model",
                           value=repr(name))
@@ -730,7 +739,9 @@ class RooflineTimeModel:
                                field=name, value=repr(v))
 
         def number(v: Any) -> bool:
+            # an int too large for a float is no finite number (isfinite would raise)
             return (not isinstance(v, bool) and isinstance(v, (int, float))
+                    and (isinstance(v, float) or abs(v) < 1 << 1000)
                     and math.isfinite(v))
 
         for name in ("peak_flops", "hbm_bytes_per_s", "link_bytes_per_s"):
@@ -773,7 +784,9 @@ class RooflineTimeModel:
     def breakdown(self, batch: Batch) -> StepBreakdown:
         """The step's time split into compute, memory, communication and CPU (seconds;
         under pipeline parallelism compute, memory and communication are a stage's
-        per round: ``pp`` micro-batch stage times)."""
+        per round: ``pp`` micro-batch stage times).  Raises ConfigError (field
+        ``batch``) for a batch that is not a :class:`Batch`."""
+        _check_batch(batch)
         eff = self.efficiency
         reqs = batch.requests
         tokens = 0

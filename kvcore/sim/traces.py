@@ -44,9 +44,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, shorten
 from kvcore.sim.tokens import stream_tokens
-from kvcore.units import MAX_TOKEN_ID, MAX_TOKENS
+from kvcore.units import MAX_TOKEN_ID, MAX_TOKENS, check_items, check_path
 
 __all__ = [
     "TraceRequest",
@@ -287,7 +287,7 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
     512)`` integers in ``[0, MAX_HASH_ID]``.  Raises ConfigError naming the line, the
     field, the value and what is valid.
     """
-    p = Path(path)
+    p = check_path(path, "trace")
     out: list[TraceRequest] = []
     prev_ts: tuple[float, int] | None = None
     for line, row in _json_rows(p, "Mooncake"):
@@ -342,7 +342,7 @@ def read_azure(path: str | Path) -> list[TraceRequest]:
     integer >= 1, ``GeneratedTokens`` an integer >= 0.  Arrival times are in ms from the
     first row.  Raises ConfigError naming the line, column, value and what is valid.
     """
-    p = Path(path)
+    p = check_path(path, "trace")
     out: list[TraceRequest] = []
     texts = (t for _, t in _lines(p))
     reader = csv.reader(texts)
@@ -415,7 +415,7 @@ def read_kvcore_jsonl(path: str | Path) -> list[TraceRequest]:
     number >= 0, not below the previous row's.  Raises ConfigError naming the line, the
     field, the value and what is valid.
     """
-    p = Path(path)
+    p = check_path(path, "trace")
     out: list[TraceRequest] = []
     seen_ids: dict[str, int] = {}
     prev_arrival: tuple[float, int] | None = None
@@ -512,11 +512,12 @@ def read_trace(path: str | Path, fmt: str = "auto") -> list[TraceRequest]:
     ``azure`` or ``kvcore``.  Raises ConfigError on a missing, unreadable, corrupt,
     non-UTF-8 or empty file and on any malformed row (the message names the line, the
     field, the value and what is valid)."""
-    p = Path(path)
+    p = check_path(path, "trace")
     readers = {"mooncake": read_mooncake, "azure": read_azure, "kvcore": read_kvcore_jsonl}
-    if fmt != "auto" and fmt not in readers:
-        raise ConfigError(f"unknown trace format {fmt!r}; known: "
-                          + ", ".join(TRACE_FORMATS), field="trace_format", value=fmt)
+    if not isinstance(fmt, str) or (fmt != "auto" and fmt not in readers):
+        raise ConfigError(f"unknown trace format {shorten(fmt)}; known: "
+                          + ", ".join(TRACE_FORMATS), field="trace_format",
+                          value=shorten(fmt))
     if p.is_dir():
         raise ConfigError(f"trace file {str(p)!r} is a directory, not a trace file",
                           field="trace", value=str(p))
@@ -537,6 +538,7 @@ def mooncake_ideal_hit_ratio(requests: Sequence[TraceRequest]) -> float:
     """Infinite-cache hit ratio at 512-token granularity, from the hash ids alone:
     sum over requests (in order) of ``min(leading ids seen before x 512, input_len)``
     over the sum of input lengths (the trace README's definition)."""
+    requests = check_items(requests, TraceRequest, "requests")
     seen: set[int] = set()
     hit = total = 0
     for r in requests:

@@ -34,9 +34,10 @@ from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
 
-__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune", "merge_same_runs",
+# (merge_same_runs and prefer_simpler work on tune()'s own result records: internal)
+__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
            "vllm_command", "serve_model", "serve_model_note", "parse_goodput",
-           "prefer_simpler", "OBJECTIVES"]
+           "OBJECTIVES"]
 
 OBJECTIVES = ("goodput", "output_throughput", "request_throughput",
               "total_token_throughput")

@@ -33,13 +33,15 @@
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, shorten
 from kvcore.sim.traces import TraceRequest
+from kvcore.units import check_items, check_number
 
 __all__ = ["random_dataset", "arrival_times", "with_arrivals", "parse_range_ratio",
            "resolve_range_ratios", "check_ramp_up", "RAMP_UP_STRATEGIES",
@@ -134,6 +136,15 @@ def parse_range_ratio(text: str) -> RangeRatio:
     import json
 
     value: Any
+    if isinstance(text, dict) or (isinstance(text, (int, float))
+                                  and not isinstance(text, bool)):
+        r_in, r_out = resolve_range_ratios(text)  # already read: checked as it is
+        return {"input": r_in, "output": r_out} if isinstance(text, dict) else r_in
+    if not isinstance(text, str):
+        raise ConfigError(f"random_range_ratio must be a number in [0, 1), a dict "
+                          f"{{'input': r, 'output': r}} or the flag's text, got "
+                          f"{type(text).__name__} {shorten(text)}",
+                          field="random_range_ratio", value=shorten(text))
     try:
         value = float(text)
     except ValueError:
@@ -322,14 +333,12 @@ def with_arrivals(requests: Sequence[TraceRequest], times: Sequence[float]
     """Copies of ``requests`` arriving at ``times`` (seconds).  Raises ConfigError
     (field ``times``) when the two lengths differ (no request is silently dropped) or
     a time is not a finite number >= 0."""
-    requests, times = list(requests), list(times)
+    requests = check_items(requests, TraceRequest, "requests")
+    times = check_items(times, numbers.Real, "times")
     if len(requests) != len(times):
         raise ConfigError(f"with_arrivals: {len(times)} times for {len(requests)} "
                           f"requests; give one time per request", field="times",
                           value=len(times))
-    for t in times:
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or \
-                not 0 <= t < math.inf:
-            raise ConfigError(f"with_arrivals: each time must be a finite number of "
-                              f"seconds >= 0, got {t!r}", field="times", value=repr(t))
+    times = [check_number(t, f"times[{i}]", minimum=0.0, where="with_arrivals (seconds)")
+             for i, t in enumerate(times)]
     return [replace(r, arrival_ms=t * 1000.0) for r, t in zip(requests, times)]
