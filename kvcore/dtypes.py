@@ -90,7 +90,11 @@ def dtype_size(dtype: Any) -> int:
 
 
 def to_torch_dtype(dtype: Any) -> Any:
-    """The ``torch.dtype`` for ``dtype``; imports torch (install ``kvcore[torch]``)."""
-    import torch
+    """The ``torch.dtype`` for ``dtype``; imports torch (install ``kvcore[torch]``).
+    Raises UnknownDtypeError for an unknown name and MissingPluginError without
+    torch."""
+    from kvcore.units import import_torch
 
-    return getattr(torch, normalize_dtype(dtype))
+    name = normalize_dtype(dtype)
+    torch = import_torch("to_torch_dtype")
+    return getattr(torch, name)

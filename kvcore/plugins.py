@@ -139,6 +139,11 @@ def env_flag(name: str, default: bool = False) -> bool:
     the variable for any other value."""
     from kvcore.units import shorten
 
+    if not isinstance(name, str) or not name or type(default) is not bool:
+        bad, what, v = (("name", "a non-empty str", name) if not isinstance(name, str)
+                        or not name else ("default", "a bool", default))
+        raise ConfigError(f"env_flag: {bad} must be {what}, got {type(v).__name__} "
+                          f"{shorten(v)}", field=bad, value=shorten(v))
     value = os.environ.get(name)
     if value is None:
         return default
@@ -391,7 +396,14 @@ def get_plugin_manager() -> pluggy.PluginManager:
 def register(obj: Any, name: str | None = None, distribution: str = "(registered by hand)",
              version: str = "") -> str:
     """Register a plugin object by hand (tests, notebooks); returns its name.  The
-    registry is rebuilt on next use."""
+    registry is rebuilt on next use.
+
+    obj: a module, class or instance with at least one ``kvcore_*`` hook implementation;
+    name: a non-empty str (None: pluggy's name for the object); distribution and
+    version: strs shown by ``kvcore plugins``.  Raises PluginError naming the argument
+    for anything else, and for a name or object registered twice; nothing is
+    registered then."""
+    _check_register_args(obj, name, distribution, version)
     pm = get_plugin_manager()
     with _lock:
         try:
@@ -409,8 +421,38 @@ def register(obj: Any, name: str | None = None, distribution: str = "(registered
     return plugin_name
 
 
+def _check_register_args(obj: Any, name: Any, distribution: Any, version: Any) -> None:
+    from kvcore.units import shorten
+
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise PluginError(f"plugin name must be a non-empty str or None, got "
+                          f"{type(name).__name__} {shorten(name)}", field="name",
+                          value=shorten(name))
+    for field_name, v in (("distribution", distribution), ("version", version)):
+        if not isinstance(v, str):
+            raise PluginError(f"plugin {name!r}: {field_name} must be a str, got "
+                              f"{type(v).__name__} {shorten(v)}", field=field_name,
+                              value=shorten(v), plugin=name)
+    hooks = [h for h in dir(obj) if h.startswith(PROJECT_NAME + "_")] \
+        if obj is not None and not isinstance(obj, (bool, int, float, complex, str, bytes,
+                                                     bytearray, list, tuple, dict, set,
+                                                     frozenset)) else []
+    if not hooks:
+        raise PluginError(f"plugin {name!r} from {distribution}: the object "
+                          f"({type(obj).__name__} {shorten(obj)}) implements no "
+                          f"{PROJECT_NAME}_* hook; register a module, class or instance "
+                          f"with @kvcore.hookimpl methods", field="obj", plugin=name,
+                          distribution=distribution)
+
+
 def unregister(name: str) -> None:
-    """Unregister a plugin registered by name (the registry is rebuilt on next use)."""
+    """Unregister a plugin registered by name (the registry is rebuilt on next use).
+    Raises PluginError for a name that is not a str; an unknown name is a no-op."""
+    if not isinstance(name, str):
+        from kvcore.units import shorten
+
+        raise PluginError(f"plugin name must be a str, got {type(name).__name__} "
+                          f"{shorten(name)}", field="name", value=shorten(name))
     pm = get_plugin_manager()
     with _lock:
         pm.unregister(name=name)

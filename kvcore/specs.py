@@ -53,7 +53,14 @@ MAMBA_CACHE_MODES = ("none", "align", "all")
 
 
 def cdiv(a: int, b: int) -> int:
-    """Ceiling division of non-negative ints."""
+    """Ceiling division of non-negative ints: ``ceil(a / b)`` for ``a >= 0, b >= 1``.
+    Raises ConfigError for anything else (a bool, a float, a negative, ``b = 0``)."""
+    if type(a) is not int or type(b) is not int or a < 0 or b < 1:
+        from kvcore.errors import ConfigError
+
+        raise ConfigError(f"cdiv needs ints a >= 0 and b >= 1, got a={repr(a)[:40]}, "
+                          f"b={repr(b)[:40]}", field="a" if type(a) is not int or a < 0
+                          else "b")
     return -(-a // b)
 
 

@@ -46,6 +46,8 @@ __all__ = [
     "check_int",
     "check_number",
     "check_path",
+    "check_instance",
+    "import_torch",
     "check_items",
     "check_name",
     "parse_size",
@@ -288,6 +290,35 @@ def check_name(value: Any, field: str, *, known: Any = None, where: str = "") ->
         raise ConfigError(f"{pre}{field} = {shorten(value)} must be {valid}",
                           field=field, value=shorten(value))
     return value
+
+
+def import_torch(what: str) -> Any:
+    """The ``torch`` module, for ``what`` (a function's name), or MissingPluginError
+    saying which extra installs it (the core imports and plans without torch)."""
+    try:
+        import torch
+    except ImportError:
+        from kvcore.errors import MissingPluginError
+
+        raise MissingPluginError(f"{what} needs torch, which is not installed: pip install "
+                                 f"'kvcore[torch]'", distribution="kvcore[torch]",
+                                 field="torch") from None
+    return torch
+
+
+def check_instance(value: Any, kind: Any, field: str, *, where: str = "",
+                   hint: str = "") -> Any:
+    """``value`` when it is an instance of ``kind`` (a class or a tuple of classes),
+    else ConfigError naming the field, the kinds expected and the value's type;
+    ``hint`` (where such an object comes from) ends the message."""
+    if isinstance(value, kind):
+        return value
+    _arg_field(field, "check_instance")
+    pre = f"{where}: " if where else ""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    tail = f" ({hint})" if hint else ""
+    raise ConfigError(f"{pre}{field} must be a {names}, got {type(value).__name__} "
+                      f"{shorten(value)}{tail}", field=field, value=shorten(value))
 
 
 def check_items(value: Any, kind: Any, field: str, *, hint: str = "",

@@ -91,6 +91,15 @@ class FreeBlockQueue:
 
     def __init__(self, blocks: Sequence[KVCacheBlock],
                  virgin: tuple[int, int, Any] | None = None) -> None:
+        from kvcore.units import check_items
+
+        blocks = check_items(blocks, KVCacheBlock, "blocks")
+        if virgin is not None and (type(virgin) is not tuple or len(virgin) != 3
+                                   or not callable(virgin[2])):
+            from kvcore.errors import ConfigError
+
+            raise ConfigError(f"FreeBlockQueue: virgin must be (first id, end id, "
+                              f"make(start, k)), got {repr(virgin)[:60]}", field="virgin")
         self.head = KVCacheBlock(-1)
         self.tail = KVCacheBlock(-1)
         prev = self.head
@@ -315,12 +324,27 @@ class BlockPool:
     def __init__(self, num_blocks: int, *, enable_caching: bool = True,
                  num_groups: int = 1, enable_events: bool = False,
                  lazy: bool | None = None) -> None:
-        if not isinstance(num_blocks, int) or num_blocks < 2:
-            from kvcore.errors import ConfigError
+        from kvcore.errors import ConfigError
 
-            raise ConfigError(f"num_blocks must be an int >= 2 (it counts the null "
-                              f"block 0), got {num_blocks!r}", field="num_blocks",
-                              value=num_blocks)
+        if type(num_blocks) is not int and not isinstance(num_blocks, bool) \
+                and hasattr(num_blocks, "__index__"):
+            num_blocks = num_blocks.__index__()  # numpy ints
+        if type(num_blocks) is not int or not 2 <= num_blocks <= 1 << 40:
+            raise ConfigError(f"num_blocks must be an int in [2, 2**40] (it counts the "
+                              f"null block 0), got {repr(num_blocks)[:40]}",
+                              field="num_blocks", value=repr(num_blocks)[:40])
+        for flag, v in (("enable_caching", enable_caching), ("enable_events",
+                                                              enable_events)):
+            if v is not True and v is not False:
+                raise ConfigError(f"BlockPool: {flag} must be True or False, got "
+                                  f"{repr(v)[:40]}", field=flag, value=repr(v)[:40])
+        if type(num_groups) is not int or not 1 <= num_groups <= 1 << 16:
+            raise ConfigError(f"BlockPool: num_groups must be an int in [1, 65536] (KV-cache "
+                              f"groups), got {repr(num_groups)[:40]}", field="num_groups",
+                              value=repr(num_groups)[:40])
+        if lazy is not None and lazy is not True and lazy is not False:
+            raise ConfigError(f"BlockPool: lazy must be True, False or None, got "
+                              f"{repr(lazy)[:40]}", field="lazy", value=repr(lazy)[:40])
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.enable_events = enable_events

@@ -128,6 +128,9 @@ class KVCacheCoordinator:
                  max_num_batched_tokens: int = 8192) -> None:
         from kvcore.registry import get_registry
 
+        max_model_len, max_num_batched_tokens = _check_args(
+            type(self).__name__, kv_cache_config, block_pool, max_model_len,
+            max_num_batched_tokens, enable_caching, use_eagle)
         reg = get_registry()
         groups = kv_cache_config.kv_cache_groups
         self.block_pool = block_pool
@@ -294,11 +297,42 @@ class HybridCoordinator(KVCacheCoordinator):
         return out, hit
 
 
+def _check_args(where: str, kv_cache_config: Any, block_pool: Any, max_model_len: Any,
+                max_num_batched_tokens: Any, enable_caching: Any, use_eagle: Any,
+                ) -> tuple[int, int]:
+    """A coordinator's arguments checked (ConfigError naming the bad one); returns
+    ``max_model_len`` and ``max_num_batched_tokens`` as ints."""
+    from kvcore.errors import ConfigError
+    from kvcore.kv_cache_config import KVCacheConfig
+    from kvcore.runtime.manager import _bool_arg, _int_arg
+
+    if not isinstance(kv_cache_config, KVCacheConfig):
+        raise ConfigError(f"{where}: kv_cache_config must be a KVCacheConfig (from "
+                          f"kvcore.plan or kvcore.plan_model), got "
+                          f"{type(kv_cache_config).__name__}", field="kv_cache_config")
+    if not isinstance(block_pool, BlockPool):
+        raise ConfigError(f"{where}: block_pool must be a BlockPool, got "
+                          f"{type(block_pool).__name__} {repr(block_pool)[:40]}",
+                          field="block_pool")
+    _bool_arg(where, "enable_caching", enable_caching, err=ConfigError)
+    _bool_arg(where, "use_eagle", use_eagle, err=ConfigError)
+    return (_int_arg(where, "max_model_len", max_model_len, 1, 1 << 40, err=ConfigError),
+            _int_arg(where, "max_num_batched_tokens", max_num_batched_tokens, 1, 1 << 40,
+                     err=ConfigError))
+
+
 def make_coordinator(kv_cache_config: Any, block_pool: BlockPool, *, max_model_len: int,
                      enable_caching: bool, use_eagle: bool,
                      max_num_batched_tokens: int = 8192) -> KVCacheCoordinator:
-    """The coordinator for a config: no caching, one caching group, or hybrid."""
+    """The coordinator for a config: no caching, one caching group, or hybrid.  Raises
+    ConfigError naming the argument for a ``kv_cache_config`` that is not a
+    KVCacheConfig, a ``block_pool`` that is not a BlockPool, counts that are not ints
+    >= 1 and flags that are not bools."""
     from kvcore.registry import get_registry
+
+    max_model_len, max_num_batched_tokens = _check_args(
+        "make_coordinator", kv_cache_config, block_pool, max_model_len,
+        max_num_batched_tokens, enable_caching, use_eagle)
 
     reg = get_registry()
     groups = kv_cache_config.kv_cache_groups

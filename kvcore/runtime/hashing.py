@@ -148,15 +148,56 @@ def hash_block_tokens(hash_fn: Callable[[bytes], bytes], parent: BlockHash,
     ----------
     parent: the previous block's hash (:data:`ROOT_HASH` for block 0).
     token_ids: the block's token ids (non-negative ints < 2**63).
-    extra_keys: ``(source, value)`` pairs, source one of ``lora``, ``salt``, ``mm``.
+    extra_keys: ``(source, value)`` pairs, source one of ``lora``, ``salt``, ``mm``,
+        ``enc``.
+
+    Raises ConfigError naming ``hash_fn``, ``parent`` or ``extra_keys`` for a hash
+    function that is not callable or does not return bytes, a parent that is not bytes
+    and malformed extra keys; RequestError for token ids out of range.
     """
+    from kvcore.errors import ConfigError
+
+    if not callable(hash_fn):
+        raise ConfigError(f"hash_fn must be a callable bytes -> bytes (get_hash_function"
+                          f"('sha256')), got {type(hash_fn).__name__}", field="hash_fn")
+    if not isinstance(parent, bytes):
+        raise ConfigError(f"parent must be the previous block's hash (bytes; ROOT_HASH "
+                          f"for block 0), got {type(parent).__name__} {repr(parent)[:40]}",
+                          field="parent")
+    if isinstance(token_ids, (str, bytes, bytearray)):
+        raise ConfigError(f"token_ids must be a sequence of int token ids, got "
+                          f"{type(token_ids).__name__}", field="token_ids")
     try:
         toks = array("q", token_ids)
     except (OverflowError, TypeError):
-        check_token_ids(token_ids)
+        if not hasattr(token_ids, "__iter__"):
+            raise ConfigError(f"token_ids must be a sequence of int token ids, got "
+                              f"{type(token_ids).__name__}", field="token_ids") from None
+        check_token_ids(list(token_ids))
         raise
-    return hash_fn(parent + len(toks).to_bytes(4, "little") + toks.tobytes()
-                   + _encode_extra(extra_keys))
+    if extra_keys is not None:
+        _check_extra_keys(extra_keys)
+    out = hash_fn(parent + len(toks).to_bytes(4, "little") + toks.tobytes()
+                  + _encode_extra(extra_keys))
+    if not isinstance(out, bytes):
+        raise ConfigError(f"hash_fn returned {type(out).__name__}, not bytes",
+                          field="hash_fn")
+    return out
+
+
+def _check_extra_keys(extra_keys: Any) -> None:
+    from kvcore.errors import ConfigError
+
+    ok = isinstance(extra_keys, (list, tuple))
+    if ok:
+        for k in extra_keys:
+            if type(k) is not tuple or len(k) != 2 or k[0] not in _TAGS:
+                ok = False
+                break
+    if not ok:
+        raise ConfigError(f"extra_keys must be a list of (source, value) pairs, source one "
+                          f"of {sorted(_TAGS)} (block_extra_keys builds them), got "
+                          f"{repr(extra_keys)[:60]}", field="extra_keys")
 
 
 def encoder_key(encoder_id: Any, num_encoder_tokens: int) -> str | None:
@@ -173,7 +214,31 @@ def block_extra_keys(start: int, end: int, *, lora_name: str | None = None,
                      mm_features: Sequence[tuple[int, int, str]] | None = None,
                      encoder: str | None = None) -> list[tuple[str, str]]:
     """The tagged extra keys of the block covering token positions ``[start, end)``
-    (``encoder``: :func:`encoder_key`, on every block)."""
+    (``encoder``: :func:`encoder_key`, on every block).  ``mm_features``: ``(offset,
+    length, identifier)`` per multimodal input (token positions).  Raises ConfigError
+    naming the argument for positions that are not ints with ``0 <= start <= end``,
+    names that are not strs and malformed features."""
+    from kvcore.errors import ConfigError
+
+    if type(start) is not int or type(end) is not int or not 0 <= start <= end:
+        raise ConfigError(f"block_extra_keys: need int positions 0 <= start <= end, got "
+                          f"start={repr(start)[:30]} end={repr(end)[:30]}", field="start")
+    for nm, v in (("lora_name", lora_name), ("cache_salt", cache_salt),
+                  ("encoder", encoder)):
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(f"block_extra_keys: {nm} must be a str or None, got "
+                              f"{type(v).__name__} {repr(v)[:40]}", field=nm)
+    if mm_features:
+        mm_features = _check_mm_features("block_extra_keys", mm_features)
+    return _block_extra_keys(start, end, lora_name=lora_name, cache_salt=cache_salt,
+                             mm_features=mm_features, encoder=encoder)
+
+
+def _block_extra_keys(start: int, end: int, *, lora_name: Any = None,
+                      cache_salt: Any = None, mm_features: Any = None,
+                      encoder: str | None = None) -> list[tuple[str, str]]:
+    """:func:`block_extra_keys` without its checks (the hasher's own calls, whose
+    arguments the Request checked)."""
     keys: list[tuple[str, str]] = []
     if encoder is not None:
         keys.append(("enc", encoder))
@@ -224,12 +289,12 @@ class BlockHasher:
         enc = getattr(request, "_enc_key", None) if type(request) is Request else \
             encoder_key(getattr(request, "encoder_id", None),
                         getattr(request, "num_encoder_tokens", 0) or 0)
-        simple_extra = _encode_extra(block_extra_keys(0, 0, lora_name=lora, encoder=enc))
+        simple_extra = _encode_extra(_block_extra_keys(0, 0, lora_name=lora, encoder=enc))
         header = bs.to_bytes(4, "little")
         for i in range(start_block, end_block):
             s = i * bs
             if (salt is not None and i == 0) or mm:
-                extra = _encode_extra(block_extra_keys(
+                extra = _encode_extra(_block_extra_keys(
                     s, s + bs, lora_name=lora, cache_salt=salt, mm_features=mm,
                     encoder=enc))
             else:

@@ -90,7 +90,39 @@ def block_table_ids(table: Iterable[Any]) -> list[int]:
         table, "block_table", "a sequence of KVCacheBlocks or int block ids")]
 
 
+def _device(device: Any) -> Any:
+    """``device`` as a torch device (None: torch's default), else KVCoreError naming
+    ``device``."""
+    from kvcore.units import import_torch
+
+    torch = import_torch("a kernel table as a tensor (as_tensor=True)")
+
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        if isinstance(device, (str, int)) and not isinstance(device, bool):
+            return torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        pass
+    from kvcore.errors import KVCoreError
+    from kvcore.units import shorten
+
+    raise KVCoreError(f"device must be a torch.device, a device string ('cpu', 'cuda:0') "
+                      f"or None, got {type(device).__name__} {shorten(device)}",
+                      field="device", value=shorten(device))
+
+
+def _as_tensor_flag(as_tensor: Any) -> bool:
+    if as_tensor is True or as_tensor is False:
+        return as_tensor
+    from kvcore.errors import KVCoreError
+
+    raise KVCoreError(f"as_tensor must be True or False, got {as_tensor!r}"[:200],
+                      field="as_tensor", value=repr(as_tensor)[:40])
+
+
 def _as_int32(rows: list[list[int]], device: Any) -> Any:
+    device = _device(device)
     import torch
 
     return torch.tensor(rows, dtype=torch.int32, device=device) if rows and rows[0] \
@@ -127,7 +159,7 @@ def block_tables(tables: Sequence[Iterable[Any]], *, width: int | None = None,
             raise KVCoreError(f"table {i} has {len(r)} blocks, more than width {w}",
                               field="width", value=w)
         r.extend([-1] * (w - len(r)))
-    return _as_int32(rows, device) if as_tensor else rows
+    return _as_int32(rows, device) if _as_tensor_flag(as_tensor) else rows
 
 
 def slot_mapping(table: Iterable[Any], positions: Iterable[int], block_size: int, *,
@@ -156,7 +188,8 @@ def slot_mapping(table: Iterable[Any], positions: Iterable[int], block_size: int
         i = p // block_size if p >= 0 else -1
         bid = ids[i] if 0 <= i < len(ids) else -1
         out.append(bid * block_size + p % block_size if bid >= 0 else -1)
-    if as_tensor:
+    if _as_tensor_flag(as_tensor):
+        device = _device(device)
         import torch
 
         return torch.tensor(out, dtype=torch.int64, device=device)

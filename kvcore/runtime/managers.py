@@ -135,6 +135,30 @@ class SingleTypeManager:
     def __init__(self, spec: Any, block_pool: BlockPool, group_id: int, *,
                  enable_caching: bool, max_model_len: int, hash_block_size: int,
                  use_eagle: bool = False, max_num_batched_tokens: int = 8192) -> None:
+        from kvcore.errors import ConfigError
+        from kvcore.runtime.manager import _bool_arg, _int_arg
+
+        where = type(self).__name__
+        if not isinstance(block_pool, BlockPool):
+            raise ConfigError(f"{where}: block_pool must be a BlockPool, got "
+                              f"{type(block_pool).__name__} {repr(block_pool)[:40]}",
+                              field="block_pool")
+        bs = getattr(spec, "block_size", None)
+        if type(bs) is not int or bs < 1:
+            raise ConfigError(f"{where}: spec must be a KV-cache spec with an int "
+                              f"block_size >= 1 (tokens), got {type(spec).__name__} "
+                              f"{repr(spec)[:60]}", field="spec")
+        group_id = _int_arg(where, "group_id", group_id, 0, len(block_pool.cached) - 1,
+                            err=ConfigError)
+        max_model_len = _int_arg(where, "max_model_len", max_model_len, 1, 1 << 40,
+                                 err=ConfigError)
+        hash_block_size = _int_arg(where, "hash_block_size", hash_block_size, 1, 1 << 40,
+                                   err=ConfigError)
+        max_num_batched_tokens = _int_arg(where, "max_num_batched_tokens",
+                                          max_num_batched_tokens, 1, 1 << 40,
+                                          err=ConfigError)
+        _bool_arg(where, "enable_caching", enable_caching, err=ConfigError)
+        _bool_arg(where, "use_eagle", use_eagle, err=ConfigError)
         self.spec = spec
         self.block_size: int = spec.block_size
         self.pool = block_pool
