@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from kvcore.errors import ConfigError
 from kvcore.serving import Judge, LayoutReport, ServingFigures, Workload, workload_from_requests
 
-__all__ = ["load_workload", "shared_prefix_lengths", "make_judge", "sim_judge",
-           "workload_requests", "simulate_plan", "print_serving", "serving_json", "TRACE_BLOCK_TOKENS"]
+__all__ = ["load_workload", "make_judge", "sim_judge", "simulate_plan", "TRACE_BLOCK_TOKENS"]
 
 #: granularity (tokens) at which prompts given as token ids are compared for shared
 #: prefixes
@@ -220,9 +220,28 @@ def sim_judge(model: Any = None, *, gpu: str = "H100-SXM", tensor_parallel_size:
     does not hold one request is infinitely slow.  The planner does not call a judge
     when there is one layout to judge (:func:`kvcore.grouping` ``_serving_judgment``).
     ``efficiency``: the roofline's :class:`~kvcore.sim.timing.Efficiency` (None: the
-    fitted default; ``kvcore calibrate`` writes a deployment's own)."""
+    fitted default; ``kvcore calibrate`` writes a deployment's own).  Raises
+    ConfigError naming an argument of the wrong type or out of range."""
+    import os
+
     from kvcore.errors import NotEnoughMemoryError
+    from kvcore.models.config import ModelConfig
     from kvcore.sim import timing
+    from kvcore.units import check_instance, check_int, check_name
+
+    where = "sim_judge"
+    if model is not None:
+        check_instance(model, (str, os.PathLike, ModelConfig), "model", where=where,
+                       hint="a config.json path, an embedded name or a ModelConfig")
+    check_name(gpu, "gpu", where=where)
+    for nm, v in (("tensor_parallel_size", tensor_parallel_size),
+                  ("pipeline_parallel_size", pipeline_parallel_size),
+                  ("max_requests", max_requests), ("max_requests_cap", max_requests_cap),
+                  ("default_max_output_len", default_max_output_len)):
+        check_int(v, nm, minimum=1, maximum=1 << 30, where=where)
+    if efficiency is not None:
+        check_instance(efficiency, timing.Efficiency, "efficiency", where=where,
+                       hint="kvcore.sim.timing.Efficiency or None")
 
     models: dict[int, Any] = {}
 
@@ -281,9 +300,22 @@ def simulate_plan(config: Any, workload: Workload, time_model: Any,
     Raises ConfigError (field ``max_model_len``) when no request of the workload fits
     within the plan's max_model_len, as ``kvcore simulate`` does
     (:func:`kvcore.sim.engine.check_some_served`); a plan whose KV cache rejects every
-    request takes ``inf`` seconds."""
+    request takes ``inf`` seconds; ConfigError naming an argument of the wrong type."""
+    from kvcore.kv_cache_config import KVCacheConfig
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.engine import SimRequest, run_engine
+    from kvcore.units import check_instance, check_int, check_number
+
+    where = "simulate_plan"
+    check_instance(config, KVCacheConfig, "config", where=where, hint="kvcore.plan_model")
+    check_instance(workload, Workload, "workload", where=where)
+    if not callable(getattr(time_model, "step_time", None)):
+        raise ConfigError(f"{where}: time_model must have a step_time(batch) method "
+                          f"(kvcore.sim.timing), got {type(time_model).__name__}",
+                          field="time_model")
+    check_number(cpu_seconds_per_request_step, "cpu_seconds_per_request_step",
+                 minimum=0.0, maximum=3600.0, where=where)
+    check_int(max_requests, "max_requests", minimum=1, maximum=1 << 30, where=where)
 
     mml = int(config.max_model_len)
     ctx = config.stats.plan_context

@@ -47,7 +47,7 @@ from kvcore.specs import PlanContext, cdiv
 
 __all__ = ["RequestClass", "Workload", "ServingFigures", "Candidate", "Judge",
            "default_workload", "workload_from_requests", "analytic_time",
-           "analytic_judge", "pareto_front", "pick", "LayoutReport", "figures_of", "CPU_US_PER_REQUEST_STEP",
+           "analytic_judge", "pareto_front", "pick", "LayoutReport", "CPU_US_PER_REQUEST_STEP",
            "JUDGE_TOP_K"]
 
 #: CPU microseconds per scheduled request and step, ``a + b x groups``: measured by
@@ -119,7 +119,14 @@ def default_workload(max_model_len: int, max_num_batched_tokens: int,
     tokens (long context, so windows and chunks matter): a quarter share a prefix of
     ``prompt // 2`` tokens (a long system prompt / document), a quarter share one of
     ``min(prompt // 8, max_num_batched_tokens)`` (a short system prompt), half share
-    nothing.  ``max_num_seqs`` 256 (vLLM's default)."""
+    nothing.  ``max_num_seqs`` 256 (vLLM's default).  Raises ConfigError naming an
+    argument that is not an int >= 1."""
+    from kvcore.units import check_int
+
+    for nm, v in (("max_model_len", max_model_len),
+                  ("max_num_batched_tokens", max_num_batched_tokens),
+                  ("max_num_seqs", max_num_seqs)):
+        check_int(v, nm, minimum=1, maximum=1 << 40, where="default_workload")
     prompt = max(1, max_model_len // 2)
     output = max(1, max_model_len // 4)
     if prompt + output > max_model_len:
@@ -137,8 +144,22 @@ def workload_from_requests(requests: Iterable[tuple[int, int, int]], *,
     """A workload from ``(prompt_len, output_len, shared_prefix_len)`` per request;
     requests are grouped into at most ``max_classes`` classes by prompt length (each
     class its members' means).  Raises ConfigError for no requests or a bad length."""
+    from kvcore.units import check_int, check_items, check_name
+
+    check_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=1 << 40,
+              where="workload_from_requests")
+    check_int(max_classes, "max_classes", minimum=1, maximum=1 << 20,
+              where="workload_from_requests")
+    check_name(source, "source")
+    items = check_items(requests, (tuple, list), "requests",
+                        hint="(prompt_len, output_len, shared_prefix_len) per request")
     rows = []
-    for i, (p, o, s) in enumerate(requests):
+    for i, item in enumerate(items):
+        if len(item) != 3:
+            raise ConfigError(f"workload request {i}: {item!r}"[:200] + " is not a "
+                              "(prompt_len, output_len, shared_prefix_len) triple",
+                              field="workload", value=i)
+        p, o, s = item
         if not all(isinstance(v, int) and v >= 0 for v in (p, o, s)) or p < 1 or o < 1:
             raise ConfigError(f"workload request {i}: prompt_len {p!r}, output_len {o!r}, "
                               f"shared_prefix_len {s!r}; lengths must be ints, prompt and "
@@ -251,6 +272,20 @@ def figures_of(groups: Sequence[tuple[int, Sequence[Any], int, int, bool]],
                           n_groups, cpu)
 
 
+def _candidates(where: str, cands: Any) -> list[Candidate]:
+    from kvcore.units import check_items
+
+    return check_items(cands, Candidate, "candidates", where=where)
+
+
+def _check_judge_args(where: str, **kw: Any) -> None:
+    from kvcore.units import check_instance
+
+    kinds = {"fig": ServingFigures, "workload": Workload, "ctx": PlanContext}
+    for name, v in kw.items():
+        check_instance(v, kinds[name], name, where=where)
+
+
 def analytic_time(fig: ServingFigures, workload: Workload, ctx: PlanContext) -> float:
     """The analytic steady-state proxy of the time to serve ``workload`` (seconds).
 
@@ -261,7 +296,9 @@ def analytic_time(fig: ServingFigures, workload: Workload, ctx: PlanContext) -> 
     decode step costs ``STEP_FIXED_S`` + the steady KV bytes of the batch over
     ``HBM_BYTES_PER_S`` + the measured CPU cost per request and group; a prefill step
     ``STEP_FIXED_S`` + ``PREFILL_S_PER_TOKEN`` per token + CPU.  No resident request
-    (one does not fit) is infinite time."""
+    (one does not fit) is infinite time.  Raises ConfigError naming an argument of
+    another type."""
+    _check_judge_args("analytic_time", fig=fig, workload=workload, ctx=ctx)
     n = workload.num_requests
     resident = fig.steady_capacity_requests
     batch = float(min(workload.max_num_seqs, n))
@@ -282,6 +319,8 @@ def analytic_time(fig: ServingFigures, workload: Workload, ctx: PlanContext) -> 
 
 def analytic_judge(candidates: Sequence[Candidate], workload: Workload) -> list[float]:
     """The default judge: :func:`analytic_time` of each candidate."""
+    candidates = _candidates("analytic_judge", candidates)
+    _check_judge_args("analytic_judge", workload=workload)
     return [analytic_time(c.figures, workload, c.ctx) for c in candidates]
 
 
@@ -295,6 +334,7 @@ def _key(f: ServingFigures) -> tuple[float, float, float, float, float]:
 def pareto_front(cands: Sequence[Candidate]) -> list[Candidate]:
     """The candidates no other candidate beats on every figure (guarantee, steady
     capacity, groups, hit alignment, time) and strictly on one; distinct figures."""
+    cands = _candidates("pareto_front", cands)
     keys = [_key(c.figures) for c in cands]
     out = []
     seen = set()
@@ -337,7 +377,16 @@ def pick(judged: Sequence[Candidate], rel_tol: float = 1e-9,
     vLLM's layout wins, unless a layout no slower than it (within ``rel_tol``) is at
     least as good on those four figures and better on one.  Ties among the fastest:
     the better guarantee, then steady capacity, fewer groups, smaller alignment, then
-    the earlier candidate."""
+    the earlier candidate.  Raises ConfigError for no candidates, an item that is not
+    a Candidate, or tolerances that are not numbers >= 0."""
+    from kvcore.units import check_number
+
+    judged = _candidates("pick", judged)
+    if not judged:
+        raise ConfigError("pick: judged is empty; pass the judged candidates",
+                          field="judged")
+    check_number(rel_tol, "rel_tol", minimum=0.0, where="pick")
+    check_number(min_gain, "min_gain", minimum=0.0, where="pick")
     best = min(range(len(judged)), key=lambda i: (
         judged[i].figures.time_s, tuple(-x for x in _key(judged[i].figures)[:4]), i))
     base = [i for i, c in enumerate(judged) if c.is_vllm_layout]

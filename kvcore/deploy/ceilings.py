@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Ceiling", "check_ceilings", "logged_figures", "vllm_layout"]
+__all__ = ["Ceiling", "vllm_layout"]
 
 
 @dataclass(frozen=True)
@@ -242,10 +242,18 @@ def vllm_layout(cfg: Any, config: Any, plan_kwargs: dict[str, Any] | None = None
     planner raises on them (:func:`kvcore.grouping.vllm_refusal`).
     """
     from kvcore.grouping import blocks_per_request, bytes_per_block_of, vllm_layout_of
-    from kvcore.models.config import CacheConfig
+    from kvcore.kv_cache_config import KVCacheConfig
+    from kvcore.models.config import CacheConfig, ModelConfig
     from kvcore.models.planner import layer_specs_for
     from kvcore.specs import PlanContext
+    from kvcore.units import check_instance
 
+    check_instance(cfg, ModelConfig, "cfg", where="vllm_layout",
+                   hint="kvcore.models.load_model_config")
+    check_instance(config, KVCacheConfig, "config", where="vllm_layout",
+                   hint="kvcore.plan_model")
+    if plan_kwargs is not None:
+        check_instance(plan_kwargs, dict, "plan_kwargs", where="vllm_layout")
     kw = plan_kwargs or {}
     budget = config.stats.get("kv_cache_memory_bytes")
     if isinstance(budget, (list, tuple)):

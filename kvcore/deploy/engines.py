@@ -57,7 +57,7 @@ from typing import Any
 from kvcore.errors import ConfigError
 
 __all__ = ["EngineProfile", "PROFILES", "DEFAULT_ENGINE", "get_engine", "LedgerLine",
-           "EngineLedger", "engine_ledger", "cuda_total_bytes", "batch_defaults",
+           "EngineLedger",
            "PERFORMANCE_MODES", "check_performance_mode"]
 
 _GIB = 1 << 30

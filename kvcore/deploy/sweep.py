@@ -26,8 +26,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, NotEnoughMemoryError
 
-__all__ = ["sweep", "SWEEP_AXES", "ROW_COLUMNS", "print_table", "write_csv", "plot",
-           "rows_to_json", "list_of"]
+__all__ = ["sweep", "SWEEP_AXES", "ROW_COLUMNS", "list_of"]
 
 #: sweep axes: (Python keyword, CLI flag)
 SWEEP_AXES = (("gpu", "--gpu"), ("gpu_memory_bytes", "--gpu-memory"),

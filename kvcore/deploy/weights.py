@@ -76,8 +76,7 @@ from kvcore.models.config import (
     read_json_file,
 )
 
-__all__ = ["WeightTensor", "WeightsEstimate", "estimate_weights", "weight_tensors",
-           "read_safetensors_index_total", "check_index_total", "pp_layer_partition",
+__all__ = ["WeightTensor", "WeightsEstimate", "estimate_weights", "pp_layer_partition",
            "TENSOR_CLASSES", "WeightsIndexWarning"]
 
 
@@ -1262,7 +1261,14 @@ def _tensor_bytes(t: WeightTensor, dt: int, s: _Scheme | None) -> tuple[float, i
 def pp_layer_partition(num_layers: int, pipeline_parallel_size: int) -> list[int]:
     """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them
     (``vllm/distributed/utils.py``): equal shares, the remainder one each to the stages
-    before the last, from the second-to-last backwards."""
+    before the last, from the second-to-last backwards.  Raises ConfigError for counts
+    that are not ints >= 1."""
+    from kvcore.units import check_int
+
+    check_int(num_layers, "num_layers", minimum=1, maximum=1 << 20,
+              where="pp_layer_partition")
+    check_int(pipeline_parallel_size, "pipeline_parallel_size", minimum=1,
+              maximum=1 << 12, where="pp_layer_partition")
     k = pipeline_parallel_size
     parts = [num_layers // k] * k
     for i in range(2, num_layers % k + 2):
