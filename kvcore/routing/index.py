@@ -182,8 +182,9 @@ class ResidencyIndex:
                               f"{type(kv_cache_config).__name__}", field="kv_cache_config")
         if max_model_len is None:
             max_model_len = getattr(kv_cache_config, "max_model_len", 0) or (1 << 31)
-        _int_arg("max_model_len", max_model_len, 1)
-        _int_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
+        max_model_len = _int_arg("max_model_len", max_model_len, 1)
+        max_num_batched_tokens = _int_arg("max_num_batched_tokens",
+                                          max_num_batched_tokens, 1)
         for name, v in (("use_eagle", use_eagle), ("enable_caching", enable_caching),
                         ("int_hashes", int_hashes)):
             if not isinstance(v, bool):
@@ -234,7 +235,7 @@ class ResidencyIndex:
         ``next_seq`` that is not None or an int >= 0."""
         _replica_arg(replica)
         if next_seq is not None:
-            _int_arg("next_seq", next_seq, 0, KVEventError)
+            next_seq = _int_arg("next_seq", next_seq, 0, KVEventError)
         st = self._replicas.get(replica)
         if st is None:
             st = self._replicas[replica] = ReplicaState(
@@ -327,6 +328,9 @@ class ResidencyIndex:
                 self.mark_stale(replica, str(e))
             raise e
         if seq is not None:
+            if type(seq) is not int and not isinstance(seq, bool) \
+                    and hasattr(seq, "__index__"):
+                seq = seq.__index__()
             if type(seq) is not int or seq < 0:
                 raise KVEventError(f"replica {replica!r}: seq must be an int >= 0, got "
                                    f"{seq!r}", replica=replica, field="seq", value=seq)
@@ -518,9 +522,10 @@ class ResidencyIndex:
                                f"{_short(block_hashes)}", field="block_hashes",
                                value=_short(block_hashes))
         if num_tokens is not None:
-            _int_arg("num_tokens", num_tokens, 0, KVEventError)
+            num_tokens = _int_arg("num_tokens", num_tokens, 0, KVEventError)
         if num_prompt_tokens is not None:
-            _int_arg("num_prompt_tokens", num_prompt_tokens, 0, KVEventError)
+            num_prompt_tokens = _int_arg("num_prompt_tokens", num_prompt_tokens, 0,
+                                         KVEventError)
         s = self._s
         out: dict[Hashable, int] = {}
         if replicas is None:
@@ -581,10 +586,14 @@ class UnknownReplicaError(KVEventError, KeyError):
     __str__ = ValueError.__str__
 
 
-def _int_arg(name: str, v: Any, lo: int, err: type = ConfigError) -> None:
+def _int_arg(name: str, v: Any, lo: int, err: type = ConfigError) -> int:
+    """``v`` as an int >= ``lo`` (numpy ints taken; bool refused), else ``err``."""
+    if type(v) is not int and not isinstance(v, bool) and hasattr(v, "__index__"):
+        v = v.__index__()
     if type(v) is not int or v < lo:
         raise err(f"{name}: expected an int >= {lo}, got {_short(v)}", field=name,
                   value=_short(v))
+    return v
 
 
 def _iter_arg(name: str, v: Any, err: type) -> list[Any]:

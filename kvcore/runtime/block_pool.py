@@ -363,6 +363,7 @@ class BlockPool:
         self.num_reserved_blocks = 0
         #: blocks taken for good by :meth:`reserve_blocks` (sink blocks)
         self.reserved_blocks: list[KVCacheBlock] = []
+        self._reserved_ids: set[int] = set()  # their ids: never freed to the queue
         self.cached: list[dict[bytes, KVCacheBlock]] = [{} for _ in range(num_groups)]
         self._dups: list[dict[bytes, dict[int, KVCacheBlock]]] = [
             {} for _ in range(num_groups)]
@@ -390,7 +391,7 @@ class BlockPool:
         :class:`~kvcore.errors.BlockPoolError` for a ``group_id`` that is not one of the
         pool's groups and an unhashable ``block_hash``."""
         if type(group_id) is not int or group_id < 0:
-            raise self._bad_group(group_id)
+            group_id = self._group_arg(group_id)
         try:
             return self.cached[group_id].get(block_hash)
         except IndexError:
@@ -401,6 +402,14 @@ class BlockPool:
             raise BlockPoolError(f"block_hash must be a block hash (bytes), got "
                                  f"{type(block_hash).__name__} {repr(block_hash)[:40]}",
                                  field="block_hash") from None
+
+    def _group_arg(self, group_id: Any) -> int:
+        """A group id that is not a plain int: a numpy int converted, else the error."""
+        if not isinstance(group_id, bool) and hasattr(group_id, "__index__"):
+            gid = group_id.__index__()
+            if type(gid) is int and 0 <= gid < len(self.cached):
+                return gid
+        raise self._bad_group(group_id)
 
     def _bad_group(self, group_id: Any) -> Exception:
         from kvcore.errors import BlockPoolError
@@ -497,9 +506,11 @@ class BlockPool:
         this pool's held blocks (a plugin's manager passing a forged or freed block
         cannot enter it in the cache)."""
         if type(group_id) is not int or not 0 <= group_id < len(self.cached):
-            raise self._bad_group(group_id)
+            group_id = self._group_arg(group_id)
         cache = self.cached[group_id]
         self._check_cache_range(blocks, block_hashes, num_cached, num_full, stride)
+        if self.enable_events and request is not None:
+            self._check_event_args(request, block_size, num_full)
         dups = self._dups[group_id]
         pool_blocks = self.blocks
         done: list[KVCacheBlock] = []  # entered here (undone on an error)
@@ -515,7 +526,8 @@ class BlockPool:
             if b.block_hash is not None or b.is_null:
                 continue
             h = block_hashes[(i + 1) * stride - 1]
-            if b.ref_cnt < 1 or (type(h) is not bytes and not _hashable(h)):
+            if b.ref_cnt < 1 or (type(h) is not bytes and (h is None
+                                                           or not _hashable(h))):
                 self._undo_cache(done, group_id)
                 raise self._uncacheable(b, h, (i + 1) * stride - 1)
             done.append(b)
@@ -614,6 +626,31 @@ class BlockPool:
         raise bad(f"{nh} block hashes for blocks up to {num_full} at stride {stride} "
                   f"(needs {num_full * stride})", "block_hashes")
 
+    def _check_event_args(self, request: Any, block_size: Any, num_full: int) -> None:
+        """The ``request`` and ``block_size`` a BlockStored event reads, checked before
+        :meth:`cache_full_blocks` changes anything."""
+        from kvcore.errors import BlockPoolError
+
+        if type(block_size) is not int or block_size < 1:
+            raise BlockPoolError(f"cache_full_blocks: block_size must be an int >= 1 "
+                                 f"(tokens; the BlockStored event's), got "
+                                 f"{repr(block_size)[:40]}", field="block_size")
+        toks = getattr(request, "all_token_ids", None)
+        try:
+            len(toks)  # type: ignore[arg-type]
+            toks[0:0]  # type: ignore[index]
+        except TypeError:
+            raise BlockPoolError(f"cache_full_blocks: request must have all_token_ids "
+                                 f"(a sequence of token ids) for the BlockStored event, "
+                                 f"got {type(request).__name__}", field="request") from None
+        try:
+            lora = getattr(request, "lora_name", None)
+        except Exception:  # noqa: BLE001 - a property that raises
+            lora = 0
+        if lora is not None and not isinstance(lora, str):
+            raise BlockPoolError("cache_full_blocks: request.lora_name must be a str or "
+                                 "None", field="request")
+
     def _uncacheable(self, b: KVCacheBlock, h: Any, k: int) -> Exception:
         from kvcore.errors import BlockPoolError
 
@@ -621,8 +658,9 @@ class BlockPool:
             return BlockPoolError(f"cache_full_blocks: block {b.block_id} is not held "
                                   f"(ref_cnt {b.ref_cnt}); only a held block's content "
                                   "can be cached", block_id=b.block_id)
-        return BlockPoolError(f"cache_full_blocks: block_hashes[{k}] is not hashable: "
-                              f"{type(h).__name__}", field="block_hashes")
+        return BlockPoolError(f"cache_full_blocks: block_hashes[{k}] is not a block hash "
+                              f"(None or unhashable): {type(h).__name__}",
+                              field="block_hashes")
 
     def _undo_cache(self, done: list[KVCacheBlock], group_id: int) -> None:
         """Take back the entries a failed :meth:`cache_full_blocks` made (error path)."""
@@ -678,12 +716,19 @@ class BlockPool:
             except (IndexError, TypeError):
                 foreign = True
             rc = b.ref_cnt - 1
-            if foreign or rc < 0:
+            if foreign or rc < 0 or (rc == 0 and self._reserved_ids
+                                     and bid in self._reserved_ids):
                 done = [d for d in blocks[:k] if not d.is_null]  # type: ignore[index]
                 self._undo_free(done, n)
                 if foreign:
                     raise self._foreign(b, "freed")
                 from kvcore.errors import BlockPoolError
+
+                if rc == 0:
+                    raise BlockPoolError(
+                        f"block {bid} is a reserved block (reserve_blocks: taken for "
+                        f"good); freeing its last holder would hand it out again; "
+                        f"nothing was freed", block_id=bid)
 
                 times = sum(1 for d in done if d is b)
                 raise BlockPoolError(
@@ -758,6 +803,7 @@ class BlockPool:
         blocks = self.get_new_blocks(n)
         self.num_reserved_blocks += n
         self.reserved_blocks.extend(blocks)
+        self._reserved_ids.update(b.block_id for b in blocks)
         return blocks
 
     # ---- cache control -------------------------------------------------------------

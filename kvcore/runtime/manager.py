@@ -494,6 +494,9 @@ class KVCacheManager:
                                 n_full = num_tokens // bs
                             if n_full > len(table):
                                 n_full = len(table)
+                            hashes = request.block_hashes
+                            if n_full > len(hashes):  # tokens added outside the hasher
+                                n_full = len(hashes)
                             if n_full > done:
                                 self._f_cache(
                                     table, request.block_hashes, done, n_full,

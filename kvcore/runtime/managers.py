@@ -244,6 +244,11 @@ class SingleTypeManager:
         table = self.req_to_blocks[rid]
         if num_full > len(table):
             num_full = len(table)
+        hashed = len(request.block_hashes) // self.hash_stride
+        if num_full > hashed:  # tokens added outside the hasher: no hash to key them by
+            num_full = hashed
+        if num_full <= done:
+            return
         self.pool.cache_call(self)(table, request.block_hashes, done, num_full,
                                    self.group_id, self.hash_stride, request,
                                    self.block_size)

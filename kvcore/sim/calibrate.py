@@ -39,8 +39,7 @@ from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency
 
 __all__ = ["read_bench_result", "bench_result_row", "calibrate", "memory_term",
            "save_efficiency", "load_efficiency", "CALIBRATION_GRID", "DEFAULT_TERMS",
-           "read_bench_results", "warn_if_other_deployment",
-           "add_subparser", "run"]
+           "read_bench_results", "warn_if_other_deployment"]
 
 #: each calibrated term's grid: the request overhead in 1 - 5 ms steps to 80 ms
 #: (published concurrency-1 TTFT floors reach ~50 ms), memory efficiencies 0.3 - 1.0 by

@@ -192,7 +192,7 @@ def iid_rates(p: float, k: int) -> tuple[float, ...]:
         raise ConfigError(f"--spec-acceptance-rate {shorten(p)}: must be a probability in "
                           f"[0, 1] (each draft token accepted with it, independently)",
                           field="spec_acceptance_rate", value=shorten(p))
-    _check_k(k)
+    k = _check_k(k)
     return tuple(float(p) ** (i + 1) for i in range(k))
 
 
@@ -201,7 +201,7 @@ def length_rates(length: float, k: int) -> tuple[float, ...]:
     rates of a mean acceptance length (bonus token included) ``1 <= length <= k + 1``:
     ``[1] * floor(length - 1) + [frac] + [0, ...]``, k entries.  Raises ConfigError
     (field ``speculative_config.synthetic_acceptance_length``) outside that range."""
-    _check_k(k)
+    k = _check_k(k)
     name = "synthetic_acceptance_length"
     if isinstance(length, bool) or not isinstance(length, (int, float)) or \
             not 1.0 <= length <= float(k + 1):
@@ -212,10 +212,20 @@ def length_rates(length: float, k: int) -> tuple[float, ...]:
     return tuple(([1.0] * full + [drafts - full] + [0.0] * (k - full - 1))[:k])
 
 
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise _bad(f"num_speculative_tokens {shorten(k)}: must be an integer > 0",
-                   "num_speculative_tokens", k)
+#: the most draft tokens per step taken (vLLM sets no cap; past this a rate list is
+#: memory, not a model of any drafter)
+MAX_SPECULATIVE_TOKENS = 1024
+
+
+def _check_k(k: Any) -> int:
+    """``k`` (num_speculative_tokens) as an int in [1, MAX_SPECULATIVE_TOKENS]; numpy
+    ints taken."""
+    if not isinstance(k, bool) and not isinstance(k, int) and hasattr(k, "__index__"):
+        k = k.__index__()
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise _bad(f"num_speculative_tokens {shorten(k)}: must be an integer in [1, "
+                   f"{MAX_SPECULATIVE_TOKENS}]", "num_speculative_tokens", k)
+    return k
 
 
 def expected_acceptance_length(rates: Sequence[float]) -> float:

@@ -35,7 +35,7 @@ from typing import Any
 from kvcore.errors import ConfigError, KVCoreError
 
 # (merge_same_runs and prefer_simpler work on tune()'s own result records: internal)
-__all__ = ["add_subparser", "run", "simulate_once", "candidates", "tune",
+__all__ = ["simulate_once", "candidates", "tune",
            "vllm_command", "serve_model", "serve_model_note", "parse_goodput",
            "OBJECTIVES"]
 

@@ -278,9 +278,10 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
     _int("num_prompts", n, 0, MAX_NUM_PROMPTS)
     _seed(seed)
     for name, v in (("request_rate", request_rate), ("burstiness", burstiness)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ConfigError(f"{name} must be a number > 0 (inf allowed), got {v!r}",
-                              field=name, value=v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (
+                isinstance(v, int) and v > 1 << 60):
+            raise ConfigError(f"{name} must be a number > 0 (inf allowed), got "
+                              f"{shorten(v)}", field=name, value=shorten(v))
     check_ramp_up(ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, request_rate)
     if n == 0:
         return []

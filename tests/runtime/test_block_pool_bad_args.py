@@ -157,3 +157,76 @@ def test_cache_call_checks_plugin_managers_and_subclassed_pools() -> None:
     assert pool.cache_call(core) == pool._cache_range
     assert pool.cache_call(plugin) == pool.cache_full_blocks
     assert sub.cache_call(core) == sub.cache_full_blocks
+
+
+# ---- tester 17's findings -----------------------------------------------------------------
+
+def test_a_reserved_block_is_never_freed_to_the_queue() -> None:
+    pool = BlockPool(3)
+    r = pool.reserve_blocks(1)
+    with pytest.raises(BlockPoolError, match="reserved"):
+        pool.free_blocks(r)
+    assert pool.num_held_blocks() == 0 and pool.num_free_blocks == 1
+    assert r[0] not in pool.get_new_blocks(1)  # the one free block is the other one
+    pool.touch(r)  # a request sharing the sink block holds it, and may let it go
+    pool.free_blocks(r)
+    assert r[0].ref_cnt == 1
+
+
+def test_none_is_not_a_block_hash() -> None:
+    """None marks an uncached block: a block entered under it would stay findable
+    after it is freed and handed out again."""
+    pool = BlockPool(4)
+    b = pool.get_new_blocks(1)
+    before = _cache_state(pool)
+    with pytest.raises(BlockPoolError, match="block_hashes"):
+        pool.cache_full_blocks(b, [None], 0, 1, 0)
+    assert _cache_state(pool) == before
+
+
+@pytest.mark.parametrize("kw", [dict(request=object(), block_size=1),
+                                dict(request=type("R", (), {"all_token_ids": [1, 2]})(),
+                                     block_size="x"),
+                                dict(request=type("R", (), {"all_token_ids": [1, 2]})(),
+                                     block_size=-1)])
+def test_event_arguments_are_checked_before_caching(kw: dict[str, Any]) -> None:
+    pool = BlockPool(10, enable_events=True)
+    b = pool.get_new_blocks(2)
+    before = _cache_state(pool)
+    with pytest.raises(BlockPoolError):
+        pool.cache_full_blocks(b, [b"a", b"b"], 0, 2, 0, **kw)
+    assert _cache_state(pool) == before and pool.events == []
+
+
+def test_numpy_group_ids_are_ints() -> None:
+    np = pytest.importorskip("numpy")
+    pool = BlockPool(6)
+    b = pool.get_new_blocks(1)
+    pool.cache_full_blocks(b, [b"a"], 0, 1, np.int64(0))
+    assert pool.get_cached_block(b"a", np.int64(0)) is b[0]
+
+
+def test_tokens_added_outside_the_hasher_are_not_cached_and_nothing_leaks() -> None:
+    """A caller that extends all_token_ids in place (no hashes for the new blocks):
+    allocate_slots still serves the tokens, caches only the blocks it has hashes for,
+    and frees every block (it raised IndexError half-way, keeping 5 blocks)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers_runtime import config, full
+
+    from kvcore.runtime import KVCacheManager
+
+    m = KVCacheManager(config(20, full(4)), max_model_len=64)
+    r = m.make_request("e", list(range(12)))
+    m.allocate_slots(r, 12)
+    r.num_computed_tokens = 12
+    r.all_token_ids.extend([7] * 30)
+    m.allocate_slots(r, 20)
+    assert len(m.get_block_ids(r)[0]) == 8  # 32 tokens in blocks of 4
+    m.check_consistency()
+    cached = sum(1 for b in m.block_pool.blocks if b.block_hash is not None)
+    assert cached == len(r.block_hashes) == 3
+    m.free(r)
+    assert m.num_free_blocks == 19

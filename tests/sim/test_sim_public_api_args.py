@@ -278,3 +278,18 @@ def test_pool_negative_group_is_refused() -> None:
     pool = _manager().block_pool
     with pytest.raises(KVCoreError, match="group_id"):
         pool.get_cached_block(b"x", -1)
+
+
+def test_huge_rates_and_draft_counts_are_refused() -> None:
+    """Tester 17: arrival_times(5, 10**400) and length_rates(2.0, 10**400) raised
+    OverflowError; length_rates(2.0, 10**9) built a billion-entry tuple."""
+    from kvcore.sim.speculative import length_rates
+    from kvcore.sim.workload import arrival_times
+
+    with pytest.raises(KVCoreError, match="request_rate"):
+        arrival_times(5, 10 ** 400)
+    for k in (10 ** 400, 10 ** 9):
+        with pytest.raises(KVCoreError, match="num_speculative_tokens"):
+            length_rates(2.0, k)
+    np = pytest.importorskip("numpy")
+    assert length_rates(2.5, np.int64(3)) == (1.0, 0.5, 0.0)  # vLLM's rates
