@@ -538,16 +538,8 @@ class BlockPool:
             else:
                 cache[h] = b
         if self.enable_events and done:
-            parent = (block_hashes[num_cached * stride - 1] if num_cached > 0 else None)
-            toks: tuple[int, ...] = ()
-            lora = None
-            if request is not None:
-                toks = tuple(request.all_token_ids[num_cached * block_size:
-                                                   num_full * block_size])
-                lora = getattr(request, "lora_name", None)
-            stored: tuple[Any, ...] = tuple(b.block_hash for b in done)
-            self.events.append(BlockStored(stored, parent, toks, block_size, group_id,
-                                           lora))
+            self._stored_event(tuple(b.block_hash for b in done), block_hashes,
+                               num_cached, num_full, group_id, stride, request, block_size)
 
     def cache_call(self, manager: Any) -> Callable[..., None]:
         """The caching call ``manager`` goes through: the pool's unchecked
@@ -583,15 +575,21 @@ class BlockPool:
             if self.enable_events:
                 stored.append(h)
         if stored:
-            parent = (block_hashes[num_cached * stride - 1] if num_cached > 0 else None)
-            toks: tuple[int, ...] = ()
-            lora = None
-            if request is not None:
-                toks = tuple(request.all_token_ids[num_cached * block_size:
-                                                   num_full * block_size])
-                lora = getattr(request, "lora_name", None)
-            self.events.append(BlockStored(tuple(stored), parent, toks, block_size,
-                                           group_id, lora))
+            self._stored_event(tuple(stored), block_hashes, num_cached, num_full,
+                               group_id, stride, request, block_size)
+
+    def _stored_event(self, stored: tuple[Any, ...], block_hashes: Sequence[Any],
+                      num_cached: int, num_full: int, group_id: int, stride: int,
+                      request: Any, block_size: int) -> None:
+        """Append the BlockStored event of one caching call (the hashes it entered)."""
+        parent = (block_hashes[num_cached * stride - 1] if num_cached > 0 else None)
+        toks: tuple[int, ...] = ()
+        lora = None
+        if request is not None:
+            toks = tuple(request.all_token_ids[num_cached * block_size:
+                                               num_full * block_size])
+            lora = getattr(request, "lora_name", None)
+        self.events.append(BlockStored(stored, parent, toks, block_size, group_id, lora))
 
     def _check_cache_range(self, blocks: Any, block_hashes: Any, num_cached: Any,
                            num_full: Any, stride: Any) -> None:
