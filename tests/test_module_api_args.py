@@ -13,30 +13,14 @@ was written: 54 names raised TypeError, AttributeError or KeyError
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import math
-import types
-import typing
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_api_fuzz import BAD, FUZZ_SETTINGS, call_badly, module_targets
 
 from kvcore.errors import KVCoreError
-
-
-class _Opaque:
-    def __repr__(self) -> str:
-        return "<opaque>"
-
-
-BAD = st.sampled_from([
-    None, -1, 0, 1.5, -1.5, math.nan, math.inf, -math.inf, True, "", "x", " ", "1.5B",
-    "-3", [], [1], [None], ["x"], {}, {"a": 1}, {"type": None}, (), b"x", _Opaque(),
-    10 ** 400, -(10 ** 400), 2 ** 63, complex(1, 1), frozenset({1}),
-])
 
 MODULES = ["kvcore.serving", "kvcore.plan_serving", "kvcore.specs", "kvcore.quant",
            "kvcore.dtypes", "kvcore.kv_cache_config", "kvcore.registry",
@@ -52,26 +36,7 @@ SKIP = {"kvcore.quant.KVQuantMode", "kvcore.plugins.reload_plugins",
         "kvcore.runtime.ChunkedLocalAttentionManager",
         "kvcore.runtime.SinkFullAttentionManager"}
 
-
-def _targets() -> list[Any]:
-    out = []
-    for mod_name in MODULES:
-        mod = importlib.import_module(mod_name)
-        for name in getattr(mod, "__all__", ()):
-            obj = getattr(mod, name, None)
-            if f"{mod_name}.{name}" in SKIP or not callable(obj):
-                continue
-            if isinstance(obj, type) and (issubclass(obj, BaseException)
-                                          or getattr(obj, "_is_protocol", False)):
-                continue
-            if isinstance(obj, (types.GenericAlias,
-                                typing._GenericAlias)):  # type: ignore[attr-defined]
-                continue  # a type alias (Judge), not a call
-            out.append(pytest.param(obj, id=f"{mod_name}.{name}"))
-    return out
-
-
-TARGETS = _targets()
+TARGETS = module_targets(MODULES, SKIP)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -94,39 +59,13 @@ def test_targets_found() -> None:
     assert len(ids) > 80
 
 
-def _params(fn: Any) -> list[inspect.Parameter]:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return []
-    return [p for p in sig.parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
 @pytest.mark.parametrize("fn", TARGETS)
-@settings(max_examples=30, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, **FUZZ_SETTINGS)
 @given(values=st.lists(BAD, min_size=1, max_size=8),
        which=st.lists(st.booleans(), min_size=1, max_size=8))
 def test_bad_arguments_raise_kvcore_errors(fn: Any, values: list[Any],
                                            which: list[bool]) -> None:
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for i, p in enumerate(_params(fn)):
-        v = values[i % len(values)]
-        if p.default is not p.empty and not which[i % len(which)]:
-            continue
-        if p.kind == p.POSITIONAL_ONLY:
-            args.append(v)
-        else:
-            kwargs[p.name] = v
-    try:
-        fn(*args, **kwargs)
-    except KVCoreError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - the assertion under test
-        raise AssertionError(f"{getattr(fn, '__qualname__', fn)}(*{args!r}, "
-                             f"**{kwargs!r}) raised {type(exc).__name__}: {exc}") from exc
+    call_badly(fn, values, which)
 
 
 # ---- the cases found, with the message each now gives ------------------------------------

@@ -11,13 +11,12 @@ here too (their argument checks landed with the runtime's, issue #24 item 3).
 
 from __future__ import annotations
 
-import inspect
-import math
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_api_fuzz import BAD, FUZZ_SETTINGS, call_badly
 
 import kvcore
 import kvcore.deploy
@@ -25,23 +24,6 @@ import kvcore.grouping
 import kvcore.planning
 import kvcore.units
 from kvcore.errors import KVCoreError
-
-
-class _Opaque:
-    """An object of no type any kvcore function takes."""
-
-    def __repr__(self) -> str:
-        return "<opaque>"
-
-
-#: wrong types and values: none of them is a valid spec, config, size or count for any
-#: parameter (a valid value may still come out where a parameter takes anything, e.g. a
-#: name; the call must then succeed)
-BAD = st.sampled_from([
-    None, -1, 0, 1.5, -1.5, math.nan, math.inf, True, "", "x", " ", "1.5B", "-3",
-    [], [1], [None], {}, {"a": 1}, {"type": None}, (), b"x", _Opaque(), 10 ** 400, -(10 ** 400),
-    2 ** 63, complex(1, 1), frozenset({1}),
-])
 
 #: markers and plain data in __all__ (not functions that take user input)
 SKIP = {"__version__", "hookimpl", "hookspec", "KVCoreError", "ConfigError",
@@ -79,53 +61,13 @@ def _targets() -> list[Any]:
     return out
 
 
-def _params(fn: Any) -> list[inspect.Parameter]:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return []
-    return [p for p in sig.parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
-def _call(fn: Any, values: list[Any], which: list[bool]) -> None:
-    """Call ``fn`` with every required parameter and the chosen optional ones."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for i, p in enumerate(_params(fn)):
-        v = values[i % len(values)]
-        required = p.default is p.empty
-        if not required and not which[i % len(which)]:
-            continue
-        if p.kind == p.POSITIONAL_ONLY:
-            args.append(v)
-        else:
-            kwargs[p.name] = v
-    try:
-        result = fn(*args, **kwargs)
-        if callable(result) and getattr(result, "__name__", "") in (
-                "convert", "parse", "length_arg", "size_arg"):  # argparse types
-            result(values[0] if isinstance(values[0], str) else "x")
-    except KVCoreError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - the assertion under test
-        import argparse
-
-        if isinstance(exc, argparse.ArgumentTypeError):  # the argparse types' contract
-            return
-        raise AssertionError(
-            f"{getattr(fn, '__qualname__', fn)}(*{args!r}, **{kwargs!r}) raised "
-            f"{type(exc).__name__}: {exc}") from exc
-
-
 @pytest.mark.parametrize("fn", _targets())
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, **FUZZ_SETTINGS)
 @given(values=st.lists(BAD, min_size=1, max_size=6),
        which=st.lists(st.booleans(), min_size=1, max_size=6))
 def test_bad_arguments_raise_kvcore_errors(fn: Any, values: list[Any],
                                            which: list[bool]) -> None:
-    _call(fn, values, which)
+    call_badly(fn, values, which, argparse_types=True)
 
 
 # ---- the issue's cases -----------------------------------------------------------------------

@@ -11,29 +11,15 @@ OverflowError (``read_trace([None])``, ``SimRequest("x")``,
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import math
-import typing
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvcore_api_fuzz import BAD, FUZZ_SETTINGS, call_badly, module_targets, params
 
 from kvcore.errors import KVCoreError
-
-
-class _Opaque:
-    def __repr__(self) -> str:
-        return "<opaque>"
-
-
-BAD = st.sampled_from([
-    None, -1, 0, 1.5, -1.5, math.nan, math.inf, -math.inf, True, "", "x", " ", "1.5B",
-    "-3", [], [1], [None], ["x"], {}, {"a": 1}, {"type": None}, (), b"x", _Opaque(),
-    10 ** 400, -(10 ** 400), 2 ** 63, complex(1, 1), frozenset({1}),
-])
 
 MODULES = ["kvcore.sim", "kvcore.sim.calibrate", "kvcore.sim.fleet", "kvcore.sim.timing",
            "kvcore.sim.tune", "kvcore.sim.fastsim", "kvcore.sim.datasets",
@@ -43,25 +29,7 @@ MODULES = ["kvcore.sim", "kvcore.sim.calibrate", "kvcore.sim.fleet", "kvcore.sim
 #: the CLI's entry points (argparse does their checking) and plain markers
 SKIP = {"add_subparser", "run", "main"}
 
-
-def _targets() -> list[Any]:
-    out = []
-    for mod_name in MODULES:
-        mod = importlib.import_module(mod_name)
-        for name in getattr(mod, "__all__", ()):
-            obj = getattr(mod, name, None)
-            if name in SKIP or not callable(obj):
-                continue
-            if isinstance(obj, type) and (issubclass(obj, BaseException)
-                                          or getattr(obj, "_is_protocol", False)):
-                continue
-            if isinstance(obj, typing._GenericAlias):  # type: ignore[attr-defined]
-                continue
-            out.append(pytest.param(obj, id=f"{mod_name}.{name}"))
-    return out
-
-
-TARGETS = _targets()
+TARGETS = module_targets(MODULES, SKIP)
 
 
 def test_targets_found() -> None:
@@ -72,39 +40,13 @@ def test_targets_found() -> None:
     assert len(ids) > 60
 
 
-def _params(fn: Any) -> list[inspect.Parameter]:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return []
-    return [p for p in sig.parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
 @pytest.mark.parametrize("fn", TARGETS)
-@settings(max_examples=30, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, **FUZZ_SETTINGS)
 @given(values=st.lists(BAD, min_size=1, max_size=8),
        which=st.lists(st.booleans(), min_size=1, max_size=8))
 def test_bad_arguments_raise_kvcore_errors(fn: Any, values: list[Any],
                                            which: list[bool]) -> None:
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for i, p in enumerate(_params(fn)):
-        v = values[i % len(values)]
-        if p.default is not p.empty and not which[i % len(which)]:
-            continue
-        if p.kind == p.POSITIONAL_ONLY:
-            args.append(v)
-        else:
-            kwargs[p.name] = v
-    try:
-        fn(*args, **kwargs)
-    except KVCoreError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - the assertion under test
-        raise AssertionError(f"{getattr(fn, '__qualname__', fn)}(*{args!r}, "
-                             f"**{kwargs!r}) raised {type(exc).__name__}: {exc}") from exc
+    call_badly(fn, values, which)
 
 
 # ---- the cases found, with the message each now gives ------------------------------------
@@ -219,7 +161,7 @@ def _methods() -> list[Any]:
             if name.startswith("_"):
                 continue
             attr = getattr(obj, name, None)
-            if callable(attr) and not inspect.isclass(attr) and _params(attr):
+            if callable(attr) and not inspect.isclass(attr) and params(attr):
                 out.append(pytest.param(make, name, id=f"{cls_name}.{name}"))
     return out
 
@@ -235,30 +177,12 @@ def test_methods_found() -> None:
 
 
 @pytest.mark.parametrize(("make", "name"), METHODS)
-@settings(max_examples=20, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, **FUZZ_SETTINGS)
 @given(values=st.lists(BAD, min_size=1, max_size=8),
        which=st.lists(st.booleans(), min_size=1, max_size=8))
 def test_methods_raise_kvcore_errors(make: Any, name: str, values: list[Any],
                                      which: list[bool]) -> None:
-    fn = getattr(make(), name)
-    kwargs: dict[str, Any] = {}
-    args: list[Any] = []
-    for i, p in enumerate(_params(fn)):
-        v = values[i % len(values)]
-        if p.default is not p.empty and not which[i % len(which)]:
-            continue
-        if p.kind == p.POSITIONAL_ONLY:
-            args.append(v)
-        else:
-            kwargs[p.name] = v
-    try:
-        fn(*args, **kwargs)
-    except KVCoreError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - the assertion under test
-        raise AssertionError(f"{name}(*{args!r}, **{kwargs!r}) raised "
-                             f"{type(exc).__name__}: {exc}") from exc
+    call_badly(getattr(make(), name), values, which, label=name)
 
 
 def test_pool_cache_full_blocks_refuses_a_freed_block_unchanged() -> None:
