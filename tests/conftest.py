@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-# Kernel tests compare Triton (interpreted on the CPU) against the torch references;
-# the interpreter must be chosen before triton is imported.
-os.environ.setdefault("TRITON_INTERPRET", "1")
-# the runtime debug switch (KVCacheManager check_invariants: whole-state check after
-# every call, pools up to 4,096 blocks) is on in the test suite
-os.environ.setdefault("KVCORE_CHECK_INVARIANTS", "1")
+# the suite's environment (invariant checks on, no hypothesis deadline, Triton kernels
+# under the interpreter on CPU), set before anything imports triton
+from kvcore.testing import configure_test_environment  # noqa: E402
 
-# no test depends on the machine's speed (issue 24, item 8): hypothesis's per-example
-# deadline (200 ms by default) is off for every test, also those without settings
-try:
-    from hypothesis import settings as _hyp_settings
-
-    _hyp_settings.register_profile("kvcore-no-deadline", deadline=None)
-    _hyp_settings.load_profile("kvcore-no-deadline")
-except ImportError:  # hypothesis is a test extra
-    pass
+configure_test_environment()
 
 from kvcore_test_state import StateSpec  # noqa: E402
 
