@@ -81,6 +81,20 @@ def _json_type(value: Any) -> str:
         type(value), type(value).__name__)
 
 
+def _read(raw: Any, key: str, default: Any, kind: str, minimum: Any, where: str,
+          path: str | None, model_type: str | None) -> tuple[bool, Any]:
+    """The shared head of the ``field_*`` readers: reports the read to READ_HOOK, then
+    ``(True, raw[key])`` when present, ``(False, default)`` when absent (missing or
+    null); ConfigError (missing field) when absent and REQUIRED."""
+    if READ_HOOK is not None:
+        READ_HOOK(kind, path or key, minimum)
+    if _absent(raw, key):
+        if default is REQUIRED:
+            raise _missing(key, where, path, model_type)
+        return False, default
+    return True, raw[key]
+
+
 def field_int(raw: Any, key: str, default: Any = REQUIRED, *, minimum: int | None = 1,
               maximum: int | None = None, where: str = "config", path: str | None = None,
               model_type: str | None = None) -> Any:
@@ -90,13 +104,10 @@ def field_int(raw: Any, key: str, default: Any = REQUIRED, *, minimum: int | Non
     (ConfigError when REQUIRED).  Raises ConfigError naming ``path`` (default ``key``)."""
     from kvcore.units import bound, shorten
 
-    if READ_HOOK is not None:
-        READ_HOOK("int", path or key, minimum)
-    if _absent(raw, key):
-        if default is REQUIRED:
-            raise _missing(key, where, path, model_type)
-        return default
-    value = raw[key]
+    found, value = _read(raw, key, default, "int", minimum, where, path,
+                         model_type)
+    if not found:
+        return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         number: int | None = int(value)
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -123,13 +134,10 @@ def field_str(raw: Any, key: str, default: Any = REQUIRED, *,
               path: str | None = None, model_type: str | None = None) -> Any:
     """``raw[key]`` as a non-empty string (one of ``choices`` when given); absent:
     ``default``.  Raises ConfigError naming the field."""
-    if READ_HOOK is not None:
-        READ_HOOK("str", path or key, None)
-    if _absent(raw, key):
-        if default is REQUIRED:
-            raise _missing(key, where, path, model_type)
-        return default
-    value = raw[key]
+    found, value = _read(raw, key, default, "str", None, where, path,
+                         model_type)
+    if not found:
+        return value
     if not isinstance(value, str) or not value.strip():
         raise _wrong(key, value, "a non-empty string", where, path)
     if choices is not None and value not in choices:
@@ -141,13 +149,10 @@ def field_bool(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "con
                path: str | None = None, model_type: str | None = None) -> Any:
     """``raw[key]`` as a JSON boolean (``true``/``false`` only; 0, 1, "no" are
     refused); absent: ``default``."""
-    if READ_HOOK is not None:
-        READ_HOOK("bool", path or key, None)
-    if _absent(raw, key):
-        if default is REQUIRED:
-            raise _missing(key, where, path, model_type)
-        return default
-    value = raw[key]
+    found, value = _read(raw, key, default, "bool", None, where, path,
+                         model_type)
+    if not found:
+        return value
     if not isinstance(value, bool):
         raise _wrong(key, value, "true or false", where, path)
     return value
@@ -156,13 +161,10 @@ def field_bool(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "con
 def field_dict(raw: Any, key: str, default: Any = REQUIRED, *, where: str = "config",
                path: str | None = None, model_type: str | None = None) -> Any:
     """``raw[key]`` as a JSON object (a dict); absent: ``default``."""
-    if READ_HOOK is not None:
-        READ_HOOK("dict", path or key, None)
-    if _absent(raw, key):
-        if default is REQUIRED:
-            raise _missing(key, where, path, model_type)
-        return default
-    value = raw[key]
+    found, value = _read(raw, key, default, "dict", None, where, path,
+                         model_type)
+    if not found:
+        return value
     if not isinstance(value, dict):
         raise _wrong(key, value, "an object", where, path)
     return value
@@ -177,13 +179,10 @@ def field_list(raw: Any, key: str, default: Any = REQUIRED, *, item: str | None 
     maximum default 2^40) or ``"str"`` checks every entry, ``choices`` limits them,
     ``length`` / ``min_length`` its length.  Absent: ``default``.  Raises ConfigError
     naming the entry (``key[i]``)."""
-    if READ_HOOK is not None:
-        READ_HOOK("list", path or key, None)
-    if _absent(raw, key):
-        if default is REQUIRED:
-            raise _missing(key, where, path, model_type)
-        return default
-    value = raw[key]
+    found, value = _read(raw, key, default, "list", None, where, path,
+                         model_type)
+    if not found:
+        return value
     name = path or key
     if not isinstance(value, list):
         raise _wrong(key, value, "a list", where, path)
@@ -214,13 +213,10 @@ def field_float(raw: Any, key: str, default: Any = REQUIRED, *, minimum: float |
     """``raw[key]`` as a finite number in ``[minimum, maximum]`` (``(minimum, maximum]``
     with ``exclusive_minimum``); an int counts, a bool or string does not.  Absent:
     ``default``.  Raises ConfigError naming the field."""
-    if READ_HOOK is not None:
-        READ_HOOK("float", path or key, minimum)
-    if _absent(raw, key):
-        if default is REQUIRED:
-            raise _missing(key, where, path, model_type)
-        return default
-    value = raw[key]
+    found, value = _read(raw, key, default, "float", minimum, where, path,
+                         model_type)
+    if not found:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _wrong(key, value, "a number", where, path)
     try:
