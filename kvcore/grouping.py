@@ -788,14 +788,25 @@ def _fixed(groups: Sequence[KVCacheGroupSpec]) -> Callable[[], tuple[KVCacheGrou
     return lambda: frozen
 
 
-def _one_table(items: Items) -> bool:
-    keys = {table_key(s) for s in uniq(s for _, s in items)}
+def vllm_table_key(spec: KVCacheSpec) -> Any:
+    """:func:`table_key` as vLLM 0.32 shares a table: its sliding-window layers share one
+    only at one window (``SlidingWindowSpec.is_uniform_with_collection``@0.32 compares
+    ``sliding_window``; kvcore's runtime packs several windows, keeping the largest)."""
+    key = table_key(spec)
+    if key[0] == "table" and isinstance(spec, SlidingWindowSpec):
+        return key + (getattr(spec, "sliding_window", None),)
+    return key
+
+
+def _one_table(items: Items, key: Callable[[KVCacheSpec], Any] = table_key) -> bool:
+    keys = {key(s) for s in uniq(s for _, s in items)}
     return len(keys) == 1
 
 
-def one_group(items: Items, env: SearchEnv) -> list[Layout]:
-    """Every layer in one block table (``single`` / ``packed``), when they can share it."""
-    if not _one_table(items):
+def one_group(items: Items, env: SearchEnv, *, vllm: bool = False) -> list[Layout]:
+    """Every layer in one block table (``single`` / ``packed``), when they can share it
+    (``vllm``: by vLLM 0.32's rule, :func:`vllm_table_key`)."""
+    if not _one_table(items, vllm_table_key if vllm else table_key):
         return []
     group = make_group([n for n, _ in items], [s for _, s in items])
     strategy = "single" if group.layer_specs is None else "packed"
@@ -1253,7 +1264,7 @@ def vllm_refusal(items: Items, env: SearchEnv) -> str | None:
 
 def _vllm_rule(items: Items, env: SearchEnv) -> tuple[list[Layout], str | None]:
     tag = " (vLLM's rule, windows as given)"
-    first = one_group(items, env)
+    first = one_group(items, env, vllm=True)
     if not first:
         specs = uniq(s for _, s in items)
         by_id, why = _vllm_unify(specs, env)
@@ -1261,7 +1272,7 @@ def _vllm_rule(items: Items, env: SearchEnv) -> tuple[list[Layout], str | None]:
             kinds = {s.kind for s in specs}
             full = _as_full(items) if ("mla_attention" in kinds and "sliding_window" in kinds
                                        and not kinds & _VLLM_NO_FALLBACK) else None
-            first = one_group(full, env) if full is not None else []
+            first = one_group(full, env, vllm=True) if full is not None else []
             if not first:
                 return [], why
             tag = " (vLLM's rule: pages not unifiable, windows as full attention)"

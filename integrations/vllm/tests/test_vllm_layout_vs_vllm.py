@@ -250,6 +250,51 @@ def test_random_layouts_vllm_layout_is_vllms():
     assert counts["same"] + counts["both fail"] >= len(cases) // 2, counts
 
 
+def _window_mix_case(rng: random.Random, i: int) -> tuple[str, dict[str, Any],
+                                                          dict[str, Any]]:
+    """Layers of one or two kinds with several distinct windows / chunks: windows of one
+    block, not a multiple of the block size, past max_model_len; one page size, or
+    KV heads varying by layer (tester B's cases: two sliding windows of equal pages are
+    two vLLM groups, not one packed table)."""
+    from kvcore import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
+
+    bs = rng.choice([16, 32, 64])
+    mml = rng.choice([256, 512, 2048, 8192])
+    windows = rng.sample([1, bs, bs + 1, 17, 100, 200, mml // 2, mml - 1, mml, 2 * mml],
+                         rng.randint(2, 4))
+    heads = [1, 2] if rng.random() < 0.3 else [2]
+    kinds = rng.choice([("sliding",), ("sliding", "full"), ("chunked",),
+                        ("chunked", "full")])
+    specs: dict[str, Any] = {}
+    for j in range(rng.choice([2, 3, 5, 8, 13])):
+        kind = rng.choice(kinds)
+        common = dict(block_size=bs, num_kv_heads=rng.choice(heads), head_size=128,
+                      dtype="bfloat16")
+        if kind == "sliding":
+            spec: Any = SlidingWindowSpec(sliding_window=rng.choice(windows), **common)
+        elif kind == "chunked":
+            spec = ChunkedLocalAttentionSpec(
+                attention_chunk_size=rng.choice([w for w in windows if w >= bs] or [bs]),
+                **common)
+        else:
+            spec = FullAttentionSpec(**common)
+        specs[f"model.layers.{j}.self_attn"] = spec
+    per_req = sum(s.page_size_bytes for s in specs.values()) * (mml // bs + 2)
+    opts = {"kv_cache_memory_bytes": int(per_req * rng.choice([1.5, 4, 20])),
+            "max_model_len": mml, "max_num_batched_tokens": rng.choice([256, 512, 2048])}
+    return f"window-mix {i} ({kinds}, bs {bs}, mml {mml})", specs, opts
+
+
+def test_window_mixes_vllm_layout_is_vllms():
+    rng = random.Random(SEED + 1)
+    cases = [_window_mix_case(random.Random(rng.getrandbits(64)), i)
+             for i in range(N_RANDOM)]
+    counts, diffs = _run(cases)
+    print(f"{len(cases)} window mixes: {dict(counts)}")
+    assert not diffs, f"{dict(counts)}\n" + "\n".join(diffs[:20])
+    assert counts["same"] >= len(cases) // 2, counts
+
+
 def test_non_divisor_attention_page_is_padded_not_scaled():
     """vLLM 0.32 scales a smaller attention page only by an exact ratio; otherwise it
     pads the page and keeps the block size (``unify_kv_cache_spec_page_size``).
