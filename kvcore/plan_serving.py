@@ -131,8 +131,11 @@ def print_serving(stats: Any, table: Any, explain: bool = False,
           ["layout"] + HEADERS, rows)
     gain = stats.gain_over_vllm
     if gain is not None:
+        kept = base is not None and won == base.figures
         print(f"gain over vLLM's layout: {gain:+.1%} time to serve"
-              + (" (vLLM's layout kept: no candidate was faster)" if gain == 0 else ""))
+              + (" (vLLM's layout kept: no candidate was faster)" if kept else
+                 " (as fast as vLLM's layout and no worse on guarantee, steady capacity, "
+                 "groups and hit alignment)" if abs(gain) < 5e-4 else ""))
     if explain and stats.pareto_front:
         table("Pareto front of the judged layouts (guarantee, steady capacity, groups, "
               "hit alignment, time)", ["layout"] + HEADERS,

@@ -11,8 +11,10 @@ guarantee of vLLM's own layout, by the figures here (issue 22):
 ``steady_blocks_per_request`` / ``steady_capacity_requests``
     Blocks a request holds while it decodes (the admission cap with a one-token step,
     ``1 + num_speculative_tokens``: sliding windows and local chunks freed behind the
-    window, states one block), at the workload's mean length half-way through the
-    output; resident requests = ``(num_blocks - 1 - reserved) / that``.
+    window, states one block), averaged over the workload's requests and over each
+    request's decode (prompt + 0, 1/4, ... 1 x output: a window frees blocks only for
+    the requests that outgrow it); resident requests = ``(num_blocks - 1 - reserved) /
+    that``.
 ``prefix_hit_alignment_tokens`` / ``prefix_hit_fraction``
     Hits are multiples of the alignment (lcm of the caching groups' block sizes, the
     runtime coordinator's rule); of the workload's shared-prefix tokens, the fraction a
@@ -111,31 +113,47 @@ class Workload:
                             for r in self.requests]}
 
 
+#: prompt lengths of the default workload's four length classes, as fractions of
+#: ``max_model_len`` (mean 1/2): the longest class ends at ``max_model_len``, so a window
+#: or chunk shorter than ``max_model_len`` frees blocks for part of the workload and its
+#: collapse to full attention costs capacity there (tester B, stop 37: with every prompt
+#: at ``max_model_len / 2`` no request outgrew a window of 0.75 x max_model_len, and
+#: collapsing it looked free)
+DEFAULT_PROMPT_FRACTIONS = (1 / 8, 3 / 8, 5 / 8, 7 / 8)
+
+
 def default_workload(max_model_len: int, max_num_batched_tokens: int,
                      max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> Workload:
     """The workload ``kvcore plan`` judges layouts on without ``--workload``.
 
-    256 requests of ``prompt = max_model_len // 2`` and ``output = max_model_len // 4``
-    tokens (long context, so windows and chunks matter): a quarter share a prefix of
-    ``prompt // 2`` tokens (a long system prompt / document), a quarter share one of
-    ``min(prompt // 8, max_num_batched_tokens)`` (a short system prompt), half share
-    nothing.  ``max_num_seqs`` 256 (vLLM's default).  Raises ConfigError naming an
-    argument that is not an int >= 1."""
+    256 requests in four length classes of 64: prompts of 1/8, 3/8, 5/8 and 7/8 of
+    ``max_model_len`` (:data:`DEFAULT_PROMPT_FRACTIONS`), outputs of
+    ``min(max_model_len // 4, max_model_len - prompt)`` tokens (long context, so windows
+    and chunks matter; the longest class reaches ``max_model_len``).  In each class a
+    quarter share a prefix of ``prompt // 2`` tokens (a long system prompt / document),
+    a quarter share one of ``min(prompt // 8, max_num_batched_tokens)`` (a short system
+    prompt), half share nothing.  ``max_num_seqs`` 256 (vLLM's default).  Raises
+    ConfigError naming an argument that is not an int >= 1."""
     from kvcore.units import check_int
 
     for nm, v in (("max_model_len", max_model_len),
                   ("max_num_batched_tokens", max_num_batched_tokens),
                   ("max_num_seqs", max_num_seqs)):
         check_int(v, nm, minimum=1, maximum=1 << 40, where="default_workload")
-    prompt = max(1, max_model_len // 2)
-    output = max(1, max_model_len // 4)
-    if prompt + output > max_model_len:
-        prompt, output = max(1, max_model_len - 1), 1
-    q = DEFAULT_NUM_REQUESTS // 4
-    classes = (RequestClass(prompt, output, prompt // 2, q),
-               RequestClass(prompt, output, min(prompt // 8, max_num_batched_tokens), q),
-               RequestClass(prompt, output, 0, DEFAULT_NUM_REQUESTS - 2 * q))
-    return Workload(classes, max_num_seqs, f"default (max_model_len {max_model_len:,})")
+    per = DEFAULT_NUM_REQUESTS // len(DEFAULT_PROMPT_FRACTIONS)
+    q = per // 4
+    classes = []
+    for frac in DEFAULT_PROMPT_FRACTIONS:
+        prompt = max(1, int(max_model_len * frac))
+        output = max(1, min(max_model_len // 4, max_model_len - prompt))
+        if prompt + output > max_model_len:
+            prompt, output = max(1, max_model_len - 1), 1
+        classes += [RequestClass(prompt, output, prompt // 2, q),
+                    RequestClass(prompt, output,
+                                 min(prompt // 8, max_num_batched_tokens), q),
+                    RequestClass(prompt, output, 0, per - 2 * q)]
+    return Workload(tuple(classes), max_num_seqs,
+                    f"default (max_model_len {max_model_len:,})")
 
 
 def workload_from_requests(requests: Iterable[tuple[int, int, int]], *,
@@ -239,6 +257,25 @@ def _hit_fraction(align: int | None, workload: Workload) -> float:
                for r in workload.requests) / shared
 
 
+#: points of a request's decode (fractions of its output) at which the blocks it holds
+#: are averaged
+LIFETIME_POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _lifetime_lengths(workload: Workload, max_model_len: int
+                      ) -> tuple[list[tuple[int, int]], int]:
+    """``([(tokens held, weight)], total weight)``: a per-length cost's weighted sum over
+    the pairs, divided by the total, is that cost averaged over the workload's requests
+    and over each request's decode (:data:`LIFETIME_POINTS`).  Integer weights, so the
+    average is exact whatever the order of the groups."""
+    acc: dict[int, int] = {}
+    for r in workload.requests:
+        for t in LIFETIME_POINTS:
+            length = max(1, min(max_model_len, round(r.prompt_len + t * r.output_len)))
+            acc[length] = acc.get(length, 0) + r.count
+    return sorted(acc.items()), workload.num_requests * len(LIFETIME_POINTS)
+
+
 def figures_of(groups: Sequence[tuple[int, Sequence[Any], int, int, bool]],
                num_blocks: int | None, reserved: int, guarantee: float | None,
                ctx: PlanContext, workload: Workload,
@@ -247,14 +284,15 @@ def figures_of(groups: Sequence[tuple[int, Sequence[Any], int, int, bool]],
     block_size, caching)`` per group shape (``count`` equal groups)."""
     decode = PlanContext(**{**ctx.__dict__, "max_num_batched_tokens":
                             1 + ctx.num_speculative_tokens})
-    length = max(1, min(ctx.max_model_len, round(workload.mean_len())))
+    lengths, total = _lifetime_lengths(workload, ctx.max_model_len)
     steady_blocks = 0.0
     steady_bytes = 0.0
     n_groups = 0
     sizes: set[int] = set()
     caching_sizes: list[int] = []
     for count, specs, bpb, bs, caching in groups:
-        cap = max(s.max_num_blocks_per_req(decode, length) for s in specs)
+        cap = sum(w * max(s.max_num_blocks_per_req(decode, n) for s in specs)
+                  for n, w in lengths) / total
         steady_blocks += count * cap
         steady_bytes += count * cap * bpb
         n_groups += count

@@ -224,13 +224,46 @@ def test_pareto_front_has_no_dominated_layout():
 # ---- workloads -------------------------------------------------------------------------
 
 def test_default_workload_is_the_documented_one():
-    """docs/DESIGN.md / kvcore.serving.default_workload: 256 requests of prompt L/2 and
-    output L/4; a quarter share L/4 tokens, a quarter min(L/16, batched tokens)."""
+    """docs/DESIGN.md / kvcore.serving.default_workload: 256 requests in four classes of
+    64, prompts 1/8, 3/8, 5/8, 7/8 of L, outputs min(L/4, L - prompt); in each class a
+    quarter share prompt/2 tokens, a quarter min(prompt/8, batched tokens)."""
     wl = default_workload(8192, 2048)
     assert wl.num_requests == 256 and wl.max_num_seqs == 256
-    assert {(r.prompt_len, r.output_len) for r in wl.requests} == {(4096, 2048)}
-    assert sorted(r.shared_prefix_len for r in wl.requests) == [0, 512, 2048]
-    assert sorted(r.count for r in wl.requests) == [64, 64, 128]
+    assert {(r.prompt_len, r.output_len) for r in wl.requests} == {
+        (1024, 2048), (3072, 2048), (5120, 2048), (7168, 1024)}
+    assert max(r.prompt_len + r.output_len for r in wl.requests) == 8192
+    assert sorted({r.shared_prefix_len for r in wl.requests if r.prompt_len == 5120}) == \
+        [0, 640, 2560]
+    assert sorted(r.count for r in wl.requests if r.prompt_len == 1024) == [16, 16, 32]
+    assert wl.requests[0].shared_prefix_len == 512
+    assert sum(r.count * r.prompt_len for r in wl.requests) / 256 == 4096
+
+
+def test_steady_figures_average_over_each_requests_life():
+    """A window frees blocks only for the requests that outgrow it: with a window of
+    3/4 of max_model_len, the window layer holds fewer blocks on average than a full
+    layer (the longest class reaches max_model_len), so collapsing it costs steady
+    capacity (tester B, stop 37: at the one mean length 0.625 L both cost the same)."""
+    from kvcore.serving import figures_of
+    from kvcore.specs import PlanContext
+
+    L, bs = 8192, 16
+    common = dict(block_size=bs, num_kv_heads=8, head_size=128, dtype="bfloat16")
+    full = FullAttentionSpec(**common)
+    window = SlidingWindowSpec(sliding_window=3 * L // 4, **common)
+    ctx = PlanContext(max_model_len=L, max_num_batched_tokens=2048)
+    wl = default_workload(L, 2048)
+    f_full = figures_of([(1, [full], full.page_size_bytes, bs, True)], 10_000, 0, None,
+                        ctx, wl)
+    f_win = figures_of([(1, [window], window.page_size_bytes, bs, True)], 10_000, 0, None,
+                       ctx, wl)
+    assert f_win.steady_blocks_per_request < f_full.steady_blocks_per_request
+    assert f_win.steady_capacity_requests > f_full.steady_capacity_requests
+    # full attention holds cdiv(len, bs) blocks: the mean over the classes' lives
+    lens = [p + t * o for p, o in ((1024, 2048), (3072, 2048), (5120, 2048), (7168, 1024))
+            for t in (0, .25, .5, .75, 1)]
+    assert abs(f_full.steady_blocks_per_request
+               - sum(-(-int(n) // bs) for n in lens) / len(lens)) < 1e-9
 
 
 def test_workload_from_a_trace_file(tmp_path):
