@@ -188,6 +188,9 @@ def to_vllm_spec(spec: Any) -> Any:
             kw["num_kv_heads"] = 1
         if name != "auto":
             kw["cache_dtype_str"] = name
+    elif getattr(spec, "head_size_v", None) not in (None, spec.head_size):
+        # asymmetric K / V heads (MiMo-V2-Flash: 192 / 128): vLLM's AttentionSpec field
+        kw["head_size_v"] = spec.head_size_v
     if name == "auto":
         kw["dtype"] = _tdtype(spec.dtype)
     elif name in _FP8:
@@ -272,16 +275,18 @@ def from_vllm_spec(vspec: Any) -> Any:
         kw.update(num_kv_heads=vspec.num_kv_heads, head_size=vspec.head_size)
         dname = _dname(vspec.dtype)
         cache_str = getattr(vspec, "cache_dtype_str", None)
-        if kind == "mla_indexer":
-            # kvcore's indexer spec encodes vLLM's record (fp8 keys + a scale)
-            kw.pop("head_size")
-            kw.pop("num_kv_heads")
-        elif kind in _MLA_KINDS:
-            if cache_str and cache_str != "auto":
+        if kind in _MLA_KINDS:
+            if kind == "mla_indexer":
+                # kvcore's indexer spec encodes vLLM's record (fp8 keys + a scale)
+                kw.pop("head_size")
+                kw.pop("num_kv_heads")
+            elif cache_str and cache_str != "auto":
                 kw["kv_cache_dtype"] = cache_str
                 kw["dtype"] = "bfloat16"
             else:
                 kw["dtype"] = dname
+            # the compression and the record alignment (DeepSeek-V4's indexer: 4 tokens
+            # a state, 576-byte records) set the page as much as the heads do
             tps = getattr(vspec, "tokens_per_state", 1)
             if tps != 1:
                 kw["compress_ratio"] = int(tps)
