@@ -1394,8 +1394,8 @@ def _serving_judgment(scored: list[tuple[Layout, Score]], env: SearchEnv) -> Any
     from kvcore import serving
 
     ctx = env.ctx
-    workload = env.workload or serving.default_workload(ctx.max_model_len,
-                                                        ctx.max_num_batched_tokens)
+    workload = serving.servable(env.workload, ctx.max_model_len) if env.workload else \
+        serving.default_workload(ctx.max_model_len, ctx.max_num_batched_tokens)
     base = [i for i, (lay, _) in enumerate(scored) if lay.baseline]
     b = base[-1] if base else None
     idx = [i for i, (_, sc) in enumerate(scored) if sc.fits]

@@ -29,31 +29,38 @@ def shared_prefix_lengths(requests: Sequence[Any]) -> list[int]:
     blocks of :data:`TRACE_BLOCK_TOKENS`."""
     from kvcore.sim.traces import MOONCAKE_BLOCK_TOKENS
 
-    seen: set[Any] = set()
+    # prefixes as nodes of a trie: a node is (parent node, next item); linear in the
+    # prompt (a tuple of the whole prefix per block was quadratic: tester A, stop 37)
+    nodes: dict[tuple[Any, ...], int] = {}
     out = []
     for r in requests:
-        keys: list[tuple[Any, int]] = []  # (prefix key, tokens up to it)
+        parent = 0
+        items: Any
         if r.hash_ids is not None:
-            acc: tuple[Any, ...] = ()
-            for i, h in enumerate(r.hash_ids):
-                acc = acc + (h,)
-                keys.append((("h",) + acc, min(r.prompt_len, (i + 1) * MOONCAKE_BLOCK_TOKENS)))
+            items = ((("h", h), min(r.prompt_len, (i + 1) * MOONCAKE_BLOCK_TOKENS))
+                     for i, h in enumerate(r.hash_ids))
         elif r.segments:
-            acc, n = (), 0
-            for seg in r.segments:
-                acc, n = acc + (tuple(seg),), n + seg[2]
-                keys.append((("s",) + acc, n))
+            def seg_items(segs: Any) -> Any:
+                n = 0
+                for seg in segs:
+                    n += seg[2]
+                    yield ("s", tuple(seg)), n
+            items = seg_items(r.segments)
         else:
-            toks = list(r.token_ids or ())
-            for end in range(TRACE_BLOCK_TOKENS, len(toks) + 1, TRACE_BLOCK_TOKENS):
-                keys.append((("t", hash(tuple(toks[:end]))), end))
+            toks = r.token_ids or ()
+            items = ((("t", tuple(toks[end - TRACE_BLOCK_TOKENS:end])), end)
+                     for end in range(TRACE_BLOCK_TOKENS, len(toks) + 1, TRACE_BLOCK_TOKENS))
         shared = 0
-        for key, n in keys:
-            if key in seen:
+        matching = True
+        for item, n in items:
+            edge = (parent, item)
+            node = nodes.get(edge)
+            if node is None:
+                matching = False
+                node = nodes[edge] = len(nodes) + 1
+            elif matching:
                 shared = n
-            else:
-                break
-        seen.update(k for k, _ in keys)
+            parent = node
         out.append(min(shared, r.prompt_len))
     return out
 

@@ -48,7 +48,7 @@ from kvcore.errors import ConfigError
 from kvcore.specs import PlanContext, cdiv
 
 __all__ = ["RequestClass", "Workload", "ServingFigures", "Candidate", "Judge",
-           "default_workload", "workload_from_requests", "analytic_time",
+           "default_workload", "workload_from_requests", "servable", "analytic_time",
            "analytic_judge", "pareto_front", "pick", "LayoutReport", "CPU_US_PER_REQUEST_STEP",
            "JUDGE_TOP_K"]
 
@@ -195,6 +195,28 @@ def workload_from_requests(requests: Iterable[tuple[int, int, int]], *,
                                     max(1, round(sum(r[1] for r in part) / n)),
                                     round(sum(r[2] for r in part) / n), n))
     return Workload(tuple(classes), max_num_seqs, source)
+
+
+def servable(workload: Workload, max_model_len: int) -> Workload:
+    """``workload`` without the requests vLLM rejects at ``max_model_len`` (prompt +
+    output longer than it: vLLM's input processor refuses them, as ``kvcore simulate``
+    counts them rejected), with the count in ``source``.  Raises ConfigError (field
+    ``max_model_len``) when no request is left, naming the shortest request."""
+    keep = tuple(r for r in workload.requests if r.prompt_len + r.output_len <= max_model_len)
+    if len(keep) == len(workload.requests):
+        return workload
+    if not keep:
+        shortest = min(r.prompt_len + r.output_len for r in workload.requests)
+        raise ConfigError(f"no request of the workload can be served: max_model_len is "
+                          f"{max_model_len:,} tokens and the shortest request needs "
+                          f"{shortest:,} (prompt + output); raise --max-model-len to >= "
+                          f"{shortest:,} or give another --workload",
+                          field="max_model_len", value=max_model_len)
+    dropped = workload.num_requests - sum(r.count for r in keep)
+    return Workload(keep, workload.max_num_seqs,
+                    f"{workload.source}; {dropped:,} of {workload.num_requests:,} requests "
+                    f"longer than max_model_len {max_model_len:,} left out (vLLM rejects "
+                    "them)")
 
 
 @dataclass(frozen=True)

@@ -318,3 +318,86 @@ def test_fill_page_variant_takes_the_largest_block_that_fits(state_spec):
     assert plain[draft].block_size == filled[draft].block_size == 4384
     assert plain[main].block_size == 5120 and filled[main].block_size == 5136
     assert filled[main].page_size_bytes == filled[draft].page_size_bytes == 2_630_400
+
+
+def _reference_shared(requests):
+    """The quadratic definition: the longest run of leading blocks (Mooncake hash ids,
+    segments, or 16-token blocks of token ids) that an earlier request also began
+    with, in tokens."""
+    from kvcore.sim.traces import MOONCAKE_BLOCK_TOKENS
+
+    def blocks(r):
+        if r.hash_ids is not None:
+            return [(("h",) + tuple(r.hash_ids[:i + 1]),
+                     min(r.prompt_len, (i + 1) * MOONCAKE_BLOCK_TOKENS))
+                    for i in range(len(r.hash_ids))]
+        if r.segments:
+            out, n = [], 0
+            for i, seg in enumerate(r.segments):
+                n += seg[2]
+                out.append((("s",) + tuple(map(tuple, r.segments[:i + 1])), n))
+            return out
+        toks = list(r.token_ids or ())
+        return [(("t",) + tuple(toks[:e]), e) for e in range(16, len(toks) + 1, 16)]
+
+    seen, out = set(), []
+    for r in requests:
+        bl = blocks(r)
+        shared = 0
+        for key, n in bl:
+            if key not in seen:
+                break
+            shared = n
+        seen.update(k for k, _ in bl)
+        out.append(min(shared, r.prompt_len))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["hash", "tokens", "segments"]),
+                          st.lists(st.integers(0, 3), min_size=0, max_size=12)),
+                min_size=1, max_size=8))
+def test_shared_prefix_lengths_match_the_definition(rows):
+    """kvcore.plan_serving.shared_prefix_lengths (a trie, linear in the prompt) equals
+    the quadratic definition on generated traces with shared and diverging prefixes."""
+    from kvcore.plan_serving import shared_prefix_lengths
+    from kvcore.sim.traces import TraceRequest
+
+    reqs = []
+    for i, (kind, items) in enumerate(rows):
+        if kind == "hash":
+            reqs.append(TraceRequest(f"r{i}", 0.0, max(1, 512 * len(items) - 100), 1, 0,
+                                     hash_ids=items))
+        elif kind == "tokens":
+            toks = [t for x in items for t in [x] * 16] + [9] * (i % 3)
+            reqs.append(TraceRequest(f"r{i}", 0.0, max(1, len(toks)), 1, 0,
+                                     token_ids=toks))
+        else:
+            segs = [(x, 0, 7) for x in items] or [(0, 0, 1)]
+            reqs.append(TraceRequest(f"r{i}", 0.0, sum(s[2] for s in segs), 1, 0,
+                                     segments=segs))
+    assert shared_prefix_lengths(reqs) == _reference_shared(reqs)
+
+
+def test_workload_requests_longer_than_max_model_len_are_left_out(tmp_path, cli):
+    """vLLM rejects a request whose prompt + output exceeds max_model_len; the judge
+    leaves those out (and says so), and a workload of nothing else is one line, exit 2,
+    as `kvcore simulate` says "no request can be served" (tester A, stop 37)."""
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps(dict(id=f"r{i}", prompt_len=p, output_len=8,
+                                            arrival=i)) + "\n"
+                            for i, p in enumerate([1000, 600, 300, 100])))
+    code, out, err = cli("plan", "llama-3.1-8b", "--kv-cache-memory", "20GiB",
+                         "--max-model-len", "512", "--workload", str(path),
+                         "--judge", "analytic", "--json")
+    assert code == 0, err
+    assert "2 of 4 requests longer than max_model_len 512 left out" in out
+    only_long = tmp_path / "only_long.jsonl"
+    only_long.write_text("".join(json.dumps(dict(id=f"r{i}", prompt_len=p, output_len=8,
+                                                 arrival=i)) + "\n"
+                                 for i, p in enumerate([1000, 600])))
+    code, out, err = cli("plan", "llama-3.1-8b", "--kv-cache-memory", "20GiB",
+                         "--max-model-len", "512", "--workload", str(only_long))
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert "max_model_len" in err and "608" in err

@@ -261,6 +261,26 @@ def _ramp_rate(strategy: str, start: float, end: float, i: int, n: int) -> float
     return start * (end / start) ** progress
 
 
+def _check_gap_scale(rates: Sequence[float], burstiness: float, n: int) -> None:
+    """Each flag can be valid and their product not: the gaps are gamma draws of scale
+    ``1 / (rate x burstiness)`` (vLLM's theta), so that product must be a finite
+    number > 0 whose inverse is finite, and the run's span ``n / rate`` finite
+    (tester A, stop 37: ``--request-rate 1e-200 --burstiness 1e-200`` divided by 0, and
+    ``--burstiness 1e308`` sent every request at once).  Raises ConfigError naming
+    ``burstiness`` (or ``request_rate``)."""
+    b = 1.0 if math.isinf(burstiness) else burstiness
+    for r in (min(rates), max(rates)):
+        prod = r * b
+        if not (1e-300 <= prod <= 1e300) or n / r > 1e300:
+            raise ConfigError(
+                f"request rate {r:g} with burstiness {burstiness:g}: the arrival gaps' "
+                f"scale 1 / (rate x burstiness) is {1.0 / prod if prod else math.inf:g} s "
+                f"(out of floating-point range); give values whose product lies in "
+                f"[1e-300, 1e300] (burstiness inf for evenly spaced arrivals)",
+                field="burstiness" if not math.isinf(burstiness) else "request_rate",
+                value=burstiness if not math.isinf(burstiness) else r)
+
+
 def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.0,
                   seed: int = 0, *, ramp_up_strategy: str | None = None,
                   ramp_up_start_rps: int | None = None,
@@ -297,6 +317,7 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
         if math.isinf(request_rate):
             return [0.0] * n
         rates = [float(request_rate)] * n
+    _check_gap_scale(rates, burstiness, n)
     if math.isinf(burstiness):
         delays = [1.0 / r for r in rates]
     else:
