@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -373,6 +374,13 @@ def _print_plan(config: Any, out: dict[str, Any], model: str | None) -> None:
         print(f"capacity: {out['kv_cache_capacity_tokens']:,} tokens; max concurrency: "
               f"{out['max_concurrency']:.2f} requests of {out['max_model_len']:,} tokens "
               f"(vLLM's figure: plan with this one)")
+        full = out.get("max_num_full_length_requests")
+        if full is not None and full != math.floor(out["max_concurrency"] + 1e-9):
+            print(f"requests of {out['max_model_len']:,} tokens held at once: {full:,} "
+                  f"(vLLM's figure counts the null block: {out['num_blocks']:,} - 1"
+                  + (f" - {out['num_reserved_blocks']:,} reserved"
+                     if out.get("num_reserved_blocks") else "")
+                  + f" usable blocks / {out['blocks_per_request']:,} per request)")
     batched = out.get("max_concurrency_batched")
     if batched is not None and out["max_concurrency"] and \
             abs(batched - out["max_concurrency"]) > 0.005 * out["max_concurrency"]:

@@ -826,6 +826,13 @@ def plan_to_dict(config: KVCacheConfig) -> dict[str, Any]:
         "num_reserved_blocks": s.get("num_reserved_blocks"),
         "notes": s.get("notes"),
     }
+    bpr, nb = out["blocks_per_request"], out["num_blocks"]
+    # requests of max_model_len held at once: the blocks left after the null block and
+    # the reserved ones, over the blocks one needs (vLLM's max_concurrency counts the
+    # null block, so floor(max_concurrency) can be one request more than fit)
+    out["max_num_full_length_requests"] = (
+        max(0, nb - 1 - (out["num_reserved_blocks"] or 0)) // bpr
+        if isinstance(nb, int) and isinstance(bpr, int) and bpr > 0 else None)
     bpt = out["bytes_per_token"]
     if isinstance(bpt, float) and bpt.is_integer():
         out["bytes_per_token"] = int(bpt)
