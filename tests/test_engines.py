@@ -401,6 +401,7 @@ def test_logged_figures_are_computed_as_each_release_does():
 # ---- acceptance: public start-up logs ----------------------------------------------------------
 
 CASES = load_cases()
+TESTER_C = "pre-registered blind (tester C)"  # the "added" of tester C's round
 
 
 def test_the_log_set_is_split_and_sourced():
@@ -440,18 +441,31 @@ def test_heldout_median_error_is_the_measured_one():
     LMCache 44 %, vllm#27508 112 %, the two kubesimplify 0.27.1 logs 26 / 33 %, two
     L40S V1 0.8.5 logs 5.2-5.3 %).  The set lost the four pre-registered TP>1 logs
     whose first errors led to the custom all-reduce / native-sampler rules (moved to
-    calibration); see the next test for the first figures."""
+    calibration); see the next test for the first figures.  Tester C's blind round
+    (2026-12-03) added 10 held-out logs: 4.1 % over all 25, 3.9 % over those 10."""
     held = [c for c in CASES if c["set"] == "heldout"]
-    errs = [e for c in held if (e := error(c, predict(c))) is not None]
-    assert len(errs) >= 15
-    assert statistics.median(errs) <= 0.05
-    assert sum(e > 0.05 for e in errs) == 7
+    errs = {c["id"]: e for c in held if (e := error(c, predict(c))) is not None}
+    assert len(errs) >= 25
+    assert statistics.median(errs.values()) <= 0.05
+    blind = {c["id"] for c in CASES if TESTER_C in c.get("added", "")}
+    assert sum(e > 0.05 for i, e in errs.items() if i not in blind) == 7
+    # tester C's blind round (10 logs, docs/ENGINE_PROFILES.md): the same 5 % line; above
+    # it: vllm#17469 8.3 % (the A10 TP4 verdict miss), vllm#50722 6.1 % and the MI300X
+    # Gemma-3 8.6 % (multimodal encoder profiling not in the activations), the OCI A10 V0
+    # 6.9 % (the 0.25 GiB non-torch floor against a logged 0.05), the RTX 5090 Qwen3-8B
+    # 5.6 % (native sampler; vLLM's own boots differ by 7.7 % there)
+    assert len(blind) == 10 and statistics.median(errs[i] for i in blind) <= 0.05
+    assert {i for i in blind if errs[i] > 0.05} == {
+        "17469-qwen3-30b-a3b-4xa10-tp4-085", "50722-qwen35-35b-a3b-80g-tp4-085",
+        "rocm-gemma3-27b-mi300x", "oci-llama31-8b-a10-131k-v0", "ta-qwen3-8b-5090-092"}
 
 
 def test_preregistered_logs_carry_their_first_figure():
     """Every log added after the first pass says when it was added and what kvcore said
     first, before any rule looked at it; a moved log says why.  The first figures'
-    median over the 14 with a figure: 5.2 % (the 10 still held out: 4.1 %)."""
+    median over the 14 with a figure: 5.2 % (the 10 still held out: 4.1 %); over tester
+    C's 10 blind logs (pre-registered at ff485b0 on branch testerC, rules of 80d9521):
+    2.0 %."""
     added = [c for c in CASES if "added" in c]
     assert len(added) >= 15
     for c in added:
@@ -459,9 +473,12 @@ def test_preregistered_logs_carry_their_first_figure():
         assert f and {"kv_gib", "fits", "error", "at"} <= set(f), c["id"]
         assert (c["set"] == "calibration") == ("moved" in c), c["id"]
     first = [c["first_kvcore"]["error"] for c in added
-             if c["first_kvcore"]["error"] is not None]
+             if c["first_kvcore"]["error"] is not None and TESTER_C not in c["added"]]
     assert len(first) >= 14
     assert abs(statistics.median(first) - 0.052) < 0.005, sorted(first)
+    blind = [c["first_kvcore"]["error"] for c in added if TESTER_C in c["added"]]
+    assert len(blind) == 10 and None not in blind
+    assert abs(statistics.median(blind) - 0.020) < 0.005, sorted(blind)
     still = [e for c in added if c["set"] == "heldout"
              and (e := error(c, predict(c))) is not None]
     assert len(still) >= 10 and statistics.median(still) <= 0.05
