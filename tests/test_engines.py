@@ -421,10 +421,24 @@ def test_calibration_logs(case):
     assert e is None or e <= 0.05, (e, p.kv_gib)
 
 
-def test_heldout_verdicts_agree_on_all_but_one():
+#: held-out logs whose start kvcore calls wrongly, each with its reason (the rule was
+#: "all but one" until tester C's blind round of stop 37 found the second; a fix or a
+#: new miss changes this set, and docs/ENGINE_PROFILES.md with it)
+HELDOUT_VERDICT_MISSES = {
+    "33155-gptoss120b-h100-0141": "vLLM 0.14.1 did not start gpt-oss-120b on one H100; "
+                                  "kvcore's budget leaves 5.21 GiB",
+    "17469-qwen3-30b-a3b-4xa10-tp4-085": "vLLM 0.8.5 allocated the KV cache, then ran "
+                                         "out of memory capturing CUDA graphs (4x A10 TP4, "
+                                         "MoE); kvcore's pre-0.21 graph estimate, 0.81 GiB, "
+                                         "fits in the 2.2 GiB left, so no ceiling fires",
+}
+
+
+def test_heldout_verdicts_are_right_but_the_named_misses():
     held = [c for c in CASES if c["set"] == "heldout"]
-    disagree = [c["id"] for c in held if predict(c).fits != c["started"]]
-    assert len(disagree) <= 1, disagree
+    disagree = {c["id"] for c in held if predict(c).fits != c["started"]}
+    assert disagree == set(HELDOUT_VERDICT_MISSES), disagree
+    assert len(held) - len(disagree) >= 27
 
 
 def test_heldout_budget_errors_are_the_documented_ones():
