@@ -130,6 +130,9 @@ BOUNDS: dict[str, int] = {
     "pipeline_parallel_size": 1 << 16,
     "num_speculative_tokens": 1 << 10,
     "max_num_seqs": 1 << 24,
+    # request rates of vllm bench serve's ramp-up (type=int there; requests per second)
+    "ramp_up_start_rps": 1 << 32,
+    "ramp_up_end_rps": 1 << 32,
 }
 
 _UNIT_BOUNDS = (("bytes", MAX_BYTES), ("memory", MAX_BYTES), ("tokens", MAX_TOKENS),

@@ -729,10 +729,17 @@ def _parser() -> Any:
                    help="fit only these Efficiency terms, in this order (default: every "
                         "term of the grid); the v7 refit: memory_hbm3,moe_memory,"
                         "moe_memory_tokens with --rounds 2")
-    p.add_argument("--rounds", type=int, default=1, metavar="N",
+    from kvcore.sim.command import _count_arg  # bounded (a plain type=int was not)
+
+    # each round replays every fit row per grid value (minutes): 100 is days already
+    p.add_argument("--rounds", type=_count_arg("rounds", maximum=100, what="passes",
+                                               vllm=False),
+                   default=1, metavar="N",
                    help="coordinate-descent rounds of --fit (default 1, as the v6 "
                         "protocol fits)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=_count_arg("workers", maximum=1024, what="processes",
+                                                vllm=False),
+                   default=1, metavar="N",
                    help="replay the rows in N processes (the same figures)")
     p.add_argument("--lengths", choices=LENGTH_MODELS, default=DEFAULT_LENGTHS,
                    help="how rows' lengths are replayed: sharegpt (default: ShareGPT rows' "

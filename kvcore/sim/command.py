@@ -837,21 +837,9 @@ def select_percentile_metrics(fig: dict[str, Any], selected: Sequence[str] | Non
 
 
 def _ramp_rps_arg(field: str) -> Any:
-    """An argparse ``type=``: a ramp-up rate, an integer >= 0 (vLLM's ``type=int``)."""
-    import argparse
-
-    def convert(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            v = -1
-        if v < 0:
-            raise argparse.ArgumentTypeError(
-                f"{field} must be an integer >= 0 (requests per second), got {text!r}")
-        return v
-
-    convert.__name__ = field
-    return convert
+    """An argparse ``type=``: a ramp-up rate, an integer in ``[0, bound(field)]``
+    (vLLM's ``type=int``; a rate too large for a float was an OverflowError)."""
+    return _count_arg(field, minimum=0, what="requests per second")
 
 
 def _goodput_arg(text: str) -> str:

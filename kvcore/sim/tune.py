@@ -965,11 +965,14 @@ def _default_mnbt(gpu: str, max_model_len: int, chunked: bool) -> int:
 
 # ---- CLI -------------------------------------------------------------------------------
 
-def _ints(flag: str, *, lengths: bool = False) -> Any:
+def _ints(flag: str, *, lengths: bool = False, field: str | None = None) -> Any:
     """An argparse ``type=`` for a comma list of positive ints; ``lengths``: each item
     read as vLLM reads a length (``8k``, ``16K``: :func:`kvcore.units.parse_length`, as
     ``vllm serve --max-num-batched-tokens`` does)."""
-    from kvcore.units import parse_length
+    from kvcore.errors import shorten
+    from kvcore.units import bound, parse_length
+
+    top = bound(field or flag[2:].replace("-", "_"))  # each item at most its field's bound
 
     def parse(text: str) -> list[int]:
         out = []
@@ -990,6 +993,10 @@ def _ints(flag: str, *, lengths: bool = False) -> Any:
                 raise argparse.ArgumentTypeError(
                     f"{flag}: expected positive integers separated by commas, got "
                     f"{text!r}")
+            if v > top:  # as the single-value flags: 2**64 must not reach numpy
+                raise argparse.ArgumentTypeError(
+                    f"{flag}: {shorten(part.strip())} is implausibly large (at most "
+                    f"{top:,}), got {shorten(text)!r}")
             out.append(v)
         return out
     return parse
@@ -1015,10 +1022,10 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="config.json path, folder, or embedded name")
     p.add_argument("--gpu", required=True, help="catalog GPU (kvcore gpus)")
-    p.add_argument("--tp", type=_ints("--tp"), default=None,
+    p.add_argument("--tp", type=_ints("--tp", field="tensor_parallel_size"), default=None,
                    help="tensor-parallel sizes to try (default 1,2,4,8 where the weights "
                         "fit)")
-    p.add_argument("--pp", type=_ints("--pp"), default=[1])
+    p.add_argument("--pp", type=_ints("--pp", field="pipeline_parallel_size"), default=[1])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", help="Mooncake JSONL, Azure CSV or kvcore JSONL")
     from kvcore.sim.command import add_dataset_arguments
@@ -1030,14 +1037,26 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                           "is an alias; kvcore.sim.datasets)")
     p.add_argument("--dataset-path", default=None, metavar="FILE",
                    help="the BurstGPT CSV (burstgpt) or ShareGPT JSON (sharegpt)")
-    p.add_argument("--random-input-len", type=int, default=None, help="default 1024")
-    p.add_argument("--random-output-len", type=int, default=None, help="default 128")
-    p.add_argument("--random-prefix-len", type=int, default=None, help="default 0")
-    p.add_argument("--num-prompts", type=int, default=None, help="default 500")
+    # every integer flag is bounded as kvcore simulate bounds it (a plain type=int let
+    # 2**64 reach numpy: a traceback)
+    from kvcore.sim.command import _count_arg, _float_arg, _ramp_rps_arg
+    from kvcore.sim.workload import MAX_NUM_PROMPTS, MAX_SEED
+    from kvcore.units import length_arg
+
+    p.add_argument("--random-input-len", type=length_arg("random_input_len", minimum=0),
+                   default=None, help="default 1024")
+    p.add_argument("--random-output-len", type=length_arg("random_output_len", minimum=0),
+                   default=None, help="default 128")
+    p.add_argument("--random-prefix-len", type=length_arg("random_prefix_len", minimum=0),
+                   default=None, help="default 0")
+    p.add_argument("--num-prompts", type=_count_arg("num_prompts", maximum=MAX_NUM_PROMPTS,
+                                                    what="requests"),
+                   default=None, help=f"default 500 (at most {MAX_NUM_PROMPTS:,})")
     add_dataset_arguments(p)
-    p.add_argument("--max-concurrency", type=int, default=None)
-    p.add_argument("--request-rate", type=float, default=math.inf)
-    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--max-concurrency", type=_count_arg("max_concurrency", what="requests"),
+                   default=None)
+    p.add_argument("--request-rate", type=_float_arg("request_rate"), default=math.inf)
+    p.add_argument("--burstiness", type=_float_arg("burstiness"), default=1.0)
     p.add_argument("--random-range-ratio", default=None,
                    help="lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1), "
                         "or a JSON dict like '{\"input\": 0.3, \"output\": 0.5}' "
@@ -1045,10 +1064,12 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), default=None,
                    help="ramp the request rate (vllm bench serve's; without "
                         "--request-rate)")
-    p.add_argument("--ramp-up-start-rps", type=int, default=None)
-    p.add_argument("--ramp-up-end-rps", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--ramp-up-start-rps", type=_ramp_rps_arg("ramp_up_start_rps"),
+                   default=None)
+    p.add_argument("--ramp-up-end-rps", type=_ramp_rps_arg("ramp_up_end_rps"), default=None)
+    p.add_argument("--seed", type=_count_arg("seed", minimum=0, maximum=MAX_SEED), default=0)
+    p.add_argument("--limit", type=_count_arg("limit", what="requests", vllm=False),
+                   default=None,
                    help="first N trace requests (N >= 1)")
     p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                    help="SLOs as vLLM's --goodput: ttft:MS tpot:MS e2el:MS")
@@ -1077,16 +1098,16 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                         "both for models with Mamba layers); as in vLLM the mode that "
                         "runs is align with prefix caching on and none with it off, so "
                         "each prefix-caching setting gives one candidate")
-    from kvcore.units import length_arg
-
     p.add_argument("--max-model-len", type=length_arg("max_model_len", allow_auto=True),
                    default=None,
                    help="with vLLM's suffixes (8k, 128K); -1 or auto: the longest that "
                         "fits (default: the model's)")
-    p.add_argument("--top", type=int, default=5, help="runner-ups to print")
+    p.add_argument("--top", type=_count_arg("top", maximum=1 << 20, vllm=False), default=5,
+                   help="runner-ups to print")
     p.add_argument("--backend", choices=["local", "ray", "serial"], default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
-    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--workers", type=_count_arg("workers", what="processes", vllm=False),
+                   default=None)
     p.add_argument("--fast", action="store_true",
                    help="simulate with the token-level loop (kvcore.sim.fastsim) instead "
                         "of the vLLM-faithful engine: faster, no block manager")
@@ -1100,8 +1121,6 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    metavar="P",
                    help="kvcore's acceptance model of --speculative-config's drafts (not "
                         "a vLLM flag): each accepted with probability P, seeded by --seed")
-    from kvcore.sim.command import _float_arg
-
     p.add_argument("--spec-draft-cost", type=_float_arg("spec_draft_cost", allow_inf=False,
                                                         allow_zero=True),
                    default=None, metavar="F",

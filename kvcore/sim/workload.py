@@ -41,7 +41,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, shorten
 from kvcore.sim.traces import TraceRequest
-from kvcore.units import check_items, check_number
+from kvcore.units import bound, check_items, check_number
 
 __all__ = ["random_dataset", "arrival_times", "with_arrivals", "parse_range_ratio",
            "resolve_range_ratios", "check_ramp_up", "RAMP_UP_STRATEGIES",
@@ -238,9 +238,9 @@ def check_ramp_up(strategy: str | None, start_rps: Any, end_rps: Any,
         if v is None:
             raise ConfigError(f"--ramp-up-strategy {strategy}: give both "
                               f"--ramp-up-start-rps and --ramp-up-end-rps", field=name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"{name} must be an integer >= 0 (requests per second), got "
-                              f"{v!r}", field=name, value=v)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= bound(name):
+            raise ConfigError(f"{name} must be an integer in [0, {bound(name):,}] (requests "
+                              f"per second), got {shorten(v)}", field=name, value=shorten(v))
     if start_rps > end_rps:
         raise ConfigError(f"ramp_up_start_rps {start_rps} > ramp_up_end_rps {end_rps}: the "
                           f"start must not exceed the end", field="ramp_up_start_rps",
