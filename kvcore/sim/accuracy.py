@@ -63,14 +63,19 @@ def _row_int(row: dict[str, Any], key: str, default: int | None, minimum: int = 
              ) -> int | None:
     """``row[key]`` as an int >= ``minimum`` (``default`` when absent or null).  Raises
     ConfigError naming the row and the key otherwise."""
-    from kvcore.errors import ConfigError
+    from kvcore.errors import ConfigError, shorten
+    from kvcore.sim.workload import MAX_NUM_PROMPTS
+    from kvcore.units import bound
 
     v = row.get(key)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ConfigError(f"row {row.get('id')!r}: {key} {v!r} must be an integer >= "
-                          f"{minimum}", field=key, value=repr(v))
+    # at most the field's bound (num_prompts: --num-prompts's; a count of 10**9 was a
+    # replay of hours, or a MemoryError)
+    top = MAX_NUM_PROMPTS if key == "num_prompts" else bound(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= top:
+        raise ConfigError(f"row {row.get('id')!r}: {key} {shorten(v)} must be an integer "
+                          f"in [{minimum:,}, {top:,}]", field=key, value=shorten(v))
     return v
 
 
@@ -135,14 +140,17 @@ def _check_row(row: dict[str, Any]) -> None:
                           or not 0 < rate < math.inf):
         raise ConfigError(f"row {row.get('id')!r}: request_rate {rate!r} must be a number "
                           "> 0 or \"inf\"", field="request_rate", value=repr(rate))
+    from kvcore.units import MAX_TOKENS
+
     for key in ("input_lens", "output_lens"):
         lens = row.get(key)
         if lens is not None and (not isinstance(lens, list)
                                  or len(lens) != row["num_prompts"]
                                  or not all(isinstance(n, int) and not isinstance(n, bool)
-                                            and n >= 1 for n in lens)):
+                                            and 1 <= n <= MAX_TOKENS for n in lens)):
             raise ConfigError(f"row {row.get('id')!r}: {key} must be a list of "
-                              f"{row['num_prompts']} integers >= 1 (one per prompt, as "
+                              f"{row['num_prompts']} integers in [1, {MAX_TOKENS:,}] (one "
+                              "per prompt, as "
                               "vllm bench serve --save-detailed writes them)", field=key,
                               value=repr(lens)[:80])
     for m, v in dict(row.get("measured") or {}).items():

@@ -318,6 +318,15 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
         raise ConfigError(f"{name}: has no 'completed' count; valid: a vllm bench serve "
                           "--save-result file", field="completed")
     n = int(done)
+    from kvcore.sim.workload import MAX_NUM_PROMPTS
+    from kvcore.units import MAX_TOKENS
+
+    if n > MAX_NUM_PROMPTS:  # each candidate replays them all: as --num-prompts
+        raise ConfigError(f"{name}: completed {n:,}: at most {MAX_NUM_PROMPTS:,} requests "
+                          f"are replayed (about an hour of CPU per candidate, as "
+                          f"--num-prompts); valid: a run of 1 to {MAX_NUM_PROMPTS:,} "
+                          f"requests", field="completed", value=str(n),
+                          maximum=MAX_NUM_PROMPTS)
     lens: dict[str, int] = {}
     for key in ("total_input_tokens", "total_output_tokens"):
         tot = _num(name, result, key, minimum=n, strict=False, integer=True)
@@ -325,6 +334,11 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
             raise ConfigError(f"{name}: has no {key!r}; valid: a vllm bench serve "
                               "--save-result file", field=key)
         lens[key] = max(1, round(tot / n))
+        if lens[key] > MAX_TOKENS:  # a mean request longer than any length kvcore takes
+            raise ConfigError(f"{name}: {key} {int(tot):,} over {n:,} requests is "
+                              f"{lens[key]:,} tokens a request, implausibly long (at most "
+                              f"{MAX_TOKENS:,})", field=key, value=str(int(tot)),
+                              maximum=MAX_TOKENS)
     rate: Any = result.get("request_rate", "inf")
     if (isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity")) or (
             isinstance(rate, float) and rate == math.inf):
@@ -403,6 +417,8 @@ def _per_request_lens(result: dict[str, Any], n: int, name: str = "result"
     lengths), is not used, with a warning: the mean lengths replay then."""
     import warnings
 
+    from kvcore.units import MAX_TOKENS
+
     out: dict[str, list[int]] = {}
     errors = result.get("errors")
     for key, total in (("input_lens", "total_input_tokens"),
@@ -414,7 +430,7 @@ def _per_request_lens(result: dict[str, Any], n: int, name: str = "result"
                 and len(errors) == len(lens):
             lens = [x for x, e in zip(lens, errors) if not e]
         ok = isinstance(lens, list) and len(lens) == n and all(
-            isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 1 << 40
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TOKENS
             for x in lens)
         if ok and sum(lens) != result.get(total):
             warnings.warn(f"{name}: {key} sum to {sum(lens):,} tokens, not the file's "
