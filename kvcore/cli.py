@@ -589,7 +589,7 @@ def _dotted_args(argv: list[str]) -> list[str]:
         value: Any
         try:
             value = json.loads(value_str)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply: read as text
             try:
                 value = _human_int(value_str)
             except ValueError:

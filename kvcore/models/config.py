@@ -18,7 +18,6 @@ Normalization (what every adapter can rely on):
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -745,16 +744,10 @@ def read_json_file(path: Path | str, what: str = "config") -> Any:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: the {what} file is not UTF-8 text (byte {exc.start}: "
                           f"{raw[exc.start:exc.start + 1]!r})", path=str(path)) from exc
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-            path=str(path)) from exc
-    except RecursionError as exc:
-        raise ConfigError(f"{path}: JSON nested too deeply", path=str(path)) from exc
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise ConfigError(f"{path}: not valid JSON ({exc})", path=str(path)) from exc
+    from kvcore.userfiles import loads_json
+
+    # the shared parser: bad syntax, nesting too deep, an integer of > 4,300 digits
+    return loads_json(text, str(path), parse_constant=_reject_constant, path=str(path))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

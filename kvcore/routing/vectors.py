@@ -260,7 +260,11 @@ def _load(src: Any) -> Vector:
     if not isinstance(src, (str, Path, dict)):
         raise ConfigError(f"src: expected a path or a dict, got {type(src).__name__}",
                           field="src", value=type(src).__name__)
-    d = src if isinstance(src, dict) else json.loads(Path(src).read_text())
+    from kvcore.userfiles import read_json
+
+    # a file: the shared reader (bounded; bad JSON or nesting too deep a ConfigError)
+    d = src if isinstance(src, dict) else read_json(Path(src), f"a {FORMAT} file",
+                                                    field="src")
     if not isinstance(d, dict):
         raise ConfigError(f"not a {FORMAT} file (a JSON {type(d).__name__})",
                           field="format", value=None)

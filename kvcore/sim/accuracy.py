@@ -17,7 +17,6 @@ whose ``added`` note starts with the tag, see :func:`select_rows`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import statistics
@@ -44,13 +43,12 @@ def load_measurements(path: str | Path) -> list[dict[str, Any]]:
     Raises :class:`kvcore.errors.ConfigError` naming the file when it cannot be read,
     is not JSON, or is not an object whose ``rows`` is a list of objects."""
     from kvcore.errors import ConfigError
+    from kvcore.userfiles import read_json
 
     name = Path(path).name
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{name}: cannot be read as JSON ({exc}); valid: an object "
-                          "with a 'rows' list", field=name, value=str(path)) from None
+    # the shared reader: bounded bytes, bad JSON / nesting too deep named
+    data = read_json(path, "a measurements file (an object with a 'rows' list)",
+                     field=name, value=str(path))
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ConfigError(f"{name}: has no 'rows' list of row objects; valid: an object "

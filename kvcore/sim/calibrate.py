@@ -118,36 +118,29 @@ def _read_text(path: Any, what: str) -> str:
 
 
 def _load_json(path: Any, what: str) -> Any:
+    from kvcore.userfiles import loads_json
+
     text = _read_text(path, what)
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
-                          f"{str(exc)[:120]}); give {what}", field=str(path),
-                          value=str(path)) from None
+    return loads_json(text, f"{path}", field=str(path), value=str(path))
 
 
 def read_bench_results(path: str | Path) -> list[dict[str, Any]]:
     """The runs of a ``vllm bench serve --save-result`` file: one JSON object, or one
     per line (``--append-result`` appends each run as a line).  Raises ConfigError naming
     the file when it cannot be read, is not JSON, or holds something else than objects."""
+    from kvcore.userfiles import loads_json
+
     what = "a vllm bench serve --save-result JSON file"
     text = _read_text(path, what)
-    try:
-        objs = [json.loads(text)]
-    except RecursionError:
-        raise ConfigError(f"{path}: cannot be read as JSON (nested too deep); give {what}",
-                          field=str(path), value=str(path)) from None
-    except ValueError as first:
+    try:  # the shared reader: bad JSON, nesting too deep, an integer too long
+        objs = [loads_json(text, f"{path}", field=str(path), value=str(path))]
+    except ConfigError as first:
         lines = [ln for ln in text.splitlines() if ln.strip()]
-        try:
-            objs = [json.loads(ln) for ln in lines] if len(lines) > 1 else []
-        except (ValueError, RecursionError):
-            objs = []
-        if not objs:
-            raise ConfigError(f"{path}: cannot be read as JSON ({type(first).__name__}: "
-                              f"{str(first)[:120]}); give {what}", field=str(path),
-                              value=str(path)) from None
+        if len(lines) <= 1:  # one line: its own error
+            raise ConfigError(f"{first.message}; give {what}", **first.extra) from None
+        # several lines: --append-result's one run per line (a bad line is named)
+        objs = [loads_json(ln, f"{path}:{i}", field=str(path), value=str(path), line=i)
+                for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     for obj in objs:
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}: holds a JSON {type(obj).__name__}, not the object "
@@ -657,11 +650,12 @@ def warn_if_other_deployment(path: str | Path, *, gpu: Any = None,
 
     from kvcore.deploy.gpus import get_gpu
     from kvcore.units import check_path
+    from kvcore.userfiles import read_json
 
     p = check_path(path, "efficiency")
-    try:
-        saved = json.loads(p.read_text())
-    except (OSError, ValueError, RecursionError):
+    try:  # bounded, as load_efficiency reads it
+        saved = read_json(p, "a kvcore-efficiency file")
+    except ConfigError:
         return  # load_efficiency has already said what is wrong with it
     if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
         return

@@ -55,7 +55,6 @@ a flag the chosen dataset does not read (naming it).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import random
@@ -194,15 +193,21 @@ def read_burstgpt(path: str | os.PathLike[str]) -> list[tuple[float, int, int]]:
     header without the columns of :data:`BURSTGPT_COLUMNS`, a non-numeric cell, or no
     row kept.
     """
+    import io
+
+    from kvcore.userfiles import MAX_DATA_BYTES, read_bytes
+
     p = check_path(path, "dataset_path")
+    # bounded, whatever the path is (/dev/zero was read forever)
+    raw = read_bytes(p, "the BurstGPT CSV of --dataset-path", limit=MAX_DATA_BYTES,
+                     field="dataset_path", value=str(p))
     try:
-        fh = open(p, newline="", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--dataset-path {p}: cannot read the BurstGPT CSV "
-                          f"({exc.strerror or exc})", field="dataset_path",
-                          value=str(p)) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--dataset-path {p}: not a readable CSV ({exc})",
+                          field="dataset_path", value=str(p)) from None
     rows: list[tuple[float, int, int]] = []
-    with fh:
+    with io.StringIO(text, newline="") as fh:
         try:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
@@ -350,17 +355,13 @@ def sharegpt_dataset(path: str | os.PathLike[str], tokenize: Callable[[str], Seq
         if not isinstance(flag, bool):
             raise ConfigError(f"{nm} must be True or False, got {shorten(flag)}", field=nm,
                               value=shorten(flag))
+    from kvcore.userfiles import MAX_DATA_BYTES, loads_json, read_bytes
+
     p = check_path(path, "dataset_path")
-    try:
-        with open(p, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"--dataset-path {p}: cannot read the ShareGPT JSON "
-                          f"({exc.strerror or exc})", field="dataset_path",
-                          value=str(p)) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--dataset-path {p}: not JSON ({str(exc)[:80]})",
-                          field="dataset_path", value=str(p)) from None
+    # the shared readers: bounded bytes; bad JSON, nesting too deep, non-UTF-8 named
+    raw = read_bytes(p, "the ShareGPT JSON of --dataset-path", limit=MAX_DATA_BYTES,
+                     field="dataset_path", value=str(p))
+    data = loads_json(raw, f"--dataset-path {p}", field="dataset_path", value=str(p))
     if not isinstance(data, list):
         raise ConfigError(f"--dataset-path {p}: a ShareGPT file is a JSON list of entries "
                           f"with 'conversations', got {type(data).__name__}",

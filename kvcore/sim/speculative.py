@@ -265,6 +265,11 @@ def parse_speculative_config(text: str | dict[str, Any]) -> SpeculativeSettings:
     else:
         try:
             d = json.loads(text)
+        except RecursionError:
+            raise ConfigError(f"--speculative-config {shorten(text)}: not JSON (nested too "
+                              f"deeply); give an object such as '{{\"method\": \"ngram\", "
+                              f"\"num_speculative_tokens\": 3}}'", field=_FIELD,
+                              value=shorten(text)) from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"--speculative-config {shorten(text)}: not JSON ({exc}); "
                               f"give an object such as '{{\"method\": \"ngram\", "

@@ -47,6 +47,7 @@ from typing import IO, Any
 from kvcore.errors import ConfigError, shorten
 from kvcore.sim.tokens import stream_tokens
 from kvcore.units import MAX_TOKEN_ID, MAX_TOKENS, check_items, check_path
+from kvcore.userfiles import loads_json
 
 __all__ = [
     "TraceRequest",
@@ -105,6 +106,8 @@ def _shown(value: Any) -> str:
         text = json.dumps(value)
     except (TypeError, ValueError):  # ValueError: an int too long to print
         return shorten(value, 60)
+    except RecursionError:  # a value nested deeper than the encoder goes
+        return f"a {type(value).__name__} nested too deeply to show"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -186,11 +189,17 @@ def _spool(path: Path) -> None:
     key = _spool_key(path)
     if key is None or key in _SPOOLED:
         return
+    from kvcore.userfiles import MAX_DATA_BYTES
+
     try:
         with path.open("rb") as f:
-            _SPOOLED[key] = f.read()
+            data = f.read(MAX_DATA_BYTES + 1)  # bounded: /dev/zero never ends
     except OSError as exc:
         raise _err(path, None, f"cannot read the trace file ({exc.strerror or exc})") from exc
+    if len(data) > MAX_DATA_BYTES:
+        raise _err(path, None, f"more than {MAX_DATA_BYTES >> 20:,} MiB, the most kvcore "
+                   f"reads of a trace from a pipe or device", maximum=MAX_DATA_BYTES)
+    _SPOOLED[key] = data
 
 
 def _open_binary(path: Path) -> IO[bytes]:
@@ -222,14 +231,18 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number from 1, text)`` of each line of a UTF-8 trace file (a UTF-8 BOM
     is dropped).  Raises ConfigError on unreadable, corrupt or truncated gzip data and on
     bytes that are not UTF-8."""
+    from kvcore.userfiles import MAX_LINE_BYTES
+
     with _open_binary(path) as f:
-        it = iter(f)
         n = 0
         while True:
-            try:
-                raw = next(it)
-            except StopIteration:
-                return
+            try:  # a bounded line: one endless line (no newline) is refused, not read
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                if len(raw) > MAX_LINE_BYTES:
+                    raise _err(path, n + 1, f"a line longer than {MAX_LINE_BYTES >> 20} "
+                               f"MiB; a trace row is a few KiB", maximum=MAX_LINE_BYTES)
             except (OSError, EOFError, zlib.error) as exc:
                 if isinstance(f, gzip.GzipFile):
                     raise _err(path, None, f"corrupt or truncated gzip data after line "
@@ -252,13 +265,8 @@ def _json_rows(path: Path, kind: str) -> Iterator[tuple[int, dict[str, Any]]]:
     for n, text in _lines(path):
         if not text.strip():
             continue
-        try:
-            row = json.loads(text)
-        except ValueError as exc:
-            msg = getattr(exc, "msg", str(exc))
-            col = getattr(exc, "colno", None)
-            raise _err(path, n, f"not valid JSON ({msg}" + (f" at column {col})" if col
-                                                             else ")")) from exc
+        # the shared reader: a syntax error, nesting too deep, an integer too long
+        row = loads_json(text, f"{path}:{n}", field="trace", trace=str(path), line=n)
         if not isinstance(row, dict):
             raise _err(path, n, f"a {kind} row must be a JSON object, got {_shown(row)}")
         yield n, row
@@ -492,6 +500,8 @@ def _detect(p: Path) -> str:
         return "kvcore"
     try:
         row = json.loads(first)
+    except RecursionError:
+        raise _err(p, 1, "not valid JSON (nested too deeply)") from None
     except ValueError:
         if "TIMESTAMP" in [c.strip() for c in first.split(",")]:
             return "azure"

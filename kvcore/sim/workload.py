@@ -150,7 +150,7 @@ def parse_range_ratio(text: str) -> RangeRatio:
     except ValueError:
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply: no dict either
             value = None
         if not isinstance(value, dict):
             raise ConfigError(f"random_range_ratio must be a number in [0, 1) or a JSON "

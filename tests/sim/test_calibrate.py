@@ -204,7 +204,7 @@ def test_bad_result_fields_are_named(field, value):
 
 
 @pytest.mark.parametrize("text, why", [
-    ("[]", "not the object"), ("{", "cannot be read as JSON"), ("", "cannot be read"),
+    ("[]", "not the object"), ("{", "not valid JSON"), ("", "not valid JSON"),
     ('{"completed": 3}', "total_input_tokens"),
     (json.dumps({**_GOOD, "ramp_up_strategy": "linear"}), "ramp-up"),
     (json.dumps({k: v for k, v in _GOOD.items() if not k.endswith(("_ms", "throughput"))}),
