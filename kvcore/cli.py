@@ -217,6 +217,16 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
     planner: Any = plan_model
     if args.max_num_batched_tokens is not None or not on_gpu(args):
         extra["max_num_batched_tokens"] = args.max_num_batched_tokens or 8192
+    if args.max_num_batched_tokens is not None and not on_gpu(args):
+        # vLLM refuses max_num_batched_tokens < max_num_seqs (its default 256) to start;
+        # on a GPU the engine ledger checks it with the GPU's defaults
+        from kvcore.serving import DEFAULT_MAX_NUM_SEQS, check_scheduler_limits
+
+        seqs = getattr(args, "max_num_seqs", None)
+        for s in (seqs if isinstance(seqs, list) else [seqs or DEFAULT_MAX_NUM_SEQS]):
+            check_scheduler_limits(s or DEFAULT_MAX_NUM_SEQS, args.max_num_batched_tokens,
+                                   max(1, max_len) if isinstance(max_len, int) else
+                                   args.max_num_batched_tokens)
     if on_gpu(args):  # --gpu / --gpu-memory: the budget comes from the GPU (kvcore.deploy.budget)
         import functools
 

@@ -478,3 +478,35 @@ class LayoutReport:
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "is_vllm_layout": self.is_vllm_layout,
                 **self.figures.to_dict()}
+
+
+# ---- vLLM's scheduler limits (every path taking these flags: plan, sweep, simulate,
+# tune, calibrate; here, below the simulator, so planning need not import it) ----------
+
+def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
+                           max_model_len: int, long_prefill_token_threshold: int = 0
+                           ) -> None:
+    """Refuse what vLLM 0.32 ``SchedulerConfig.verify_max_model_len`` refuses (chunked
+    prefill on, as kvcore.sim always runs it): ``max_num_batched_tokens <
+    max_num_seqs`` and ``long_prefill_token_threshold > max_model_len``.
+
+    Raises ConfigError naming the field (``max_num_batched_tokens`` or
+    ``long_prefill_token_threshold``), the value and the bound, and for a value that
+    is not an int in range."""
+    from kvcore.units import check_int
+
+    check_int(max_num_seqs, "max_num_seqs")
+    check_int(max_num_batched_tokens, "max_num_batched_tokens")
+    check_int(max_model_len, "max_model_len", maximum=1 << 62)
+    check_int(long_prefill_token_threshold, "long_prefill_token_threshold", minimum=0)
+    if max_num_batched_tokens < max_num_seqs:
+        raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= "
+                          f"max_num_seqs ({max_num_seqs}): vLLM refuses to start "
+                          f"otherwise (SchedulerConfig)", field="max_num_batched_tokens",
+                          value=max_num_batched_tokens)
+    if long_prefill_token_threshold > max_model_len:
+        raise ConfigError(f"long_prefill_token_threshold ({long_prefill_token_threshold})"
+                          f" cannot be greater than max_model_len ({max_model_len}): vLLM "
+                          f"refuses to start otherwise (SchedulerConfig)",
+                          field="long_prefill_token_threshold",
+                          value=long_prefill_token_threshold)

@@ -276,8 +276,10 @@ def test_mamba_blocks_below_max_num_seqs_fail_the_start_from_019(model, gpu, tp,
         (base.stats.vllm_own_layout["max_concurrency"] or 0) * (1 - 1e-9)
     for seqs, engine in ((blocks + 1, "vllm==0.25.1"), (blocks, "vllm==0.25.1"),
                          (blocks + 1, "vllm==0.18.0")):
+        # max_num_batched_tokens >= max_num_seqs: vLLM's SchedulerConfig refuses less
         c = plan_on_gpu(model, gpu=gpu, tensor_parallel_size=tp, max_model_len=max_len,
-                        engine=engine, max_num_seqs=seqs, raise_if_not_fits=False)
+                        engine=engine, max_num_seqs=seqs, raise_if_not_fits=False,
+                        **({"max_num_batched_tokens": seqs} if seqs > 8192 else {}))
         vnb = c.stats.vllm_own_layout["num_blocks"]
         found = _ceilings(c, "mamba_blocks")
         if seqs <= vnb:

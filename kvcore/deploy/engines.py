@@ -456,6 +456,10 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
                                               performance_mode=performance_mode)
     tokens = max_num_batched_tokens or t_def
     seqs = max_num_seqs or s_def
+    if max_num_batched_tokens or max_num_seqs:  # vLLM refuses tokens < seqs to start
+        from kvcore.serving import check_scheduler_limits
+
+        check_scheduler_limits(seqs, tokens, max_model_len or tokens)
     if max_num_batched_tokens or max_num_seqs:
         batch_rule = "given" + ("" if max_num_batched_tokens and max_num_seqs
                                 else f"; default for the rest: {batch_rule}")

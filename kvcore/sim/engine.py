@@ -87,6 +87,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kvcore.errors import ConfigError, shorten
+from kvcore.serving import check_scheduler_limits  # noqa: F401 - the neutral home
 from kvcore.sim.replay import check_manager, check_trace_request
 from kvcore.sim.timing import (
     ConstantTimeModel,
@@ -265,33 +266,6 @@ def resolve_request_overhead(time_model: Any, request_overhead_s: float | None =
     if v is None:
         v = 0.0
     return check_number(v, name, minimum=0.0)
-
-
-def check_scheduler_limits(max_num_seqs: int, max_num_batched_tokens: int,
-                           max_model_len: int, long_prefill_token_threshold: int = 0
-                           ) -> None:
-    """Refuse what vLLM 0.32 ``SchedulerConfig.verify_max_model_len`` refuses (chunked
-    prefill on, as kvcore.sim always runs it): ``max_num_batched_tokens <
-    max_num_seqs`` and ``long_prefill_token_threshold > max_model_len``.
-
-    Raises ConfigError naming the field (``max_num_batched_tokens`` or
-    ``long_prefill_token_threshold``), the value and the bound, and for a value that
-    is not an int in range."""
-    check_int(max_num_seqs, "max_num_seqs")
-    check_int(max_num_batched_tokens, "max_num_batched_tokens")
-    check_int(max_model_len, "max_model_len", maximum=1 << 62)
-    check_int(long_prefill_token_threshold, "long_prefill_token_threshold", minimum=0)
-    if max_num_batched_tokens < max_num_seqs:
-        raise ConfigError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= "
-                          f"max_num_seqs ({max_num_seqs}): vLLM refuses to start "
-                          f"otherwise (SchedulerConfig)", field="max_num_batched_tokens",
-                          value=max_num_batched_tokens)
-    if long_prefill_token_threshold > max_model_len:
-        raise ConfigError(f"long_prefill_token_threshold ({long_prefill_token_threshold})"
-                          f" cannot be greater than max_model_len ({max_model_len}): vLLM "
-                          f"refuses to start otherwise (SchedulerConfig)",
-                          field="long_prefill_token_threshold",
-                          value=long_prefill_token_threshold)
 
 
 def check_some_served(requests: Sequence[Any], *, max_model_len: int,
