@@ -107,8 +107,8 @@ def _add_plan(sub: Any) -> None:
                         "model with Mamba and attention layers with prefix caching on, "
                         "else none")
     p.add_argument("--mamba-ssm-cache-dtype", metavar="D",
-                   help="recurrent-state dtype of Mamba/linear-attention layers (default: "
-                        "the config's)")
+                   help="recurrent-state dtype of Mamba/linear-attention layers, vLLM "
+                        "0.32's auto, float32, float16 or bfloat16 (default: the config's)")
     p.add_argument("--num-speculative-tokens", default=0, metavar="N",
                    type=length_arg("num_speculative_tokens", minimum=0))
     p.add_argument("--include-mtp", action="store_true",

@@ -446,6 +446,14 @@ class CacheConfig:
                 raise ConfigError(f"{name} = {shorten(value)} must be a non-empty string "
                                   f"(a dtype name, or auto)", field=name,
                                   value=shorten(value))
+        ssm = self.mamba_ssm_cache_dtype
+        if ssm is not None and ssm not in VLLM_MAMBA_SSM_CACHE_DTYPES:
+            # vLLM's MambaDType (vllm/config/cache.py): `vllm serve` refuses any other,
+            # on every model (a non-Mamba model too)
+            raise ConfigError(f"--mamba-ssm-cache-dtype / mamba_ssm_cache_dtype = "
+                              f"{shorten(ssm)} is not a vLLM 0.32 Mamba cache dtype; "
+                              f"valid: {', '.join(VLLM_MAMBA_SSM_CACHE_DTYPES)}",
+                              field="mamba_ssm_cache_dtype", value=shorten(ssm))
         if self.mamba_cache_mode not in ("none", "align", "all"):
             raise ConfigError(f"mamba_cache_mode = {shorten(self.mamba_cache_mode)} must be "
                               f"none, align or all", field="mamba_cache_mode",
@@ -456,6 +464,11 @@ class CacheConfig:
 
     def block_size_or(self, default: int) -> int:
         return default if self.block_size is None else self.block_size
+
+
+#: vLLM 0.32's ``MambaDType`` (vllm/config/cache.py): the values of
+#: ``--mamba-ssm-cache-dtype`` (and ``--mamba-cache-dtype``)
+VLLM_MAMBA_SSM_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
