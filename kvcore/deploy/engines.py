@@ -459,7 +459,9 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
     if max_num_batched_tokens or max_num_seqs:  # vLLM refuses tokens < seqs to start
         from kvcore.serving import check_scheduler_limits
 
-        check_scheduler_limits(seqs, tokens, max_model_len or tokens)
+        mml = max_model_len if isinstance(max_model_len, int) and max_model_len > 0 \
+            else tokens  # -1: vLLM's auto, resolved later
+        check_scheduler_limits(seqs, tokens, mml)
     if max_num_batched_tokens or max_num_seqs:
         batch_rule = "given" + ("" if max_num_batched_tokens and max_num_seqs
                                 else f"; default for the rest: {batch_rule}")
