@@ -28,6 +28,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
 from kvcore.units import length_arg, parse_length, parse_size
+from kvcore.userfiles import dumps_json
 
 __all__ = ["main", "parse_size", "build_parser"]
 
@@ -301,7 +302,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from kvcore.plan_serving import serving_json
 
         out["serving"] = serving_json(s)
-        print(json.dumps(out, indent=2))
+        print(dumps_json(out, indent=2))
         return 0
     _print_plan(config, out, model)
     from kvcore.plan_serving import print_serving
@@ -437,7 +438,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {"plugins": plugins}
         if problems:
             out["errors"] = [e.to_dict() for e in problems]
-        print(json.dumps(out, indent=2))
+        print(dumps_json(out, indent=2))
         return 2 if problems else 0
 
     def short(items: list[str], limit: int = 12) -> str:
@@ -496,7 +497,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
         path = embedded_config_path(name)
         rows.append([name, model_type, kinds, provenance_note(path.stem) if path else ""])
     if args.json:
-        print(json.dumps({"models": [{"name": n, "model_type": t, "attention": k,
+        print(dumps_json({"models": [{"name": n, "model_type": t, "attention": k,
                                       "note": note} for n, t, k, note in rows]}, indent=2))
         return 0
     _table("embedded model configs (kvcore plan NAME; provenance in "
@@ -526,7 +527,7 @@ class _Parser(argparse.ArgumentParser):
             for key, value in cause.to_dict().items():
                 payload.setdefault(key, value)
         if _Parser.json_errors:
-            print(json.dumps({"error": payload}))
+            print(dumps_json({"error": payload}))
         else:
             print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -665,7 +666,7 @@ def _internal_error(command: str, exc: BaseException, as_json: bool) -> int:
     message = (f"cannot handle this input ({type(exc).__name__}: {shorten(str(exc))}); "
                f"this is a kvcore bug, please report it with the command line")
     if as_json:
-        print(json.dumps({"error": {"type": "InternalError", "message": message}}))
+        print(dumps_json({"error": {"type": "InternalError", "message": message}}))
     else:
         print(f"kvcore {command}: error: {message}", file=sys.stderr)
     return 2
@@ -768,7 +769,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except KVCoreError as exc:
         if as_json:
-            print(json.dumps({"error": exc.to_dict()}))
+            print(dumps_json({"error": exc.to_dict()}))
         else:
             ledger = (getattr(exc, "extra", None) or {}).get("ledger")
             if ledger and getattr(args, "explain", False):

@@ -95,3 +95,23 @@ def read_json(path: Path | str, what: str, *, limit: int | None = None,
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); give {what}",
                           **extra) from None
     return loads_json(text, str(path), parse_constant=parse_constant, **extra)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps_json(obj: Any, **kwargs: Any) -> str:
+    """The JSON text kvcore writes (``--json`` output, ``--save-result`` files): strict
+    RFC 8259, a non-finite number written as the string ``"inf"``, ``"-inf"`` or
+    ``"nan"`` (as ``vllm bench serve`` writes ``"request_rate": "inf"``), never the bare
+    ``Infinity`` / ``NaN`` tokens that strict parsers refuse."""
+    return json.dumps(_finite(obj), allow_nan=False, **kwargs)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kvcore.errors import ConfigError
+from kvcore.userfiles import dumps_json
 
 __all__ = ["GPU", "GPUPerf", "GPU_CATALOG", "get_gpu", "list_gpus",
            "check_attention_block_size", "ATTENTION_BLOCK_SIZE_MULTIPLE"]
@@ -300,12 +301,11 @@ def add_subparser(sub: object) -> None:
 
 
 def _cmd_gpus(args: object) -> int:
-    import json
 
     from kvcore.planning import format_bytes
 
     if getattr(args, "json", False):
-        print(json.dumps({"gpus": [g.to_dict() for g in GPU_CATALOG]}, indent=2))
+        print(dumps_json({"gpus": [g.to_dict() for g in GPU_CATALOG]}, indent=2))
         return 0
     rows = [[g.name, f"{g.memory_bytes:,}", format_bytes(g.memory_bytes), g.vendor,
              ", ".join(g.aliases) or "-", g.source] for g in GPU_CATALOG]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcore.errors import ConfigError, NotEnoughMemoryError
+from kvcore.userfiles import dumps_json
 
 __all__ = ["sweep", "SWEEP_AXES", "ROW_COLUMNS", "list_of"]
 
@@ -750,7 +751,6 @@ def _is_stdout(path: str) -> bool:
 def run_cli(args: Any) -> int:
     """``kvcore plan`` with a sweep: table (or ``--json``: a list of plans), ``--csv``,
     ``--plot``; exit 0 even when rows do not fit."""
-    import json
 
     if getattr(args, "specs", None):
         raise ConfigError("comma lists, --csv and --plot sweep a MODEL, not a --specs file",
@@ -783,7 +783,7 @@ def run_cli(args: Any) -> int:
                 **cli_plan_kwargs(args))
         plot(plot_rows, args.plot, title=f"kvcore plan {args.model}")
     if args.json:
-        print(json.dumps(rows_to_json(rows), indent=2))
+        print(dumps_json(rows_to_json(rows), indent=2))
     else:
         print_table(rows, title=f"kvcore plan {args.model}: {len(rows)} plans (per rank)")
         for path in (args.csv, args.plot):

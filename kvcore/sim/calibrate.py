@@ -36,6 +36,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency
+from kvcore.userfiles import dumps_json
 
 __all__ = ["read_bench_result", "bench_result_row", "calibrate", "memory_term",
            "save_efficiency", "load_efficiency", "CALIBRATION_GRID", "DEFAULT_TERMS",
@@ -968,7 +969,7 @@ def run(args: argparse.Namespace) -> int:
                         calibrated_on=[str(p) for p in args.results], terms=terms,
                         mean_abs_log_error={"default": before, "calibrated": after})
     if args.json:
-        print(json.dumps({"efficiency": dataclasses.asdict(eff), "changed": moved,
+        print(dumps_json({"efficiency": dataclasses.asdict(eff), "changed": moved,
                           "mean_abs_log_error": {"default": before, "calibrated": after},
                           "runs": runs, "output": args.output,
                           "replayed_as": replayed_as(args, mml, gpu.name)}, indent=1))

@@ -55,6 +55,7 @@ from kvcore.sim.workload import (
     MAX_SEED,  # the bound of --seed (numpy's)
 )
 from kvcore.units import length_arg, parse_size
+from kvcore.userfiles import dumps_json
 
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
            "time_model_note", "speculative_setup", "speculative_note", "vllm_serve_defaults", "select_percentile_metrics",
@@ -585,7 +586,7 @@ def run(args: argparse.Namespace) -> int:
         _plot(res, args.plot, f"{args.model} on {Path(args.trace).name}")
         report["plot"] = args.plot
     if args.json:
-        print(json.dumps(report))
+        print(dumps_json(report))
         return 0
     rows = [
         ("requests admitted", f"{report['requests']:,} of {report['trace_requests']:,}"),
@@ -1162,7 +1163,7 @@ def _save_result(args: argparse.Namespace, path: str, report: dict[str, Any],
         if args.result_dir:
             os.makedirs(args.result_dir, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(out, f)
+            f.write(dumps_json(out))
     except OSError as exc:
         raise ConfigError(f"--save-result {path}: cannot write ({exc.strerror or exc})",
                           field="result_dir", value=path) from exc
@@ -1628,7 +1629,7 @@ def run_clocked(args: argparse.Namespace, budget: int | None, progress: Any) -> 
             _plot_clocked(res, args.plot, f"{args.model}: simulated serving")
         report["plot"] = args.plot
     if args.json:
-        print(json.dumps(report))
+        print(dumps_json(report))
         return 0
     rate = report["request_rate"]
     extra = [("Time model:", report["time_model"]),
@@ -1737,7 +1738,7 @@ def run_fleet_sweep(args: argparse.Namespace, budget: int | None) -> int:
                      workers=args.workers, address=args.address,
                      label="simulating fleets")
     if args.json:
-        print(json.dumps({"sweep": rows}))
+        print(dumps_json({"sweep": rows}))
         return 0
     head = ["model", "trace", "replicas", "router", "hit %", "pred hit %", "TTFT ms",
             "p99 TTFT", "TPOT ms", "out tok/s", "dur s", "busy max/mean", "preempt",

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvcore.errors import ConfigError, KVCoreError
+from kvcore.userfiles import dumps_json
 
 # (merge_same_runs and prefer_simpler work on tune()'s own result records: internal)
 __all__ = ["simulate_once", "candidates", "tune",
@@ -1386,7 +1387,7 @@ def run(args: argparse.Namespace) -> int:
                    f"(default kv_cache_dtype, prefix caching, block size; fewest GPUs) "
                    f"is shown as best" if near > 1 else None)
     if args.json:
-        print(json.dumps({"model": args.model, "gpu": gpu, "objective": objective,
+        print(dumps_json({"model": args.model, "gpu": gpu, "objective": objective,
                           "goodput_slo_ms": goodput, "best": best,
                           "runner_ups": runners, "candidates": len(configs),
                           "min_gain": MIN_GAIN, "within_margin": near,

@@ -78,6 +78,17 @@ def run_cli(argv: list[str]) -> Outcome:
     return Outcome(code, out.getvalue(), err.getvalue(), time.perf_counter() - start)
 
 
+def _no_constant(token: str) -> Any:
+    raise AssertionError(f"not RFC 8259 JSON: the bare token {token} (write \"inf\" / "
+                         f"\"nan\" as vllm bench serve does)")
+
+
+def strict_loads(text: str) -> Any:
+    """``json.loads`` refusing ``Infinity`` / ``-Infinity`` / ``NaN`` (strict parsers
+    do): kvcore's --json output is RFC 8259 JSON."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def _walk(value: Any, path: str = "") -> None:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return
@@ -143,12 +154,12 @@ def check(surface: str, argv: list[str], *, invalid: bool = False,
         if o.code == 0:
             assert not invalid, f"exit 0 on invalid input ({why}): kvcore {shown}"
             if as_json and o.out.strip():
-                check_plan_json(json.loads(o.out))
+                check_plan_json(strict_loads(o.out))
         else:
             if as_json:
                 lines = [line for line in o.out.splitlines() if line.strip()]
                 assert len(lines) == 1, f"not one JSON line: {o.out[-600:]}"
-                payload = json.loads(lines[0])
+                payload = strict_loads(lines[0])
                 assert set(payload) == {"error"} and payload["error"]["message"], payload
                 assert len(payload["error"]["message"]) < 2000
             else:
