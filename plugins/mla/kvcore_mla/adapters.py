@@ -310,7 +310,8 @@ def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     """Kimi-K3 / Kimi-Linear: MLA full-attention layers and KDA linear-attention layers.
 
     ``linear_attn_config.full_attn_layers`` and ``kda_layers`` are 1-based layer
-    numbers.  MLA layer ``i`` (0-based): ``model.layers.{i}.self_attn.attn``
+    numbers; as in vLLM 0.32 (``is_kda_layer``) a layer of ``kda_layers`` is KDA and
+    every other decoder layer MLA (``full_attn_layers`` is checked, not needed).  MLA layer ``i`` (0-based): ``model.layers.{i}.self_attn.attn``
     (mla_attention, head kv_lora_rank + qk_rope_head_dim = 576); KDA layer ``i``:
     ``model.layers.{i}.self_attn`` with the ``mamba`` kind taken from the registry
     (kvcore-mamba, never imported), shapes from :func:`kda_state_shapes`.
@@ -341,6 +342,10 @@ def kimi_layer_specs(mc: Any, cc: Any) -> dict[str, KVCacheSpec]:
     mla = _mla(mc, cc)
     kda_spec = _kda_spec(mc, cc) if kda else None
     out: dict[str, KVCacheSpec] = {}
+    # vLLM 0.32 decides per layer: config.is_kda_layer(i) ((i + 1) in kda_layers) is a KDA
+    # layer, every other one MultiHeadLatentAttention (models/kimi_k3, kimi_linear);
+    # full_attn_layers is never consulted, so a layer in neither list is MLA
+    kinds = {i: "kda" if kinds.get(i) == "kda" else "mla" for i in range(num_layers)}
     for i in sorted(kinds):
         if kinds[i] == "mla":
             out[f"model.layers.{i}.self_attn.attn"] = mla

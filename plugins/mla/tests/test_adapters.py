@@ -253,3 +253,36 @@ def test_kimi_bad_layer_lists(data_dir):
     raw["text_config"]["linear_attn_config"]["full_attn_layers"] = [1, 4]  # 1 is KDA too
     with pytest.raises(ConfigError, match="twice"):
         mla_layer_specs(parse_model_config(raw), CacheConfig())
+
+
+def test_kimi_layers_follow_vllms_is_kda_layer(data_dir):
+    """vLLM 0.32 (models/kimi_k3, transformers_utils/configs/kimi_linear.py): layer i is
+    KDA when ``(i + 1) in kda_layers``, every other decoder layer MLA;
+    ``full_attn_layers`` is never consulted (tester A, F8: a layer in neither list had
+    no KV cache, exit 0).  Seeded mutants: entries dropped from either list, a list
+    emptied or removed; the expected kinds come from vLLM's rule alone."""
+    import random
+
+    pytest.importorskip("kvcore_mamba", reason="Kimi-K3's KDA layers need kvcore-mamba")
+    base = json.loads((data_dir / "configs" / "kimi-k3.aiconfigurator.json").read_text())
+    n = base["text_config"]["num_hidden_layers"]
+    rng = random.Random(8)
+    for case in range(24):
+        raw = json.loads(json.dumps(base))
+        lac = raw["text_config"]["linear_attn_config"]
+        for key in ("full_attn_layers", "kda_layers"):
+            how = rng.choice(["keep", "drop some", "empty", "remove"] if key ==
+                             "full_attn_layers" else ["keep", "drop some", "empty"])
+            if how == "drop some":
+                lac[key] = sorted(rng.sample(lac[key], rng.randint(0, len(lac[key]))))
+            elif how == "empty":
+                lac[key] = []
+            elif how == "remove":
+                del lac[key]
+        kda = set(lac["kda_layers"])
+        specs = mla_layer_specs(parse_model_config(raw), CacheConfig())
+        want = {f"model.layers.{i}.self_attn" if i + 1 in kda else
+                f"model.layers.{i}.self_attn.attn" for i in range(n)}
+        assert set(specs) == want, case
+        got = kinds(specs)
+        assert got["mamba"] == len(kda) and got["mla_attention"] == n - len(kda), case
