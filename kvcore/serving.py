@@ -201,7 +201,13 @@ def servable(workload: Workload, max_model_len: int) -> Workload:
     """``workload`` without the requests vLLM rejects at ``max_model_len`` (prompt +
     output longer than it: vLLM's input processor refuses them, as ``kvcore simulate``
     counts them rejected), with the count in ``source``.  Raises ConfigError (field
-    ``max_model_len``) when no request is left, naming the shortest request."""
+    ``max_model_len``) when no request is left, naming the shortest request, and for
+    a ``workload`` that is not a :class:`Workload` or a ``max_model_len`` that is not
+    an int >= 1."""
+    from kvcore.units import check_instance, check_int
+
+    check_instance(workload, Workload, "workload", where="servable")
+    check_int(max_model_len, "max_model_len", minimum=1, maximum=1 << 40, where="servable")
     keep = tuple(r for r in workload.requests if r.prompt_len + r.output_len <= max_model_len)
     if len(keep) == len(workload.requests):
         return workload

@@ -85,8 +85,11 @@ def test_mamba_blocks_ceiling(seqs: int, mml: int, tp: int, engine: str) -> None
     """Mamba blocks < max_num_seqs: fatal from vLLM 0.19 (then fits False and the plan
     raises), a warning before (fits unchanged)."""
     skip_unless_served("qwen3-next-80b-a3b-thinking")
+    # vLLM refuses max_num_seqs > max_num_batched_tokens before any ceiling (tester A
+    # F6): the step is raised with the sequences, as a deployment that large would
     kw: dict[str, Any] = dict(gpu="H100", tensor_parallel_size=tp, max_model_len=mml,
-                              max_num_seqs=seqs, engine=engine)
+                              max_num_seqs=seqs, engine=engine,
+                              max_num_batched_tokens=max(seqs, 8192))
     c = plan_on_gpu("qwen3-next-80b-a3b-thinking", raise_if_not_fits=False, **kw)
     fatal = [x for x in c.stats.get("ceilings") or [] if x["fatal"]]
     mamba = [x for x in c.stats.get("ceilings") or [] if x["kind"] == "mamba_blocks"]
@@ -128,12 +131,14 @@ def test_no_fatal_ceiling_beside_fits(model: str, gpu: str, tp: int, mml: int,
 
 
 def test_plan_fits_is_false_when_vllm_refuses_to_start(capsys: Any) -> None:
-    """tester1 #3: qwen3-next TP 4 on H100, --max-num-seqs 100000: the Mamba ceiling is
-    fatal (6,216 blocks); the CLI exits 2 naming max_num_seqs, as a not-fit does."""
+    """tester1 #3: qwen3-next TP 4 on H100, --max-num-seqs 20000 (and a step as large,
+    which vLLM requires): the Mamba ceiling is fatal (about 6,000 blocks); the CLI exits
+    2 naming max_num_seqs, as a not-fit does."""
     skip_unless_served("qwen3-next-80b-a3b-thinking")
     rc, out, err = _run(capsys, ["plan", "qwen3-next-80b-a3b-thinking", "--gpu", "H100",
                                  "--tp", "4", "--max-model-len", "8192",
-                                 "--max-num-seqs", "100000", "--json"])
+                                 "--max-num-seqs", "20000",
+                                 "--max-num-batched-tokens", "20000", "--json"])
     assert rc == 2
     d = json.loads(out)["error"]
     assert d["fits"] is False and "max_num_seqs" in d["message"]
@@ -145,7 +150,7 @@ def test_sweep_row_with_a_fatal_ceiling_does_not_fit() -> None:
     from kvcore.deploy.sweep import sweep
 
     rows = sweep("qwen3-next-80b-a3b-thinking", gpu="H100", tensor_parallel_size=4,
-                 max_model_len=8192, max_num_seqs=100000)
+                 max_model_len=8192, max_num_seqs=20000, max_num_batched_tokens=20000)
     assert rows[0]["fits"] is False and "max_num_seqs" in rows[0]["error"]
 
 
