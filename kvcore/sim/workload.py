@@ -336,6 +336,11 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
             else:
                 delays = [float(rs.gamma(shape=burstiness, scale=1.0 / (r * burstiness)))
                           for r in rates]
+        elif burstiness > 1e6:  # pragma: no cover - numpy is optional
+            # gamma of shape > 1e6: a coefficient of variation under 1e-3, so the gaps
+            # are even; random.gammavariate never returns past shape ~9e307 (its
+            # sqrt(2 shape - 1) overflows and every draw is rejected: a hang)
+            delays = [1.0 / r for r in rates]
         else:  # pragma: no cover - numpy is optional
             prng = random.Random(seed)
             delays = [prng.gammavariate(burstiness, 1.0 / (r * burstiness)) for r in rates]
