@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ names = st.one_of(
 @settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(name=names, model=st.sampled_from(MODELS), gpu=st.booleans())
+@pytest.mark.skipif(importlib.util.find_spec('kvcore_mamba') is None, reason='needs kvcore-mamba')
 def test_the_cli_takes_vllms_values_only(name: str, model: str, gpu: bool,
                                          capsys: Any) -> None:
     if name.startswith("-"):
@@ -84,6 +86,7 @@ def test_the_cli_takes_vllms_values_only(name: str, model: str, gpu: bool,
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(name=names, model=st.sampled_from(MODELS))
+@pytest.mark.skipif(importlib.util.find_spec('kvcore_mamba') is None, reason='needs kvcore-mamba')
 def test_the_api_takes_vllms_values_only(name: str, model: str) -> None:
     kw = dict(kv_cache_memory_bytes=20 << 30, max_model_len=8192, mamba_ssm_cache_dtype=name)
     if name in VLLM_MAMBA_DTYPES:

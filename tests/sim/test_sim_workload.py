@@ -125,6 +125,6 @@ def test_arrivals_without_numpy_end(monkeypatch, burstiness):
     import kvcore.sim.workload as workload
 
     monkeypatch.setattr(workload, "_np", lambda: None)
-    times = workload.arrival_times(20, 1e-9 if burstiness > 1e300 else 2.0, burstiness,
+    times = workload.arrival_times(20, 1e-9 if burstiness >= 1e300 else 2.0, burstiness,
                                    seed=3)
     assert len(times) == 20 and all(math.isfinite(t) and t >= 0 for t in times)
