@@ -26,6 +26,12 @@ run); a stage whose selection (``-m``/``-k`` in PYTEST ARGS) leaves no test coun
 empty, not failed.  The last line is the tally over all pytest stages, in the form
 ``total: N passed, N failed, N skipped`` (errors count as failed).
 
+The pytest stages run their tests in ``KVCORE_TEST_WORKERS`` processes (pytest-xdist's
+``-n``; default: the machine's CPU count, at most 4; 1 runs them in one process), where
+the stage's interpreter has pytest-xdist; the packaging stage runs its checks in one
+process (its session fixtures build the wheels and venvs once) and hands the workers to
+the test runs inside the fresh venvs.
+
 Environment: ``PYTHON`` (default: this interpreter).  Kernel tests run on the CPU under
 the Triton interpreter (each conftest.py sets TRITON_INTERPRET=1; it is also set here).
 """
@@ -97,6 +103,30 @@ def _has_tests(path: Path, exclude: str | None = None) -> bool:
     return False
 
 
+def test_workers() -> int:
+    """``KVCORE_TEST_WORKERS`` (an int >= 1), else the CPU count capped at 4."""
+    raw = os.environ.get("KVCORE_TEST_WORKERS", "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise SystemExit(f"KVCORE_TEST_WORKERS={raw!r}: valid: an integer >= 1")
+        return n
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _xdist_args(python: str, env: dict[str, str]) -> list[str]:
+    """``["-n", N]`` where N > 1 and ``python`` has pytest-xdist, else ``[]``."""
+    n = test_workers()
+    if n <= 1:
+        return []
+    probe = subprocess.run([python, "-c", "import xdist"], cwd=ROOT, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True)
+    return ["-n", str(n)] if probe.returncode == 0 else []
+
+
 def run_stage(stage: str, python: str, pytest_args: list[str],
               env: dict[str, str]) -> Result:
     print(f"\n===== {stage} " + "=" * max(0, 70 - len(stage)), flush=True)
@@ -117,7 +147,7 @@ def run_stage(stage: str, python: str, pytest_args: list[str],
         vpy = str(ROOT / ".venv-vllm" / "bin" / "python")
         rc, tail = _stream([vpy, "-m", "pytest", "integrations/vllm/tests",
                             "--rootdir", "integrations/vllm", "-p", "no:cacheprovider",
-                            "-rfEs", *pytest_args], env)
+                            *_xdist_args(vpy, env), "-rfEs", *pytest_args], env)
         counts = _pytest_counts(tail)
         return Result(stage, "passed" if rc == 0 and counts.get("passed") else "failed",
                       time.perf_counter() - t0, counts,
@@ -129,13 +159,18 @@ def run_stage(stage: str, python: str, pytest_args: list[str],
         env = {**env, "KVCORE_REQUIRE_RAY": "1"}
     elif stage == "packaging":
         target, exclude = ROOT / "tests" / "packaging", None
+        # one process: its session fixtures build the wheels and venvs once; the test
+        # runs inside those venvs take the workers (tests/packaging/pkg_support.py)
         cmd = [python, "-m", "pytest", "tests/packaging"]
+        env = {**env, "KVCORE_TEST_WORKERS": str(test_workers())}
     else:
         target, exclude = ROOT / "plugins" / stage / "tests", None
         cmd = [python, "-m", "pytest", f"plugins/{stage}/tests"]
     if not target.is_dir() or not _has_tests(target, exclude):
         print(f"(no test files under {target.relative_to(ROOT)}: stage skipped)")
         return Result(stage, "empty", time.perf_counter() - t0, note="no test files")
+    if stage != "packaging":
+        cmd += _xdist_args(python, env)
     rc, tail = _stream(cmd + ["-p", "no:cacheprovider", "-rfEs", *pytest_args], env)
     counts = _pytest_counts(tail)
     secs = time.perf_counter() - t0

