@@ -29,7 +29,8 @@ from kvcore.errors import KVCoreError, NotEnoughMemoryError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
 
 __all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
-           "sharegpt_output_lengths", "is_sharegpt_row", "LENGTH_MODELS", "DEFAULT_LENGTHS",
+           "sharegpt_output_lengths", "eos_output_lengths", "stated_lengths",
+           "is_sharegpt_row", "LENGTH_MODELS", "DEFAULT_LENGTHS",
            "select_rows", "summary", "fit", "source_family", "METRICS", "V2_EFFICIENCY"]
 
 #: the compared figures: measured key -> simulated key (the simulated statistic follows
@@ -121,7 +122,21 @@ def _check_row(row: dict[str, Any]) -> None:
                               f"'excluded' (here not: {', '.join(left)})",
                               field="data_parallel_size",
                               value=repr(row["data_parallel_size"]))
-    for key in ("enable_prefix_caching", "enable_chunked_prefill"):
+    for key in ("output_len_max", "input_len_min", "input_len_max", "output_len_min"):
+        _row_int(row, key, None)
+    for key in ("input_len_sd", "output_len_sd"):
+        sd = row.get(key)
+        if sd is not None and (isinstance(sd, bool) or not isinstance(sd, (int, float))
+                               or not 0 < sd < math.inf):
+            raise ConfigError(f"row {row.get('id')!r}: {key} {sd!r} must be a number > 0 "
+                              "(tokens)", field=key, value=repr(sd))
+    rr = row.get("random_range_ratio")
+    if rr is not None and (isinstance(rr, bool) or not isinstance(rr, (int, float))
+                           or not 0 <= rr < 1):
+        raise ConfigError(f"row {row.get('id')!r}: random_range_ratio {rr!r} must be a "
+                          "number in [0, 1) (vLLM's --random-range-ratio)",
+                          field="random_range_ratio", value=repr(rr))
+    for key in ("enable_prefix_caching", "enable_chunked_prefill", "ignore_eos"):
         _row_bool(row, key, True)
     kvd = row.get("kv_cache_dtype", "auto")
     if not isinstance(kvd, str):
@@ -166,8 +181,10 @@ def _burstiness(row: dict[str, Any]) -> float:
 
 #: how a row's lengths are replayed (v12_protocol.md): ``mean`` every request at the
 #: row's mean lengths (v1 - v11); ``sharegpt`` ShareGPT rows' outputs drawn from
-#: :func:`sharegpt_output_lengths` (other rows as ``mean``)
-LENGTH_MODELS = ("mean", "sharegpt")
+#: :func:`sharegpt_output_lengths` (other rows as ``mean``); ``stated`` (v14's candidate
+#: H, v14_protocol.md) as ``sharegpt``, and a row's stated length distribution where it
+#: states one (:func:`stated_lengths`)
+LENGTH_MODELS = ("mean", "sharegpt", "stated")
 
 #: the harness's default (v12's candidate G, adopted by its rule: v12_protocol.md)
 DEFAULT_LENGTHS = "sharegpt"
@@ -225,6 +242,97 @@ def sharegpt_output_lengths(num_prompts: int, mean_output_len: int, input_len: i
             hi = mid
     a, b = draw(lo), draw(hi)
     return a if abs(statistics.fmean(a) - target) <= abs(statistics.fmean(b) - target) else b
+
+
+def eos_output_lengths(num_prompts: int, mean_output_len: int, output_len_max: int,
+                       seed: int = 0) -> list[int]:
+    """``num_prompts`` output lengths (tokens) of a run without ``--ignore-eos``: each
+    request stops at its EOS, drawn with one per-token hazard ``h`` (a geometric length
+    on 1, 2, ...), or at ``output_len_max`` (the requested ``--random-output-len``),
+    whichever comes first; ``h`` is solved (bisection over fixed seeded uniforms) so the
+    lengths' mean is ``mean_output_len`` as closely as integers allow (all
+    ``output_len_max`` when the mean is not below it).  v14_protocol.md, candidate H.
+
+    Raises ConfigError naming the argument for a count below 1."""
+    import random
+
+    from kvcore.errors import ConfigError
+
+    for name, v in (("num_prompts", num_prompts), ("output_len", mean_output_len),
+                    ("output_len_max", output_len_max)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name} {v!r} must be an integer >= 1", field=name,
+                              value=repr(v))
+    if mean_output_len >= output_len_max:
+        return [output_len_max] * num_prompts
+    rng = random.Random(seed)
+    logs = [math.log1p(-rng.random()) for _ in range(num_prompts)]  # log(1 - u) < 0
+
+    def draw(h: float) -> list[int]:
+        lq = math.log1p(-h)
+        return [min(output_len_max, max(1, math.ceil(x / lq))) for x in logs]
+
+    lo, hi = 1e-12, 1.0 - 1e-12  # the mean of draw(h) falls as h grows
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if statistics.fmean(draw(mid)) > mean_output_len:
+            lo = mid
+        else:
+            hi = mid
+    a, b = draw(lo), draw(hi)
+    return (a if abs(statistics.fmean(a) - mean_output_len)
+            <= abs(statistics.fmean(b) - mean_output_len) else b)
+
+
+def _clipped_normal(n: int, mean: float, sd: float, low: int, high: int,
+                    seed: int) -> list[int]:
+    import random
+
+    rng = random.Random(seed)
+    return [min(high, max(low, round(rng.gauss(mean, sd)))) for _ in range(n)]
+
+
+def _range_ratio(n: int, length: int, ratio: float, seed: int) -> list[int]:
+    """vLLM's random dataset lengths: uniform integers on [floor(len x (1 - r)),
+    ceil(len x (1 + r))] (``RandomDataset``@0.32), at least 1."""
+    import random
+
+    rng = random.Random(seed)
+    low = max(1, math.floor(length * (1 - ratio)))
+    high = max(low, math.ceil(length * (1 + ratio)))
+    return [rng.randint(low, high) for _ in range(n)]
+
+
+def stated_lengths(row: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
+    """``(inputs, outputs)``: per-request lengths drawn from the distribution a row
+    states (v14_protocol.md, candidate H), None for a side it states nothing about:
+
+    - ``input_len_sd`` / ``output_len_sd`` (with ``*_len_min``, ``*_len_max``): a normal
+      around the row's mean length, clipped (seeded: 1 inputs, 0 outputs);
+    - else ``random_range_ratio`` r: vLLM's uniform lengths around the mean;
+    - outputs, else ``output_len_max`` above the mean ``output_len`` (a run without
+      ``--ignore-eos``): :func:`eos_output_lengths`, after the range ratio's draw where
+      both are given."""
+    n = int(row["num_prompts"])
+    isl, osl = int(row["input_len"]), int(row["output_len"])
+    inputs: list[int] | None = None
+    outputs: list[int] | None = None
+    ratio = float(row.get("random_range_ratio") or 0.0)
+    if row.get("input_len_sd") is not None:
+        inputs = _clipped_normal(n, isl, float(row["input_len_sd"]),
+                                 int(row.get("input_len_min", 1)),
+                                 int(row.get("input_len_max", 1 << 30)), 1)
+    elif ratio > 0:
+        inputs = _range_ratio(n, isl, ratio, 1)
+    if row.get("output_len_sd") is not None:
+        outputs = _clipped_normal(n, osl, float(row["output_len_sd"]),
+                                  int(row.get("output_len_min", 1)),
+                                  int(row.get("output_len_max", 1 << 30)), 0)
+    elif row.get("output_len_max") is not None and int(row["output_len_max"]) > osl:
+        outputs = eos_output_lengths(n, osl, int(row["output_len_max"]))
+    elif ratio > 0:
+        outputs = _range_ratio(n, osl, ratio, 0)
+    return inputs, outputs
 
 
 def vllm_serve_defaults(gpu: Any) -> tuple[int, int]:
@@ -399,9 +507,13 @@ def simulate_row(row: dict[str, Any], efficiency: Efficiency = DEFAULT_EFFICIENC
     outputs: list[int] | None = None
     if row.get("output_lens") is not None:  # the run's own, per request
         outputs = [int(n) for n in row["output_lens"]]
-    elif lengths == "sharegpt" and is_sharegpt_row(row):
+    elif lengths in ("sharegpt", "stated") and is_sharegpt_row(row):
         outputs = sharegpt_output_lengths(int(row["num_prompts"]), osl, isl)
     inputs = [int(n) for n in row["input_lens"]] if row.get("input_lens") else None
+    if lengths == "stated" and not is_sharegpt_row(row):
+        drawn_in, drawn_out = stated_lengths(row)
+        inputs = inputs if inputs is not None else drawn_in
+        outputs = outputs if outputs is not None else drawn_out
     if sim == "engine":
         fig = _engine_figures(model, kv, row, mnbt, mns, int(kv.max_model_len or mml),
                               outputs, inputs)
@@ -750,7 +862,10 @@ def _parser() -> Any:
     p.add_argument("--lengths", choices=LENGTH_MODELS, default=DEFAULT_LENGTHS,
                    help="how rows' lengths are replayed: sharegpt (default: ShareGPT rows' "
                         "outputs drawn from ShareGPT's length shape, v12_protocol.md) or "
-                        "mean (every request at the row's mean lengths, as v1 - v11)")
+                        "mean (every request at the row's mean lengths, as v1 - v11); "
+                        "stated (v14's H: sharegpt, plus each row's stated length "
+                        "distribution: output_len_max without --ignore-eos, "
+                        "random_range_ratio, a clipped normal)")
     p.add_argument("--fit-from", choices=("v2", "default"), default="v2",
                    help="where --fit starts: v2's coefficients (default, as the v6 and v7 "
                         "fits) or DEFAULT_EFFICIENCY (the v8 refit)")
