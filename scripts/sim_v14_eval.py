@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""v14's one evaluation (tests/data/sim_accuracy/v14_protocol.md): candidates A, H, F
+and FH on the v14 rows (``v14*_rows.json``) and on every held-out row of
+measurements.json, with the engine; prints each row's figures and the medians the
+protocol's decision rules read.
+
+    python scripts/sim_v14_eval.py [--workers N] [--fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kvcore.sim.accuracy import METRICS, evaluate, load_measurements  # noqa: E402
+from kvcore.sim.timing import DEFAULT_EFFICIENCY  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "sim_accuracy"
+#: v11's candidate F (v11_fit_log.txt), unchanged
+F = dataclasses.replace(DEFAULT_EFFICIENCY, compute_hbm3=1.2, compute_gddr=0.9)
+CANDIDATES = {"A": (DEFAULT_EFFICIENCY, "sharegpt"), "H": (DEFAULT_EFFICIENCY, "stated"),
+              "F": (F, "sharegpt"), "FH": (F, "stated")}
+
+
+def f_applies(gpu: str) -> bool:
+    """Whether F's terms touch ``gpu``: an HBM3 / HBM3e or GDDR part (the catalog's
+    ``perf.memory_type``)."""
+    from kvcore.deploy.gpus import get_gpu
+
+    perf = getattr(get_gpu(gpu), "perf", None)
+    return getattr(perf, "memory_type", "hbm") in ("hbm3", "gddr")
+
+
+def medians(results, ids=None):
+    out = {}
+    for m in METRICS:
+        errs = [abs(r[m]["error"]) for r in results if m in r
+                and (ids is None or r["id"] in ids)]
+        out[m] = (len(errs), statistics.median(errs) if errs else float("nan"))
+    return out
+
+
+def fmt(med):
+    return " / ".join(f"{100 * v:.1f} % ({n})" for n, v in med.values())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--fast", action="store_true")
+    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--no-heldout", action="store_true",
+                   help="the v14 rows only (a dry run of the script)")
+    args = p.parse_args()
+    data = args.data
+    sim = "fast" if args.fast else "engine"
+    v14 = []
+    for f in sorted(data.glob("v14*_rows.json")):
+        v14 += json.loads(f.read_text())
+    held = [] if args.no_heldout else [
+        r for r in load_measurements(data / "measurements.json")
+        if r.get("split") == "holdout"]
+    from kvcore.sim.accuracy import _check_row, stated_lengths
+    for r in v14:
+        _check_row(r)
+    changed = {r["id"] for r in v14 if stated_lengths(r) != (None, None)}
+    hw = {r["id"] for r in v14 if f_applies(r["gpu"])}
+    print(f"v14 rows: {len(v14)} (H changes {len(changed)}; on HBM3 / GDDR parts "
+          f"{len(hw)}); earlier held-out rows: {len(held)}; sim {sim}")
+    for name, (eff, lengths) in CANDIDATES.items():
+        res14 = evaluate(v14, eff, base=data, sim=sim, workers=args.workers,
+                         lengths=lengths) if v14 else []
+        resh = evaluate(held, eff, base=data, sim=sim, workers=args.workers,
+                        lengths=lengths)
+        print(f"\n== {name} ({'lengths ' + lengths})")
+        for r in res14:
+            print("  " + r["id"] + ": " + ", ".join(
+                f"{m} {r[m]['measured']:.4g} / {r[m]['simulated']:.4g} "
+                f"({100 * r[m]['error']:+.0f} %)" for m in METRICS if m in r))
+        print(f"  v14 all        (thr / TTFT / TPOT): {fmt(medians(res14))}")
+        print(f"  v14 H-changed  : {fmt(medians(res14, changed))}")
+        print(f"  v14 HBM3/GDDR  : {fmt(medians(res14, hw))}")
+        print(f"  all held out   : {fmt(medians(res14 + resh))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
