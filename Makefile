@@ -14,7 +14,9 @@
 # Needs make and Python 3.10+.  Run outside a virtual environment, the targets create
 # .venv and install there (PEP 668 system Pythons refuse pip install); inside one, there.
 # Variables: PYTHON (default python3), PYTEST_ARGS (extra pytest arguments for every
-# pytest stage, e.g. PYTEST_ARGS='-m "not slow"' skips the packaging checks' tests).
+# pytest stage, e.g. PYTEST_ARGS='-m "not slow"' skips the packaging checks' tests),
+# KVCORE_TEST_WORKERS (test processes per pytest stage, pytest-xdist; default the CPU
+# count, at most 4; 1: one process).
 # pip takes torch==2.13.0 (CPU) from the machine's local wheel through pip's configured
 # find-links; the kernels extra admits it (torch>=2.4,<2.15).
 
