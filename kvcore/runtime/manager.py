@@ -441,7 +441,9 @@ class KVCacheManager:
         (``request.num_computed_tokens`` too); ``num_new_tokens`` is 0 without a hit to
         adopt (vLLM's rule); computed + new tokens exceed ``max_model_len`` (only the
         lookahead slots are capped at it, as in vLLM); ``full_sequence_must_fit`` is
-        not a bool; a cross-attention request's ``num_encoder_tokens`` is not an int
+        not a bool; another request object holds blocks under the same
+        ``request_id`` (ids must be unique among running requests; vLLM's engine makes
+        them so before its scheduler, kvcore's public ``make_request`` cannot); a cross-attention request's ``num_encoder_tokens`` is not an int
         in [0, ``max_num_encoder_input_tokens``]; or the hit is not a current one of
         this request: ``num_new_computed_tokens`` must equal the hit's length, each
         caching group must give ``num_new_computed_tokens // block_size`` blocks, every real block must still be cached in its group under
@@ -454,6 +456,9 @@ class KVCacheManager:
             nc = request.num_computed_tokens
         except AttributeError:
             raise self._bad_request("allocate_slots", request) from None
+        owner = self._requests.get(rid)
+        if owner is not None and owner is not request:
+            raise self._duplicate_id("allocate_slots", rid)
         # argument checks before any state changes.  The common call (defaults for the
         # hit, lookahead and full_sequence_must_fit; int counts) is checked with
         # identity and type tests; every other call takes the full checks
@@ -881,6 +886,16 @@ class KVCacheManager:
         self._requests.pop(rid, None)
 
     # ---- checks --------------------------------------------------------------------
+    @staticmethod
+    def _duplicate_id(where: str, rid: Any) -> RequestError:
+        """Another live request object holds blocks under ``rid``: its blocks would be
+        read and written by both (the tables are keyed by request id)."""
+        return RequestError(f"{where}({rid!r}): request_id {rid!r} already holds blocks "
+                            "through another request object; request ids must be "
+                            "unique among running requests (free the other first, or "
+                            "give this one its own id)", field="request_id",
+                            value=repr(rid))
+
     @staticmethod
     def _name_kind(e: BlockPoolError, m: Any) -> BlockPoolError:
         """The pool's error with the manager's group and kind (the plugin) named."""

@@ -1,0 +1,76 @@
+"""A request id belongs to one request object while it holds blocks (fresh tester,
+finding T1): two live requests made with one id shared block tables silently, the
+second computing on blocks the first held, and after ``free`` of one the other kept a
+table of blocks the pool handed out again.
+
+Rule (the brief's): the pool never hands out a block that someone else holds, and no
+layer reads a block it does not hold.  kvcore's tables are keyed by request id (as
+vLLM's ``req_to_blocks``); vLLM's engine makes ids unique before its scheduler, while
+kvcore's public ``make_request`` takes any id, so ``allocate_slots`` refuses a second
+object under a live id, with no state changed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcore import FullAttentionSpec, KVCacheManager, SlidingWindowSpec, plan
+from kvcore.errors import RequestError
+
+
+def _manager(hybrid: bool, caching: bool) -> KVCacheManager:
+    layers = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)}
+    if hybrid:
+        layers["l1"] = SlidingWindowSpec(block_size=16, num_kv_heads=8, head_size=128,
+                                         sliding_window=32)
+    config = plan(layers, max_model_len=512, num_gpu_blocks_override=64)
+    return KVCacheManager(config, max_model_len=512, enable_caching=caching,
+                          check_invariants=True)
+
+
+def _tables(m: KVCacheManager, rid: str):
+    return m.get_block_ids(rid)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hybrid=st.booleans(), caching=st.booleans(), first=st.integers(1, 200),
+       second=st.integers(1, 200), same_prompt=st.booleans(), steps=st.integers(0, 5))
+def test_a_second_object_under_a_live_id_is_refused_with_no_state_changed(
+        hybrid, caching, first, second, same_prompt, steps):
+    m = _manager(hybrid, caching)
+    a = m.make_request("x", list(range(first + 8)))
+    assert m.allocate_slots(a, first) is not None
+    a.num_computed_tokens = first
+    for _ in range(steps):  # a few decode steps of the owner
+        a.append_output_token_ids(7)
+        if m.allocate_slots(a, 1) is None:
+            break
+        a.num_computed_tokens += 1
+    before = _tables(m, "x")
+    free_before = m.block_pool.num_free_blocks
+    prompt = list(range(first + 8)) if same_prompt else list(range(1000, 1000 + second))
+    b = m.make_request("x", prompt)
+    with pytest.raises(RequestError) as e:
+        m.allocate_slots(b, min(second, len(prompt)))
+    assert "request_id" in str(e.value) and "'x'" in str(e.value)
+    assert _tables(m, "x") == before
+    assert m.block_pool.num_free_blocks == free_before
+    # the owner goes on; once it is freed the id is free for a new object
+    m.free(a)
+    c = m.make_request("x", prompt)
+    assert m.allocate_slots(c, min(second, len(prompt))) is not None
+
+
+def test_the_testers_case_no_longer_shares_block_one():
+    config = plan({"l0": FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)},
+                  max_model_len=304, num_gpu_blocks_override=20)
+    m = KVCacheManager(config, max_model_len=304, check_invariants=True)
+    a = m.make_request("x", list(range(50)))
+    b = m.make_request("x", list(range(500, 550)))
+    m.allocate_slots(a, 16)
+    a.num_computed_tokens = 16
+    with pytest.raises(RequestError):
+        m.allocate_slots(b, 34)
+    assert len(m.get_block_ids("x")[0]) == 1
