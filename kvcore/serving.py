@@ -87,6 +87,23 @@ class RequestClass:
     shared_prefix_len: int = 0
     count: int = 1
 
+    def __post_init__(self) -> None:
+        """Raises ConfigError naming the field: lengths and ``count`` must be ints
+        (numpy ints pass, stored as int) >= 1, ``shared_prefix_len`` an int in [0,
+        ``prompt_len``] (a prefix longer than its prompt made a negative serving time,
+        a count of 0 a ZeroDivisionError: fresh tester T2)."""
+        from kvcore.units import MAX_TOKENS, check_int
+
+        where = "RequestClass"
+        for name in ("prompt_len", "output_len"):
+            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1,
+                                                     maximum=MAX_TOKENS, where=where))
+        object.__setattr__(self, "shared_prefix_len", check_int(
+            self.shared_prefix_len, "shared_prefix_len", minimum=0,
+            maximum=self.prompt_len, where=where))
+        object.__setattr__(self, "count", check_int(self.count, "count", minimum=1,
+                                                    maximum=1 << 40, where=where))
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -95,6 +112,30 @@ class Workload:
     requests: tuple[RequestClass, ...]
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     source: str = "default"
+
+    def __post_init__(self) -> None:
+        """Raises ConfigError naming the field: ``requests`` must be a non-empty tuple
+        or list of :class:`RequestClass` (stored as a tuple), ``max_num_seqs`` an int
+        >= 1, ``source`` a string (fresh tester T2: an empty or hand-built workload
+        raised ZeroDivisionError / AttributeError inside the planner, or planned with
+        an infinite serving time)."""
+        from kvcore.units import check_int, check_name
+
+        reqs = self.requests
+        if not isinstance(reqs, (tuple, list)) or not reqs:
+            raise ConfigError(f"Workload: requests = {reqs!r}"[:200] + " must be a "
+                              "non-empty tuple of RequestClass", field="requests")
+        for i, r in enumerate(reqs):
+            if not isinstance(r, RequestClass):
+                raise ConfigError(f"Workload: requests[{i}] = {r!r}"[:200] + " is not a "
+                                  "RequestClass (kvcore.serving.RequestClass(prompt_len, "
+                                  "output_len, shared_prefix_len, count))",
+                                  field="requests", value=i)
+        object.__setattr__(self, "requests", tuple(reqs))
+        object.__setattr__(self, "max_num_seqs", check_int(
+            self.max_num_seqs, "max_num_seqs", minimum=1, maximum=1 << 40,
+            where="Workload"))
+        check_name(self.source, "source")
 
     @property
     def num_requests(self) -> int:
