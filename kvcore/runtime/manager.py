@@ -458,7 +458,11 @@ class KVCacheManager:
             raise self._bad_request("allocate_slots", request) from None
         owner = self._requests.get(rid)
         if owner is not None and owner is not request:
-            raise self._duplicate_id("allocate_slots", rid)
+            if any(m.req_to_blocks.get(rid) for m in self.managers):
+                raise self._duplicate_id("allocate_slots", rid)
+            # the id holds no blocks (an engine took its tables out and freed them
+            # itself, as kvcore-vllm's deferred free): the old object is gone
+            del self._requests[rid]
         # argument checks before any state changes.  The common call (defaults for the
         # hit, lookahead and full_sequence_must_fit; int counts) is checked with
         # identity and type tests; every other call takes the full checks

@@ -74,3 +74,24 @@ def test_the_testers_case_no_longer_shares_block_one():
     with pytest.raises(RequestError):
         m.allocate_slots(b, 34)
     assert len(m.get_block_ids("x")[0]) == 1
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_an_id_whose_tables_an_engine_took_out_is_free_again(hybrid):
+    """A deferred free (an engine pops the tables out of ``req_to_blocks`` and frees the
+    blocks itself, as kvcore-vllm's ``pop_blocks_for_free``): the id holds no blocks,
+    so a new object under it is admitted (plugins/mamba's test_runtime_safety found
+    the first version of the rule refusing it)."""
+    m = _manager(hybrid, True)
+    a = m.make_request("A", list(range(40)))
+    assert m.allocate_slots(a, 40) is not None
+    popped = [mg.req_to_blocks.pop("A") for mg in m.managers]
+    for mg in m.managers:
+        mg.num_cached_blocks.pop("A", None)
+    for table in popped:
+        m.block_pool.free_blocks(list(reversed(table)))
+    b = m.make_request("A", list(range(100, 120)))
+    assert m.allocate_slots(b, 20) is not None
+    c = m.make_request("A", list(range(200, 220)))
+    with pytest.raises(RequestError):  # b holds blocks now
+        m.allocate_slots(c, 20)
