@@ -364,6 +364,9 @@ class KVCacheManager:
         _request_id("get_computed_blocks", request, allow_str=False)
         if not self.enable_caching:
             return self._empty, 0
+        bs = getattr(request, "_bs", None)
+        if bs is not None and bs != self.hash_block_size:
+            raise self._wrong_hash_block_size("get_computed_blocks", request.request_id, bs)
         limit = num_tokens - 1
         if getattr(request, "num_encoder_tokens", 0) and \
                 getattr(request, "encoder_id", None) is None:
@@ -525,6 +528,9 @@ class KVCacheManager:
             need = num_computed + num_new_tokens + num_lookahead_tokens
             if need > self.max_model_len:  # only lookahead slots are capped (vLLM's rule)
                 need = self.max_model_len
+        bs = getattr(request, "_bs", None)
+        if bs is not None and bs != self.hash_block_size and self.enable_caching:
+            raise self._wrong_hash_block_size("allocate_slots", rid, bs)
         if not full_sequence_must_fit and not new_computed_blocks \
                 and rid in self._tables0 and num_new_tokens > 0:
             if self._plain is not None:
@@ -890,6 +896,16 @@ class KVCacheManager:
         self._requests.pop(rid, None)
 
     # ---- checks --------------------------------------------------------------------
+    def _wrong_hash_block_size(self, where: str, rid: Any, bs: int) -> RequestError:
+        """A request hashed at another block size than this manager's: its hashes name
+        other token spans, so a hit would map blocks of another prompt (fresh tester,
+        T10) and caching under them would poison the prefix cache."""
+        return RequestError(f"{where}({rid!r}): the request was hashed with block_size "
+                            f"{bs}, this manager hashes with {self.hash_block_size} "
+                            "(KVCacheManager.hash_block_size); make requests with "
+                            "KVCacheManager.make_request, or pass block_size="
+                            f"{self.hash_block_size}", field="block_size", value=bs)
+
     @staticmethod
     def _duplicate_id(where: str, rid: Any) -> RequestError:
         """Another live request object holds blocks under ``rid``: its blocks would be

@@ -95,3 +95,33 @@ def test_an_id_whose_tables_an_engine_took_out_is_free_again(hybrid):
     c = m.make_request("A", list(range(200, 220)))
     with pytest.raises(RequestError):  # b holds blocks now
         m.allocate_slots(c, 20)
+
+
+@settings(max_examples=40, deadline=None)
+@given(bs=st.sampled_from([1, 2, 4, 8, 32, 64]), hybrid=st.booleans(),
+       shared=st.integers(1, 64))
+def test_a_request_hashed_at_another_block_size_is_refused(bs, hybrid, shared):
+    """Fresh tester T10: a Request hashed at block_size 8 sharing 8 tokens with a cached
+    16-token block got a 16-token hit (positions 8-15 of another prompt).  A hit maps
+    whole blocks of the manager's hash block size, so a request hashed otherwise is
+    refused (RequestError naming block_size) before any lookup or allocation."""
+    from kvcore import Request
+
+    m = _manager(hybrid, True)
+    assert m.hash_block_size == 16
+    a = m.make_request("a", list(range(100, 164)))
+    assert m.allocate_slots(a, 64) is not None
+    a.num_computed_tokens = 64
+    m.free(a)
+    d = Request("d", list(range(100, 100 + shared)) + [7] * 64, block_size=bs)
+    with pytest.raises(RequestError) as e:
+        m.get_computed_blocks(d)
+    assert e.value.extra.get("field") == "block_size"
+    free = m.block_pool.num_free_blocks
+    with pytest.raises(RequestError):
+        m.allocate_slots(d, 10)
+    assert m.block_pool.num_free_blocks == free and not m.get_block_ids("d")[0]
+    # the manager's own request of that prompt hits at most what it shares, whole blocks
+    ok = m.make_request("ok", list(range(100, 100 + shared)) + [7] * 64)
+    _, hit = m.get_computed_blocks(ok)
+    assert hit == (shared // 16) * 16
