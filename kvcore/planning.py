@@ -294,6 +294,25 @@ def _validate_options(layer_specs: dict[str, KVCacheSpec], o: dict[str, Any]) ->
                     disable_hybrid, o["stages"], tuple(notes))
 
 
+def pp_layer_partition(num_layers: int, pipeline_parallel_size: int) -> list[int]:
+    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them
+    (``vllm/distributed/utils.py``@0.32, without ``VLLM_PP_LAYER_PARTITION``): equal
+    shares, the remainder one each to the stages before the last, from the
+    second-to-last backwards (32 over 3: ``[11, 11, 10]``).  Raises ConfigError for
+    counts that are not ints >= 1."""
+    from kvcore.units import check_int
+
+    check_int(num_layers, "num_layers", minimum=1, maximum=1 << 20,
+              where="pp_layer_partition")
+    check_int(pipeline_parallel_size, "pipeline_parallel_size", minimum=1,
+              maximum=1 << 12, where="pp_layer_partition")
+    k = pipeline_parallel_size
+    parts = [num_layers // k] * k
+    for i in range(2, num_layers % k + 2):
+        parts[-i] += 1
+    return parts
+
+
 def _stage_layers(opts: _Options, names: list[str]) -> list[list[str]]:
     """Each pipeline stage's layers (one stage: every layer)."""
     budgets, pp = opts.budgets, opts.ctx.pipeline_parallel_size
@@ -311,8 +330,14 @@ def _stage_layers(opts: _Options, names: list[str]) -> list[list[str]]:
         if k > len(names):
             raise ConfigError(f"kv_cache_memory_bytes lists {k} stage budgets for "
                               f"{len(names)} layers", field="kv_cache_memory_bytes")
-        stage_layers = [names[i * len(names) // k:(i + 1) * len(names) // k]
-                        for i in range(k)]
+        # vLLM's get_pp_indices split (vllm/distributed/utils.py@0.32): equal shares,
+        # the remainder one each to the stages before the last, from the second-to-last
+        # backwards (32 layers over 3 stages: 11, 11, 10; fresh tester T6: kvcore split
+        # 10, 11, 11 here while its --gpu path split as vLLM).  Over the KV-cache layers
+        # in order: exact where every decoder layer has one
+        parts = pp_layer_partition(len(names), k)
+        ends = [sum(parts[:i + 1]) for i in range(k)]
+        stage_layers = [names[(ends[i - 1] if i else 0):ends[i]] for i in range(k)]
     else:
         stage_layers = [names]
     if budgets is not None and len(budgets) != len(stage_layers) and len(budgets) > 1:

@@ -75,6 +75,7 @@ from kvcore.models.config import (
     load_model_config,
     read_json_file,
 )
+from kvcore.planning import pp_layer_partition  # one definition
 
 __all__ = ["WeightTensor", "WeightsEstimate", "estimate_weights", "pp_layer_partition",
            "TENSOR_CLASSES", "WeightsIndexWarning"]
@@ -1257,24 +1258,6 @@ def _tensor_bytes(t: WeightTensor, dt: int, s: _Scheme | None) -> tuple[float, i
 
 
 # ---- per rank ------------------------------------------------------------------------------
-
-def pp_layer_partition(num_layers: int, pipeline_parallel_size: int) -> list[int]:
-    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them
-    (``vllm/distributed/utils.py``): equal shares, the remainder one each to the stages
-    before the last, from the second-to-last backwards.  Raises ConfigError for counts
-    that are not ints >= 1."""
-    from kvcore.units import check_int
-
-    check_int(num_layers, "num_layers", minimum=1, maximum=1 << 20,
-              where="pp_layer_partition")
-    check_int(pipeline_parallel_size, "pipeline_parallel_size", minimum=1,
-              maximum=1 << 12, where="pp_layer_partition")
-    k = pipeline_parallel_size
-    parts = [num_layers // k] * k
-    for i in range(2, num_layers % k + 2):
-        parts[-i] += 1
-    return parts
-
 
 def _rank_share(t: WeightTensor, tp: int, ep: int, kv_heads: int, ep_on: bool) -> float:
     """Fraction of the entry one rank holds."""
