@@ -100,6 +100,16 @@ class PlanContext:
             _check_positive_int(self, name)
         for name in ("max_num_encoder_input_tokens", "num_speculative_tokens"):
             _check_int(self, name, minimum=0)
+        tp, dcp = self.tensor_parallel_size, self.decode_context_parallel_size
+        if tp % dcp:
+            # vLLM 0.32 ParallelConfig (vllm/config/parallel.py:592-596): DCP reuses the
+            # TP ranks, so tp must be a multiple of dcp (a DCP of 3 at TP 1 tripled the
+            # planned concurrency of a deployment vLLM refuses: fresh tester T12)
+            valid = [d for d in range(1, tp + 1) if tp % d == 0]
+            raise SpecError(f"decode_context_parallel_size {dcp} does not divide "
+                            f"tensor_parallel_size {tp} (vLLM reuses the TP ranks for "
+                            f"DCP); valid: {', '.join(map(str, valid))}",
+                            field="decode_context_parallel_size", value=dcp)
         if not isinstance(self.max_model_len, int) or isinstance(self.max_model_len, bool):
             raise SpecError(f"max_model_len must be an int, got {self.max_model_len!r}",
                             field="max_model_len")
