@@ -80,12 +80,62 @@ _HASH_FUNCTIONS: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
+#: the shortest digest a custom block hash may return (vLLM's shortest, xxhash's 64
+#: bits); a shorter one makes different prompts' blocks collide
+MIN_HASH_BYTES = 8
+
+
+def _checked_hash(fn: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+    """``fn`` probed once (deterministic, different digests for different inputs) and
+    wrapped so every digest is checked: bytes (bytearray / memoryview are copied) of at
+    least :data:`MIN_HASH_BYTES`.  A custom hash returning ``b""`` or one byte made
+    other prompts hit a request's blocks and put one block twice in a table (fresh
+    tester, T11).  Raises ConfigError (field ``hash``) naming what it returned."""
+    from kvcore.errors import ConfigError
+    from kvcore.units import shorten
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+
+    def digest(data: bytes) -> bytes:
+        try:
+            out = fn(data)
+        except Exception as e:  # a user's function: named, never a raw traceback
+            raise ConfigError(f"block hash {name!r} raised {type(e).__name__}: "
+                              f"{shorten(str(e))}", field="hash", value=name) from None
+        if type(out) is not bytes:
+            if not isinstance(out, (bytearray, memoryview)):
+                raise ConfigError(f"block hash {name!r} returned {shorten(out)} "
+                                  f"({type(out).__name__}); it must return bytes (a "
+                                  f"digest of at least {MIN_HASH_BYTES} bytes)",
+                                  field="hash", value=name)
+            out = bytes(out)
+        if len(out) < MIN_HASH_BYTES:
+            raise ConfigError(f"block hash {name!r} returned a {len(out)}-byte digest; "
+                              f"at least {MIN_HASH_BYTES} bytes are needed (shorter "
+                              "digests make different prompts' blocks collide)",
+                              field="hash", value=name)
+        return out
+
+    a, b = b"kvcore block-hash probe 0", b"kvcore block-hash probe 1"
+    da = digest(a)
+    if digest(a) != da:
+        raise ConfigError(f"block hash {name!r} is not deterministic (two digests of one "
+                          "input differ); prefix caching needs a pure function",
+                          field="hash", value=name)
+    if digest(b) == da:
+        raise ConfigError(f"block hash {name!r} gives one digest for two different "
+                          "inputs; every prompt's blocks would collide",
+                          field="hash", value=name)
+    digest.__name__ = name
+    return digest
+
+
 def get_hash_function(hash: str | Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
     """The digest function for a name (``sha256``, ``sha256_128``) or a callable.
 
     Raises :class:`~kvcore.errors.ConfigError` for an unknown name (listing the known)."""
     if callable(hash):
-        return hash
+        return _checked_hash(hash)
     fn = _HASH_FUNCTIONS.get(hash) if isinstance(hash, str) else None
     if fn is None:
         from kvcore.errors import ConfigError
