@@ -63,8 +63,8 @@ def main() -> int:
     sim = "fast" if args.fast else "engine"
     v14 = []
     for f in sorted(data.glob("v14*_rows.json")):
-        data = json.loads(f.read_text())  # a list, or an object with a "rows" list
-        v14 += data["rows"] if isinstance(data, dict) else data
+        got = json.loads(f.read_text())  # a list, or an object with a "rows" list
+        v14 += got["rows"] if isinstance(got, dict) else got
     held = [] if args.no_heldout else [
         r for r in load_measurements(data / "measurements.json")
         if r.get("split") == "holdout"]
