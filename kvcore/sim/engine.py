@@ -209,6 +209,25 @@ class SimRequest:
         return [tt[i] - tt[i - 1] for i in range(1, len(tt)) if i not in same]
 
 
+def check_fresh(r: SimRequest, i: int, seen: dict[str, int]) -> None:
+    """``requests[i]`` has not run yet and its id is not one of ``seen`` (id -> index,
+    updated).  A SimRequest carries its run's state (sent, token times, its runtime
+    request), so one reused in a second run made the engine stop with a bare
+    RuntimeError, and one id twice a misleading cache-hit error (fresh tester, T7).
+    Raises ConfigError naming the index and the id."""
+    rid = r.request_id
+    if r.sent >= 0 or r.request is not None or r.token_times or r.finish >= 0:
+        raise ConfigError(f"requests[{i}]: SimRequest {rid!r} has already run (a "
+                          "SimRequest holds its run's state); build new ones for each "
+                          "run: [SimRequest(t) for t in traces]", field="requests",
+                          value=i)
+    j = seen.setdefault(rid, i)
+    if j != i:
+        raise ConfigError(f"requests[{i}]: request id {rid!r} is also requests[{j}]; "
+                          "request ids must be unique in a run (vllm bench serve numbers "
+                          "its requests)", field="requests", value=i)
+
+
 def _check_sim_request(r: Any) -> None:
     if not isinstance(r, SimRequest):
         raise ConfigError(f"r must be a SimRequest (wrap a TraceRequest as "
@@ -997,6 +1016,9 @@ def run_engine(manager: Any, requests: Sequence[SimRequest], time_model: StepTim
         raise ConfigError(f"requests must be SimRequest objects (wrap a TraceRequest as "
                           f"SimRequest(trace)), got {type(bad).__name__}",
                           field="requests", value=type(bad).__name__)
+    seen: dict[str, int] = {}
+    for i, r in enumerate(requests):
+        check_fresh(r, i, seen)
     pc = time.perf_counter
     wall0 = pc()
     res = EngineResult(requests=list(requests))

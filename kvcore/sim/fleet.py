@@ -58,7 +58,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.errors import ConfigError
-from kvcore.sim.engine import Engine, EngineResult, SimRequest, Slots, resolve_request_overhead
+from kvcore.sim.engine import (
+    Engine,
+    EngineResult,
+    SimRequest,
+    Slots,
+    check_fresh,
+    resolve_request_overhead,
+)
 from kvcore.sim.timing import StepTimeModel
 from kvcore.units import check_int, check_name, check_number
 
@@ -653,6 +660,9 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             raise ConfigError(f"requests must be SimRequest objects (wrap a TraceRequest "
                               f"as SimRequest(trace)), got {type(bad).__name__}",
                               field="requests", value=type(bad).__name__)
+        seen: dict[str, int] = {}
+        for i, r in enumerate(reqs):
+            check_fresh(r, i, seen)
         assignment = [-1] * len(reqs)
         pos = {id(r): i for i, r in enumerate(reqs)}
         order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
@@ -828,11 +838,13 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
 
 
 def _checked(requests: Any) -> Any:
-    for r in requests:
+    seen: dict[str, int] = {}
+    for i, r in enumerate(requests):
         if not isinstance(r, SimRequest):
             raise ConfigError(f"requests must be SimRequest objects (wrap a TraceRequest "
                               f"as SimRequest(trace)), got {type(r).__name__}",
                               field="requests", value=type(r).__name__)
+        check_fresh(r, i, seen)
         yield r
 
 
