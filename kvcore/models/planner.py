@@ -11,7 +11,7 @@ from kvcore.kv_cache_config import KVCacheConfig
 from kvcore.models.config import CacheConfig, ModelConfig, load_model_config
 from kvcore.specs import KVCacheSpec
 
-__all__ = ["layer_specs_for", "plan_model", "supported_model_types", "default_max_model_len",
+__all__ = ["layer_specs_for", "turboquant_boundary_layers", "plan_model", "supported_model_types", "default_max_model_len",
            "vllm_mamba_cache_mode", "vllm_mamba_mode_note"]
 
 
@@ -49,7 +49,7 @@ def layer_specs_for(model: ModelConfig, cache: CacheConfig) -> dict[str, KVCache
         if not specs:
             raise ConfigError(f"{model.source or model.name}: the adapter for model_type "
                               f"{model.model_type!r} found no KV-cache layers")
-        return dict(specs)
+        return turboquant_boundary_layers(model, dict(specs))
     for mt in (model.model_type, model.text_model_type):
         dists = KNOWN_PLUGIN_MODEL_TYPES.get(mt or "")
         if dists:
@@ -65,6 +65,51 @@ def layer_specs_for(model: ModelConfig, cache: CacheConfig) -> dict[str, KVCache
         f"{model.source or model.name}: model_type {model.model_type!r} is not supported by "
         f"the installed adapters; supported: {', '.join(supported_model_types())}",
         model_type=model.model_type)
+
+
+def turboquant_boundary_layers(model: ModelConfig, specs: dict[str, KVCacheSpec]
+                               ) -> dict[str, KVCacheSpec]:
+    """vLLM 0.32's TurboQuant boundary protection: on a dense model (no Mamba /
+    linear-attention layer) with a ``turboquant_*`` kv_cache_dtype, the first
+    ``n = min(2, num_hidden_layers // 2)`` and the last ``n`` decoder layers keep the
+    native dtype (``kv_cache_dtype`` ``auto``; a TurboQuant full-attention layer becomes
+    a :class:`~kvcore.specs.FullAttentionSpec`).  Hybrids keep every layer quantized.
+
+    Source: vllm/engine/arg_utils.py:2293-2310 (``turboquant_*`` adds
+    ``TurboQuantConfig.get_boundary_skip_layers`` to ``kv_cache_dtype_skip_layers``),
+    vllm/model_executor/layers/quantization/turboquant/config.py:177-211 (the rule; []
+    for ``is_hybrid``), vllm/model_executor/layers/attention/attention.py:299-313 and
+    mla_attention.py:493-498 (a layer whose index, the first integer of its name, is
+    listed gets ``kv_cache_dtype = "auto"``)."""
+    import dataclasses
+
+    from kvcore.specs import AttentionSpec, FullAttentionSpec
+
+    def tq(s: KVCacheSpec) -> bool:
+        return isinstance(s, AttentionSpec) and \
+            str(getattr(s, "kv_cache_dtype", "")).startswith("turboquant_")
+
+    if not any(tq(s) for s in specs.values()) or \
+            any(s.kind == "mamba" for s in specs.values()):
+        return specs
+    n_layers = model.num_hidden_layers
+    if not n_layers:
+        return specs
+    n = min(2, n_layers // 2)
+    skip = set(range(n)) | set(range(n_layers - n, n_layers))
+    out: dict[str, KVCacheSpec] = {}
+    for name, s in specs.items():
+        idx = next((int(p) for p in name.split(".") if p.isdigit()), None)
+        if tq(s) and idx is not None and idx in skip:
+            if s.kind == "turboquant_full_attention":
+                kw = {f.name: getattr(s, f.name) for f in dataclasses.fields(FullAttentionSpec)
+                      if f.init}
+                kw["kv_cache_dtype"] = "auto"
+                s = FullAttentionSpec(**kw)
+            else:
+                s = dataclasses.replace(s, kv_cache_dtype="auto")  # type: ignore[call-arg]
+        out[name] = s
+    return out
 
 
 def vllm_mamba_cache_mode(model: str | Path | ModelConfig, enable_prefix_caching: bool = True,
