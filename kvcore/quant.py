@@ -100,6 +100,9 @@ class QuantScheme:
     spec_kind: str | None = None
     kinds: tuple[str, ...] = ()
     distribution: str = field(default="kvcore", compare=False)
+    #: ``(head_size, head_size_v, dtype) -> bytes`` of one token of one KV head when the
+    #: format aligns K + V together (TurboQuant rounds the slot up to even); None: the sum
+    slot_bytes: Callable[[int, int, str], int] | None = field(default=None, compare=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -110,7 +113,9 @@ class QuantScheme:
         return self.mode not in (KVQuantMode.NONE, KVQuantMode.NONE.value)
 
     def bytes_per_token_head(self, head_size: int, head_size_v: int, dtype: str) -> int:
-        """K plus V bytes of one token of one KV head."""
+        """K plus V bytes of one token of one KV head (``slot_bytes`` when set)."""
+        if self.slot_bytes is not None:
+            return self.slot_bytes(head_size, head_size_v, dtype)
         return self.key_bytes(head_size, dtype) + self.value_bytes(head_size_v, dtype)
 
 

@@ -41,3 +41,27 @@ def test_boundary_layers_are_vllms(num_layers, dtype):
     got = {i for i in range(num_layers)
            if specs[f"model.layers.{i}.self_attn"].kv_cache_dtype == "auto"}
     assert got == want
+
+
+@settings(max_examples=120)
+@given(head=st.integers(1, 48).map(lambda k: 8 * k), heads=st.integers(1, 8),
+       bs=st.sampled_from([16, 32, 64]), dtype=st.sampled_from(VLLM_PRESETS))
+def test_page_is_vllms_customize_spec(head, heads, bs, dtype):
+    """T5: kvcore's TurboQuant page equals the page of vLLM's own spec after
+    TurboQuantAttentionBackend.customize_spec (v1/attention/backends/turboquant_attn.py:
+    141-153: state_content_bytes = TurboQuantConfig.slot_size_aligned, the slot rounded
+    up to even, turboquant/config.py:167-175), e.g. k3v4_nc at head 72: 4,480 B, not
+    4,416; and the bridge gives vLLM that page."""
+    import kvcore_vllm
+    import torch
+    from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
+    from vllm.v1.attention.backends.turboquant_attn import TurboQuantAttentionBackend
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
+
+    v = TurboQuantAttentionBackend.customize_spec(FullAttentionSpec(
+        block_size=bs, num_kv_heads=heads, head_size=head, dtype=torch.uint8,
+        kv_quant_mode=get_kv_quant_mode(dtype)))
+    k = TurboQuantFullAttentionSpec(block_size=bs, num_kv_heads=heads, head_size=head,
+                                    kv_cache_dtype=dtype)
+    assert k.page_size_bytes == v.page_size_bytes
+    assert kvcore_vllm.to_vllm_spec(k).page_size_bytes == v.page_size_bytes

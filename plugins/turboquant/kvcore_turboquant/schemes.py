@@ -140,10 +140,19 @@ class TurboQuantConfig:
         """Value bytes per token per KV head: ``ceil(Dv x vb / 8) + 4``."""
         return self.value_code_bytes(head_size_v) + VALUE_META_BYTES
 
-    def slot_bytes(self, head_size: int, head_size_v: int | None = None) -> int:
-        """K + V bytes of one token of one KV head (one slot of the cache)."""
+    def content_bytes(self, head_size: int, head_size_v: int | None = None) -> int:
+        """K + V bytes of one token of one KV head, before the slot's alignment."""
         dv = head_size if head_size_v is None else head_size_v
         return self.key_bytes(head_size) + self.value_bytes(dv)
+
+    def slot_bytes(self, head_size: int, head_size_v: int | None = None) -> int:
+        """One slot of the cache (one token of one KV head): K + V bytes rounded up to an
+        even number, as vLLM 0.32's ``TurboQuantConfig.slot_size_aligned``
+        (vllm/model_executor/layers/quantization/turboquant/config.py:167-175, used by
+        TurboQuantAttentionBackend.customize_spec, v1/attention/backends/
+        turboquant_attn.py:153); the last byte of an odd slot is padding."""
+        s = self.content_bytes(head_size, head_size_v)
+        return s + s % 2
 
 
 def is_turboquant_name(name: str) -> bool:
@@ -198,6 +207,10 @@ def value_bytes(cfg: TurboQuantConfig):  # -> BytesFn
     return lambda d, _dtype: cfg.value_bytes(d)
 
 
+def slot_bytes(cfg: TurboQuantConfig):  # -> SlotFn
+    return lambda d, dv, _dtype: cfg.slot_bytes(d, dv)
+
+
 def _aliases(general: str) -> tuple[str, ...]:
     return tuple(p for p, g in PRESETS.items() if g == general and p != general)
 
@@ -218,6 +231,7 @@ def all_schemes() -> list[QuantScheme]:
                 out.append(QuantScheme(
                     cfg.name, MODE, key_bytes(cfg), value_bytes(cfg),
                     aliases=_aliases(cfg.name), storage_dtype="uint8",
+                    slot_bytes=slot_bytes(cfg),
                     spec_kind="turboquant_full_attention",
                     description=f"TurboQuant: {kdesc}; {vb}-bit min/max values + fp16 "
                                 "scale and zero point",

@@ -2,7 +2,8 @@
 TurboQuant-packed, one byte slot per token per KV head.
 
 ``page_size_bytes = block_size x num_kv_heads x slot_bytes`` with ``slot_bytes = key
-bytes + value bytes`` from :mod:`kvcore_turboquant.schemes` (the same formula as the
+bytes + value bytes`` rounded up to even (vLLM 0.32's ``slot_size_aligned``) from
+:mod:`kvcore_turboquant.schemes` (the same formula as the
 core's :class:`~kvcore.specs.AttentionSpec`, with a TurboQuant ``kv_cache_dtype``).  The
 kind is managed by the core's full-attention manager and groups with ``full_attention``
 layers of the same page size.  No torch import here.

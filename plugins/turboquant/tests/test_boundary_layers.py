@@ -80,3 +80,40 @@ def test_hybrid_keeps_every_attention_layer_quantized():
     specs = layer_specs_for(cfg, CacheConfig(kv_cache_dtype="turboquant_k8v4"))
     attn = [s for s in specs.values() if s.kind != "mamba"]
     assert attn and all(str(s.kv_cache_dtype).startswith("turboquant_") for s in attn)
+
+
+@settings(max_examples=200)
+@given(head=st.integers(1, 64).map(lambda k: 8 * k), heads=st.integers(1, 16),
+       bs=st.sampled_from([16, 32, 64, 128]), dtype=st.sampled_from(VLLM_PRESETS))
+def test_page_slot_rounded_to_even_as_vllm(head, heads, bs, dtype):
+    """Fresh tester T5: vLLM 0.32's page is block_size x heads x slot_size_aligned, the
+    K + V slot rounded up to even (turboquant/config.py:138-175: key ceil(D kb / 8) + 2,
+    or D at kb = 8; value ceil(D vb / 8) + 4; v1/attention/backends/turboquant_attn.py:153).
+    Re-stated from vLLM's presets (config.py TQ_PRESETS), not from kvcore's formula."""
+    import math
+
+    from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
+
+    kb, vb = {"turboquant_k8v4": (8, 4), "turboquant_4bit_nc": (4, 4),
+              "turboquant_k3v4_nc": (3, 4), "turboquant_3bit_nc": (3, 3)}[dtype]
+    key = head if kb == 8 else math.ceil(head * kb / 8) + 2
+    slot = key + math.ceil(head * vb / 8) + 4
+    slot += slot % 2
+    spec = TurboQuantFullAttentionSpec(block_size=bs, num_kv_heads=heads, head_size=head,
+                                       kv_cache_dtype=dtype)
+    assert spec.page_size_bytes == bs * heads * slot
+    from kvcore.specs import FullAttentionSpec  # the same dtype on a plain attention kind
+
+    plain = FullAttentionSpec(block_size=bs, num_kv_heads=heads, head_size=head,
+                              kv_cache_dtype=dtype)
+    assert plain.page_size_bytes == bs * heads * slot
+
+
+def test_k3v4_nc_head_72_page_is_vllms_4480():
+    """The tester's example: head 72, 4 KV heads, block 16: slot 27 + 2 + 36 + 4 = 69 ->
+    70 (vLLM 4,480 B, kvcore was 4,416)."""
+    from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
+
+    s = TurboQuantFullAttentionSpec(head_size=72, num_kv_heads=4, block_size=16,
+                                    kv_cache_dtype="turboquant_k3v4_nc")
+    assert s.page_size_bytes == 16 * 4 * 70 == 4480
