@@ -41,6 +41,7 @@ from kvcore.models.config import ConfigView
 __all__ = [
     "Shape",
     "divide",
+    "check_mamba2_groups",
     "extra_groups_for_head_shards",
     "mamba1_state_shapes",
     "mamba2_state_shapes",
@@ -74,6 +75,24 @@ def extra_groups_for_head_shards(n_groups: int, tp: int) -> int:
     return 0 if n_groups % tp == 0 else tp - n_groups
 
 
+def check_mamba2_groups(n_groups: int, n_heads: int, tp: int) -> None:
+    """vLLM 0.32's MambaMixer2 rules (mamba_mixer2.py:314-322): ``tp`` divides the
+    heads, and ``tp`` divides ``n_groups`` unless ``n_groups == 1`` (only one group is
+    replicated over the ranks).  Raises ConfigError naming n_groups, the TP and the valid
+    TPs."""
+    if tp < 1:
+        raise ConfigError(f"tensor_parallel_size must be >= 1, got {tp}",
+                          field="tensor_parallel_size", value=tp)
+    if n_groups == 1 or n_groups % tp == 0:
+        return
+    valid = [t for t in range(1, n_groups + 1) if n_groups % t == 0 and n_heads % t == 0]
+    raise ConfigError(
+        f"mamba2 n_groups {n_groups} is not divisible by tensor_parallel_size {tp} and "
+        f"is not 1 (vLLM 0.32 asserts this in MambaMixer2); valid tensor_parallel_size: "
+        f"{', '.join(map(str, valid))}", field="tensor_parallel_size", value=tp,
+        n_groups=n_groups, valid=valid)
+
+
 def mamba1_state_shapes(*, d_inner: int, d_state: int, d_conv: int, tp: int = 1
                         ) -> tuple[Shape, Shape]:
     """Mamba1: conv ``(d_conv - 1, d_inner / tp)``, SSM ``(d_inner / tp, d_state)``.
@@ -91,7 +110,10 @@ def mamba2_state_shapes(*, d_inner: int, n_groups: int, n_heads: int, head_dim: 
     """Mamba2: conv ``(d_conv - 1 + num_spec, (d_inner + 2 G d_state) / tp)``, SSM
     ``(n_heads / tp, head_dim, d_state)``; the conv channels are x, B and C (Mamba2's
     ``conv1d`` over ``d_inner + 2 ngroups d_state``).  Raises ConfigError when ``tp``
-    does not divide the heads or the conv channels."""
+    does not divide the heads or the conv channels, and when ``n_groups`` is neither 1
+    nor divisible by ``tp`` (vLLM 0.32 asserts it in MambaMixer2.__init__,
+    vllm/model_executor/layers/mamba/mamba_mixer2.py:314-322)."""
+    check_mamba2_groups(n_groups, n_heads, tp)
     groups = n_groups + extra_groups_for_head_shards(n_groups, tp)
     conv_dim = d_inner + 2 * groups * d_state
     return ((d_conv - 1 + num_spec, divide(conv_dim, tp, "mamba2 conv_dim")),

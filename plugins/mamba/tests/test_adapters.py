@@ -70,8 +70,12 @@ def test_nemotron_h_56b_pattern():
     assert s.page_size_bytes == 3 * 20480 * 2 + 256 * 64 * 256 * 4
     a = only(specs, "full_attention")
     assert (a.num_kv_heads, a.head_size) == (8, 128)
-    _, tp16 = specs_of("nemotron-h-56b-base-8k.json", tensor_parallel_size=16)
-    assert only(tp16, "full_attention").num_kv_heads == 1  # 8 heads < 16 ranks: replicated
+    # tp 16: vLLM 0.32's MambaMixer2 asserts n_groups (8) % tp == 0 or n_groups == 1
+    # (vllm/model_executor/layers/mamba/mamba_mixer2.py:319): refused, not planned
+    with pytest.raises(ConfigError, match="n_groups 8"):
+        specs_of("nemotron-h-56b-base-8k.json", tensor_parallel_size=16)
+    _, tp8 = specs_of("nemotron-h-56b-base-8k.json", tensor_parallel_size=8)
+    assert only(tp8, "full_attention").num_kv_heads == 1  # 8 KV heads over 8 ranks
 
 
 def test_nemotron_3_nano_moe_pattern():

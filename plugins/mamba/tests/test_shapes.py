@@ -42,9 +42,12 @@ def test_mamba2_nemotron_h_56b():
               d_conv=4)
     assert mamba2_state_shapes(**kw) == ((3, 20480), (256, 64, 256))
     assert mamba2_state_shapes(**kw, tp=8) == ((3, 2560), (32, 64, 256))
-    # tp 16 > 8 groups: groups raised to 16 -> conv (16384 + 2 x 16 x 256) / 16 = 1536
+    # vLLM's helper alone would raise 8 groups to 16 at tp 16 ...
     assert extra_groups_for_head_shards(8, 16) == 8
-    assert mamba2_state_shapes(**kw, tp=16) == ((3, 1536), (16, 64, 256))
+    # ... but vLLM 0.32's MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1
+    # (vllm/model_executor/layers/mamba/mamba_mixer2.py:319): tp 16 does not start
+    with pytest.raises(ConfigError, match="n_groups 8 .*tensor_parallel_size 16.*1, 2, 4, 8"):
+        mamba2_state_shapes(**kw, tp=16)
 
 
 def test_mamba2_single_group_and_speculative_window():
@@ -120,7 +123,11 @@ def test_ssm_state_dtype_unknown():
        tp=st.sampled_from([1, 2, 4, 8]))
 def test_mamba2_shards_cover_the_full_state(heads, head_dim, groups, d_state, tp):
     """Summed over ranks, the SSM state is the full one; the conv channels are the full
-    ones plus the B/C groups replicated when tp does not divide n_groups."""
+    ones plus the B/C groups replicated when tp does not divide n_groups (only with one
+    group: vLLM 0.32's MambaMixer2 asserts n_groups % tp == 0 or n_groups == 1,
+    mamba_mixer2.py:319; the refusal is tested in test_mamba2_groups_tp.py)."""
+    if groups != 1 and groups % tp:
+        return
     kw = dict(d_inner=heads * tp * head_dim, n_groups=groups, n_heads=heads * tp,
               head_dim=head_dim, d_state=d_state, d_conv=4)
     full_conv, full_ssm = mamba2_state_shapes(**kw)
