@@ -122,6 +122,23 @@ def _vllm_scheme_name(scheme: Any) -> str:
     return scheme.name
 
 
+def _vllm_quant_mode(name: str) -> Any:
+    """vLLM 0.32's ``get_kv_quant_mode(name)``; a name vLLM has no mode for (a
+    kvcore-only TurboQuant scheme such as ``turboquant_k3v4``: vLLM looks it up as a
+    ``KVQuantMode`` member, vllm/v1/kv_cache_interface.py:106-107) is a SpecError naming
+    the dtype and vLLM's TurboQuant names, never a raw KeyError."""
+    kvi = _kvi()
+    try:
+        return kvi.get_kv_quant_mode(name)
+    except (KeyError, ValueError) as exc:
+        tq = sorted(m.lower() for m in kvi.KVQuantMode.__members__
+                    if m.startswith("TURBOQUANT_"))
+        raise SpecError(
+            f"kv_cache_dtype {name!r} has no vLLM 0.32 counterpart (vLLM's TurboQuant "
+            f"kv_cache_dtypes: {', '.join(tq)}); it exists only in kvcore",
+            field="kv_cache_dtype", value=name) from exc
+
+
 def _storage_dtype(scheme: Any, mode: Any) -> Any:
     """The element dtype of a quantized cache (vLLM ``kv_cache_dtype_str_to_dtype``)."""
     torch = _torch()
@@ -197,7 +214,7 @@ def to_vllm_spec(spec: Any) -> Any:
         kw["dtype"] = _tdtype(_FP8[name])
         kw["kv_quant_mode"] = kvi.KVQuantMode.FP8_PER_TENSOR
     else:
-        mode = kvi.get_kv_quant_mode(name)
+        mode = _vllm_quant_mode(name)
         if mode == kvi.KVQuantMode.NONE:
             kw["dtype"] = _tdtype(getattr(scheme, "storage_dtype", None) or name)
         else:

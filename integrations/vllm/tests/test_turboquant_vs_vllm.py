@@ -65,3 +65,44 @@ def test_page_is_vllms_customize_spec(head, heads, bs, dtype):
                                     kv_cache_dtype=dtype)
     assert k.page_size_bytes == v.page_size_bytes
     assert kvcore_vllm.to_vllm_spec(k).page_size_bytes == v.page_size_bytes
+
+
+KVCORE_ONLY = ["turboquant_k3v4", "turboquant_k2v2", "turboquant_k4v8_nc", "turboquant_k8v8",
+               "turboquant_k2v4_nc"]
+
+
+@pytest.mark.parametrize("dtype", KVCORE_ONLY)
+def test_bridge_kvcore_only_turboquant_is_a_spec_error(dtype):
+    """T4: vLLM 0.32 knows only the TurboQuant presets (KVQuantMode members,
+    vllm/v1/kv_cache_interface.py:106-107 looks the name up as a member; the presets are
+    turboquant/config.py TQ_PRESETS).  A kvcore-only name is a SpecError naming the dtype
+    and vLLM's names, from to_vllm_spec and from to_vllm_config; never a KeyError."""
+    import kvcore_vllm
+    from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
+    from vllm.model_executor.layers.quantization.turboquant.config import TQ_PRESETS
+
+    import kvcore
+    from kvcore.errors import SpecError
+
+    assert dtype not in TQ_PRESETS
+    spec = TurboQuantFullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128,
+                                       kv_cache_dtype=dtype)
+    with pytest.raises(SpecError) as ei:
+        kvcore_vllm.to_vllm_spec(spec)
+    msg = str(ei.value)
+    assert repr(spec.kv_cache_dtype) in msg and all(p in msg for p in TQ_PRESETS)
+    plan = kvcore.plan_model("llama-3.1-8b", kv_cache_memory_bytes=8 * 2**30,
+                             max_model_len=4096, kv_cache_dtype=dtype)
+    with pytest.raises(SpecError, match="no vLLM 0.32 counterpart"):
+        kvcore_vllm.to_vllm_config(plan)
+
+
+@pytest.mark.parametrize("dtype", VLLM_PRESETS)
+def test_bridge_vllm_presets_still_convert(dtype):
+    """The presets keep converting (the page is vLLM's, as test_page_is_vllms_customize_spec)."""
+    import kvcore_vllm
+    from kvcore_turboquant.spec import TurboQuantFullAttentionSpec
+
+    spec = TurboQuantFullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128,
+                                       kv_cache_dtype=dtype)
+    assert kvcore_vllm.to_vllm_spec(spec).page_size_bytes == spec.page_size_bytes
