@@ -293,7 +293,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     out = plan_to_dict(config)
     s = config.stats
     if args.json:
-        for key in ("model", "model_type", "kv_cache_dtype", "model_dtype", "layers_per_kind"):
+        for key in ("model", "model_type", "kv_cache_dtype", "model_dtype", "layers_per_kind",
+                    "block_size_raised"):
             if key in s:
                 out[key] = s[key]
         out["per_rank"] = {"tensor_parallel_size": s.get("tensor_parallel_size", 1),

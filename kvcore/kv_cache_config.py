@@ -389,6 +389,9 @@ class PlanStats:
     model_dtype: str | None = None
     layers_per_kind: dict[str, int] | None = None
     num_layers: int | None = None
+    #: a block size the user gave that the plan raised (a hybrid model and a
+    #: kernel_block_size that does not divide it, as vLLM 0.32): given, kernel, used
+    block_size_raised: dict[str, int] | None = None
     # ---- the GPU budget (set by kvcore.deploy.budget.plan_on_gpu; issue #16) ---------------
     weights_bytes: int | None = None
     weights_bytes_total: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,8 @@ def plan_model(
                         include_mtp_layers=include_mtp_layers,
                         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     specs = layer_specs_for(cfg, cache)
+    raised_note = _check_user_block_size(block_size, plan_options.get("kernel_block_size"),
+                                         specs)
     if max_model_len is None:
         max_model_len = default_max_model_len(cfg)
         if max_model_len is None:
@@ -364,4 +367,45 @@ def plan_model(
         config.stats.notes = [*(config.stats.notes or []), hub_note]
     if mode_note:
         config.notes.append(mode_note)
+    if raised_note:
+        used = max((g.spec.block_size for g in config.kv_cache_groups
+                    if g.spec.scales_with_block_size), default=0)
+        config.notes.append(f"{raised_note[0]}: attention block size {used}")
+        config.stats.update({"block_size_raised": {**raised_note[1],
+                                                   "attention_block_size": used}})
     return config
+
+
+def _check_user_block_size(block_size: int | None, kernel_block_size: Any,
+                           specs: dict[str, Any]
+                           ) -> tuple[str, dict[str, int]] | None:
+    """A block size the user gave is never changed without a word (vLLM 0.32).
+
+    vLLM keeps a ``--block-size`` the user set (``user_specified_block_size``) and
+    selects an attention backend whose kernel block sizes divide it
+    (``AttentionBackend.supports_block_size``); none does when the size is not a
+    multiple of the kernel block size, and the engine refuses to start.  Only a hybrid
+    model (Mamba / linear-attention state layers) has its block size raised by vLLM
+    (``Platform._align_hybrid_block_size``, "may override user settings", logged).
+    So: a model without state layers is a ConfigError; a hybrid model gets a note and
+    ``block_size_raised`` in its stats.  An automatically chosen size (block_size
+    None) may be raised silently.
+    """
+    if block_size is None or isinstance(kernel_block_size, bool) \
+            or not isinstance(kernel_block_size, int) or kernel_block_size < 1 \
+            or block_size % kernel_block_size == 0:
+        return None
+    valid = math.lcm(block_size, kernel_block_size)
+    hybrid = any(not s.scales_with_block_size for s in specs.values())
+    if not hybrid:
+        raise ConfigError(
+            f"block_size {block_size} is not a multiple of kernel_block_size "
+            f"{kernel_block_size}: vLLM 0.32 finds no attention backend for it and "
+            f"refuses to start; give a block size that is a multiple of "
+            f"{kernel_block_size} (e.g. {valid}), or leave the block size out to have "
+            f"one chosen", field="block_size", value=block_size)
+    note = (f"block_size {block_size} (given) is not a multiple of kernel_block_size "
+            f"{kernel_block_size}: raised to a multiple of {kernel_block_size}, as vLLM "
+            f"0.32 raises a hybrid model's block size (Platform._align_hybrid_block_size,"
+            f" which may override --block-size)")
+    return note, {"block_size": block_size, "kernel_block_size": kernel_block_size}
