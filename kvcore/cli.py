@@ -157,6 +157,12 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         if not isinstance(data, dict):
             raise ConfigError(f"{args.specs}: a specs file holds a JSON object with "
                               f"'options' and 'layers'", field="specs")
+        from kvcore.planning import SPECS_FILE_OPTIONS
+        from kvcore.userfiles import check_keys
+
+        check_keys(data, ("options", "layers"), f"{args.specs}")
+        if isinstance(data.get("options"), dict):
+            check_keys(data["options"], SPECS_FILE_OPTIONS, f"{args.specs}: options")
         model_only = [flag for flag, used in (
             ("--tp", args.tp != 1), ("--pp", args.pp != 1),
             ("--block-size", args.block_size is not None),

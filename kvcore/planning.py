@@ -133,6 +133,10 @@ def _check_stages(stages: Any, names: list[str]) -> list[list[str]]:
                 not all(isinstance(n, str) for n in stage):
             raise ConfigError(f"stages[{i}] must be a list of layer names, got {stage!r}",
                               field="stages")
+        if not stage:
+            raise ConfigError(f"stages[{i}] is empty: every pipeline stage lists at least "
+                              f"one layer (drop the stage or give it layers)",
+                              field="stages", stage=i)
         for n in stage:
             if n not in known:
                 raise ConfigError(f"stages[{i}] lists layer {n!r}, which is not among the "
@@ -764,9 +768,11 @@ def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None =
     {name: spec dict}}``; ``workload`` / ``judge`` as in :func:`plan`.  Raises
     ConfigError naming an unknown option or bad layer."""
     from kvcore.specs import KVCacheSpec
+    from kvcore.userfiles import check_keys
 
     if not isinstance(data, Mapping):
         raise ConfigError("a specs file must hold a JSON object with 'options' and 'layers'")
+    check_keys(data, ("options", "layers"), "specs file")
     options = data.get("options", {})
     layers = data.get("layers")
     if not isinstance(options, Mapping):
@@ -774,10 +780,7 @@ def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None =
     if not isinstance(layers, Mapping) or not layers:
         raise ConfigError("'layers' must be a non-empty object {layer name: spec}",
                           field="layers")
-    unknown = sorted(set(options) - set(SPECS_FILE_OPTIONS))
-    if unknown:
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid options: "
-                          f"{', '.join(SPECS_FILE_OPTIONS)}", field=unknown[0])
+    check_keys(options, SPECS_FILE_OPTIONS, "specs file: options")
     specs: dict[str, KVCacheSpec] = {}
     for name, d in layers.items():
         try:

@@ -12,7 +12,9 @@ coefficient files and measurement or vector files (a low layer: it imports only
   the interpreter's recursion limit, an integer of more than 4,300 digits) into a
   ConfigError ``"WHERE: not valid JSON (...)"``; a RecursionError was the CLI's "this is
   a kvcore bug" before;
-* :func:`read_json` is the two together for a whole file.
+* :func:`read_json` is the two together for a whole file;
+* :func:`check_keys` refuses an unknown key of an object whose keys are fixed, naming
+  the key, where it is and the valid keys (with a "did you mean" for a near miss).
 """
 
 from __future__ import annotations
@@ -23,8 +25,25 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 
+
+def check_keys(data: Any, valid: Any, where: str, *, field: str | None = None) -> None:
+    """ConfigError for the first key of the mapping ``data`` not in ``valid``: names the
+    key, ``where`` it is (e.g. ``"FILE: options"``), the valid keys and, for a near
+    miss, ``did you mean 'KEY'?``.  ``field`` is the error's field (default: the key)."""
+    import difflib
+
+    names = sorted(str(v) for v in valid)
+    for key in data:
+        if key not in valid:
+            shown = repr(key) if len(repr(key)) <= 80 else repr(key)[:77] + "..."
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown key {shown}{hint}; valid keys: "
+                              f"{', '.join(names)}", field=field or str(key)[:80],
+                              where=where)
+
 __all__ = ["MAX_FILE_BYTES", "MAX_DATA_BYTES", "MAX_LINE_BYTES", "read_bytes", "loads_json",
-           "read_json"]
+           "read_json", "check_keys"]
 
 #: the largest result, coefficient, measurement or vector file read (a --save-detailed
 #: result of 100,000 requests is ~30 MB)
