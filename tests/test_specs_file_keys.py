@@ -98,3 +98,21 @@ def test_cli_names_the_file_exit_2(tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert str(f) in r.stderr and "'optionz'" in r.stderr and "did you mean 'options'" in r.stderr
+
+
+@SETTINGS
+@given(keys)
+def test_routing_vector_unknown_key_refused(key):
+    """kvcore's own routing-vector format has fixed keys (kvcore/routing/vectors.py)."""
+    from pathlib import Path
+
+    from kvcore.routing import vectors
+
+    src = Path(__file__).parent / "data" / "routing_vectors" / "sliding.json"
+    d = json.loads(src.read_text())
+    if key in d:
+        return
+    d[key] = 0
+    with pytest.raises(ConfigError) as e:
+        vectors.load(d)
+    assert repr(key) in str(e.value) and "valid keys" in str(e.value)

@@ -272,6 +272,10 @@ def _load(src: Any) -> Vector:
         raise ConfigError(f"not a {FORMAT} v{VERSION} file (format {d.get('format')!r}, "
                           f"version {d.get('version')!r})", field="format",
                           value=d.get("format"))
+    from kvcore.userfiles import check_keys
+
+    check_keys(d, ("format", "version", "name", "seed", "config", "records"),
+               f"{src}" if not isinstance(src, dict) else f"a {FORMAT} object")
     c = d.get("config")
     recs = d.get("records")
     if not isinstance(c, dict) or not isinstance(recs, list):
