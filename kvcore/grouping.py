@@ -299,7 +299,9 @@ def _size_error(name: str, spec: KVCacheSpec, what: str, value: Any, valid: str
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    from kvcore.units import as_int
+
+    return as_int(value) is not None
 
 
 def check_spec_sizes(name: str, spec: KVCacheSpec) -> int:

@@ -120,8 +120,14 @@ class PlanContext:
 
 
 def _check_int(obj: Any, name: str, minimum: int) -> None:
+    from kvcore.units import as_int
+
     value = getattr(obj, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    number = as_int(value)
+    if number is not None and type(value) is not int:
+        object.__setattr__(obj, name, number)  # numpy integers: a plain int
+        value = number
+    if number is None or value < minimum:
         what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise SpecError(
             f"{type(obj).__name__}.{name} must be {what}, got {value!r}", field=name,
@@ -151,7 +157,22 @@ def _check_field_types(obj: Any) -> None:
         value = getattr(obj, f.name)
         if value is None and optional:
             continue
-        ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+        from kvcore.units import as_int, as_real
+
+        if base == "int":  # numpy integers too, stored as a plain int
+            number = as_int(value)
+            ok = number is not None
+            if ok and type(value) is not int:
+                object.__setattr__(obj, f.name, number)
+                value = number
+        elif base == "float":  # any real number, stored as a float (an int stays int)
+            real = as_real(value)
+            ok = real is not None
+            if ok and not isinstance(value, (int, float)):
+                object.__setattr__(obj, f.name, real)
+                value = real
+        else:
+            ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
         if not ok:
             from kvcore.units import shorten
 

@@ -179,6 +179,29 @@ def bound(field: str) -> int:
 
 # ---- integers ----------------------------------------------------------------------------
 
+def as_int(value: Any) -> int | None:
+    """The one rule for an integer argument of kvcore's public API: any integral number
+    that is not bool (``operator.index``: Python and numpy integers) as a plain Python
+    int; None for anything else (bool, float, text...)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def as_real(value: Any) -> float | None:
+    """The rule for a float argument: any real number that is not bool (Python and
+    numpy ints and floats) as a plain float; None for anything else or an overflow."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+
+
 def check_int(value: Any, field: str, *, minimum: int | None = 1,
               maximum: int | None = None, where: str = "",
               allow_integral_float: bool = False) -> int:

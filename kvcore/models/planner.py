@@ -299,14 +299,25 @@ def plan_model(
 
         model, hub_note = resolve_model(model)
     cfg = model if isinstance(model, ModelConfig) else load_model_config(model)
+    from kvcore.units import as_int
+
+    checked = []
     for name, value in (("tensor_parallel_size", tensor_parallel_size),
                         ("pipeline_parallel_size", pipeline_parallel_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        number = as_int(value)  # numpy integers too, as plain ints
+        if number is None or number < 1:
             raise ConfigError(f"{name} must be a positive int, got {value!r}", field=name)
-    if block_size is not None and (isinstance(block_size, bool) or
-                                   not isinstance(block_size, int) or block_size < 1):
-        raise ConfigError(f"block_size must be a positive int, got {block_size!r}",
-                          field="block_size")
+        checked.append(number)
+    tensor_parallel_size, pipeline_parallel_size = checked
+    if block_size is not None:
+        number = as_int(block_size)
+        if number is None or number < 1:
+            raise ConfigError(f"block_size must be a positive int, got {block_size!r}",
+                              field="block_size")
+        block_size = number
+    kbs = as_int(plan_options.get("kernel_block_size"))
+    if kbs is not None:
+        plan_options["kernel_block_size"] = kbs
     mode_note = None
     if mamba_cache_mode is None:
         if not isinstance(enable_prefix_caching, bool):
@@ -391,9 +402,8 @@ def _check_user_block_size(block_size: int | None, kernel_block_size: Any,
     ``block_size_raised`` in its stats.  An automatically chosen size (block_size
     None) may be raised silently.
     """
-    if block_size is None or isinstance(kernel_block_size, bool) \
-            or not isinstance(kernel_block_size, int) or kernel_block_size < 1 \
-            or block_size % kernel_block_size == 0:
+    if block_size is None or type(kernel_block_size) is not int \
+            or kernel_block_size < 1 or block_size % kernel_block_size == 0:
         return None
     valid = math.lcm(block_size, kernel_block_size)
     hybrid = any(not s.scales_with_block_size for s in specs.values())
