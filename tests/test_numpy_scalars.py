@@ -94,3 +94,25 @@ def test_plan_model_takes_numpy_ints(plain_plan, names, dtype):
 def test_plan_model_refuses_bool(name):
     with pytest.raises(KVCoreError):
         plan_model("llama-3.1-8b", **{**PLAIN, name: True})
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(st.sampled_from(INT_DTYPES), st.integers(1, 64),
+       st.lists(st.integers(0, 4000), min_size=1, max_size=8))
+def test_slot_mapping_takes_numpy_block_size(dtype, block_size, positions):
+    """runtime slot_mapping: id x block_size + position % block_size (vLLM's slots)."""
+    from kvcore.runtime.kernel_tables import slot_mapping
+
+    table = list(range(1, 4000 // block_size + 2))
+    got = slot_mapping(table, positions, dtype(block_size))
+    want = slot_mapping(table, positions, block_size)
+    assert got == want and all(type(x) is int for x in got)
+
+
+def test_deploy_plan_model_takes_numpy_gpu_memory():
+    from kvcore.deploy import plan_model as deploy_plan
+
+    a = deploy_plan("llama-3.1-8b", gpu_memory_bytes=80 * GiB, max_model_len=4096)
+    b = deploy_plan("llama-3.1-8b", gpu_memory_bytes=np.int64(80 * GiB),
+                    max_model_len=np.int32(4096), tensor_parallel_size=np.int32(1))
+    assert b.num_blocks == a.num_blocks and type(b.num_blocks) is int

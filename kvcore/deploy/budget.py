@@ -86,10 +86,13 @@ class OverheadEstimate:
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    from kvcore.units import as_int
+
+    number = as_int(value)  # numpy integers too, as a plain int
+    if number is None or number < 1:
         raise ConfigError(f"{name} must be a positive int, got {value!r}", field=name,
                           value=repr(value))
-    return value
+    return number
 
 
 def _config(model: str | Path | ModelConfig) -> ModelConfig:
@@ -220,8 +223,11 @@ def _gpu_memory(gpu: str | GPU | None, gpu_memory_bytes: int | None) -> tuple[GP
                           field="gpu_memory_bytes", value=repr(gpu_memory_bytes))
     entry = gpu if isinstance(gpu, GPU) else get_gpu(gpu) if gpu is not None else None
     if gpu_memory_bytes is not None:
-        if isinstance(gpu_memory_bytes, bool) or not isinstance(gpu_memory_bytes, int) or \
-                gpu_memory_bytes <= 0:
+        from kvcore.units import as_int
+
+        gpu_memory_bytes = as_int(gpu_memory_bytes) if as_int(gpu_memory_bytes) is not None \
+            else gpu_memory_bytes
+        if type(gpu_memory_bytes) is not int or gpu_memory_bytes <= 0:
             raise ConfigError(f"gpu_memory must be a positive number of bytes, got "
                               f"{gpu_memory_bytes!r}", field="gpu_memory",
                               value=repr(gpu_memory_bytes))
@@ -342,8 +348,11 @@ def compute_budget(
             else 0)
         overhead = ledger.overhead_bytes
     else:
-        if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, int) or \
-                overhead_bytes < 0:
+        from kvcore.units import as_int
+
+        overhead_bytes = as_int(overhead_bytes) if as_int(overhead_bytes) is not None \
+            else overhead_bytes
+        if type(overhead_bytes) is not int or overhead_bytes < 0:
             raise ConfigError(f"overhead must be a non-negative number of bytes, got "
                               f"{overhead_bytes!r}", field="overhead",
                               value=repr(overhead_bytes))

@@ -1315,14 +1315,17 @@ def estimate_weights(
         A field needed for the estimate is missing or malformed, a parallel size is not a
         positive int, or the safetensors index is unreadable.
     """
+    from kvcore.units import as_int
+
     cfg = model if isinstance(model, ModelConfig) else load_model_config(model)
     for name, value in (("tensor_parallel_size", tensor_parallel_size),
                         ("pipeline_parallel_size", pipeline_parallel_size),
                         ("data_parallel_size", data_parallel_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if as_int(value) is None or value < 1:  # numpy integers too
             raise ConfigError(f"{name} must be a positive int, got {value!r}", field=name,
                               value=repr(value))
-    tp, pp, dp = tensor_parallel_size, pipeline_parallel_size, data_parallel_size
+    tp, pp, dp = (int(as_int(v) or 1) for v in (tensor_parallel_size,
+                                                pipeline_parallel_size, data_parallel_size))
     tensors = weight_tensors(cfg)
     from kvcore.dtypes import dtype_size
 

@@ -168,11 +168,15 @@ def slot_mapping(table: Iterable[Any], positions: Iterable[int], block_size: int
     block_size`` with ``id = table[position // block_size]``; -1 where that block is
     the null block or the position lies past the table (padding), so a writer skips
     it.  ``block_size`` in tokens; returns ``list[int]`` or ``torch.int64 [n]``."""
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+    from kvcore.units import as_int
+
+    number = as_int(block_size)  # numpy integers too, as a plain int
+    if number is None or number < 1:
         from kvcore.errors import KVCoreError
 
         raise KVCoreError(f"block_size must be a positive int (tokens), got "
                           f"{block_size!r}", field="block_size", value=repr(block_size))
+    block_size = number
     ids = block_table_ids(table)
     out = []
     positions = list(_iterable(positions, "positions", "a sequence of int token positions"))

@@ -266,10 +266,13 @@ class EngineResult:
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    from kvcore.units import as_int
+
+    number = as_int(value)  # numpy integers too, as a plain int
+    if number is None or number < low:
         raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}",
-                          field=name, value=value)
-    return value
+                          field=name, value=repr(value))
+    return number
 
 
 def resolve_request_overhead(time_model: Any, request_overhead_s: float | None = None,
