@@ -157,12 +157,6 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
         if not isinstance(data, dict):
             raise ConfigError(f"{args.specs}: a specs file holds a JSON object with "
                               f"'options' and 'layers'", field="specs")
-        from kvcore.planning import SPECS_FILE_OPTIONS
-        from kvcore.userfiles import check_keys
-
-        check_keys(data, ("options", "layers"), f"{args.specs}")
-        if isinstance(data.get("options"), dict):
-            check_keys(data["options"], SPECS_FILE_OPTIONS, f"{args.specs}: options")
         model_only = [flag for flag, used in (
             ("--tp", args.tp != 1), ("--pp", args.pp != 1),
             ("--block-size", args.block_size is not None),
@@ -208,7 +202,7 @@ def _plan_from_args(args: argparse.Namespace) -> Any:
             opts["disable_hybrid_kv_cache_manager"] = True
         if args.no_prefix_caching:
             opts["enable_prefix_caching"] = False
-        return plan_from_specs_file(data, **_serving_args(args)), None
+        return plan_from_specs_file(data, **_serving_args(args), where=str(args.specs)), None
     if not args.model:
         raise ConfigError("kvcore plan needs MODEL (see kvcore models) or --specs FILE",
                           field="model")

@@ -763,16 +763,18 @@ def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
 
 
 def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None = None,
-                         judge: Judge | None = None) -> KVCacheConfig:
+                         judge: Judge | None = None,
+                         where: str = "specs file") -> KVCacheConfig:
     """Plan from a specs file (docs/DESIGN.md section 5): ``{"options": {...}, "layers":
-    {name: spec dict}}``; ``workload`` / ``judge`` as in :func:`plan`.  Raises
-    ConfigError naming an unknown option or bad layer."""
+    {name: spec dict}}``; ``workload`` / ``judge`` as in :func:`plan`; ``where`` (the
+    file's name) prefixes the unknown-key errors.  Raises ConfigError naming an unknown
+    key or option or a bad layer."""
     from kvcore.specs import KVCacheSpec
     from kvcore.userfiles import check_keys
 
     if not isinstance(data, Mapping):
         raise ConfigError("a specs file must hold a JSON object with 'options' and 'layers'")
-    check_keys(data, ("options", "layers"), "specs file")
+    check_keys(data, ("options", "layers"), where)
     options = data.get("options", {})
     layers = data.get("layers")
     if not isinstance(options, Mapping):
@@ -780,7 +782,7 @@ def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None =
     if not isinstance(layers, Mapping) or not layers:
         raise ConfigError("'layers' must be a non-empty object {layer name: spec}",
                           field="layers")
-    check_keys(options, SPECS_FILE_OPTIONS, "specs file: options")
+    check_keys(options, SPECS_FILE_OPTIONS, f"{where}: options")
     specs: dict[str, KVCacheSpec] = {}
     for name, d in layers.items():
         try:

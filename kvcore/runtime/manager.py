@@ -528,9 +528,9 @@ class KVCacheManager:
             need = num_computed + num_new_tokens + num_lookahead_tokens
             if need > self.max_model_len:  # only lookahead slots are capped (vLLM's rule)
                 need = self.max_model_len
-        bs = getattr(request, "_bs", None)
-        if bs is not None and bs != self.hash_block_size and self.enable_caching:
-            raise self._wrong_hash_block_size("allocate_slots", rid, bs)
+        hbs = getattr(request, "_bs", None)
+        if hbs is not None and hbs != self.hash_block_size and self.enable_caching:
+            raise self._wrong_hash_block_size("allocate_slots", rid, hbs)
         if not full_sequence_must_fit and not new_computed_blocks \
                 and rid in self._tables0 and num_new_tokens > 0:
             if self._plain is not None:

@@ -661,8 +661,8 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                               f"as SimRequest(trace)), got {type(bad).__name__}",
                               field="requests", value=type(bad).__name__)
         seen: dict[str, int] = {}
-        for i, r in enumerate(reqs):
-            check_fresh(r, i, seen)
+        for i, q in enumerate(reqs):
+            check_fresh(q, i, seen)
         assignment = [-1] * len(reqs)
         pos = {id(r): i for i, r in enumerate(reqs)}
         order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival)
