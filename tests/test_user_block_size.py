@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from kvcore_plugin_needs import skip_unless_served
 
 from kvcore.errors import ConfigError
 from kvcore.models.planner import plan_model
@@ -73,6 +74,7 @@ def test_cli_refuses_non_multiple_exit_2():
 
 
 def test_cli_hybrid_raise_is_told_text_and_json():
+    skip_unless_served("mamba2attn-2.7b")  # a hybrid: kvcore-mamba (core-only venv: skip)
     args = ("mamba2attn-2.7b", "--block-size", "16", "--kernel-block-size", "64",
             "--kv-cache-memory", "40GiB", "--max-model-len", "8192")
     r = _cli(*args)
