@@ -91,6 +91,8 @@ def _checked_hash(fn: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
     least :data:`MIN_HASH_BYTES`.  A custom hash returning ``b""`` or one byte made
     other prompts hit a request's blocks and put one block twice in a table (fresh
     tester, T11).  Raises ConfigError (field ``hash``) naming what it returned."""
+    if getattr(fn, "_kvcore_checked", False):  # already probed and wrapped
+        return fn
     from kvcore.errors import ConfigError
     from kvcore.units import shorten
 
@@ -127,6 +129,7 @@ def _checked_hash(fn: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
                           "inputs; every prompt's blocks would collide",
                           field="hash", value=name)
     digest.__name__ = name
+    digest._kvcore_checked = True  # type: ignore[attr-defined]
     return digest
 
 

@@ -528,9 +528,10 @@ class KVCacheManager:
             need = num_computed + num_new_tokens + num_lookahead_tokens
             if need > self.max_model_len:  # only lookahead slots are capped (vLLM's rule)
                 need = self.max_model_len
-        hbs = getattr(request, "_bs", None)
-        if hbs is not None and hbs != self.hash_block_size and self.enable_caching:
-            raise self._wrong_hash_block_size("allocate_slots", rid, hbs)
+        if rid not in self._tables0:  # a request's hasher is fixed: check it once
+            hbs = getattr(request, "_bs", None)
+            if hbs is not None and hbs != self.hash_block_size and self.enable_caching:
+                raise self._wrong_hash_block_size("allocate_slots", rid, hbs)
         if not full_sequence_must_fit and not new_computed_blocks \
                 and rid in self._tables0 and num_new_tokens > 0:
             if self._plain is not None:

@@ -297,9 +297,12 @@ def _range_ratio(n: int, length: int, ratio: float, seed: int) -> list[int]:
     ceil(len x (1 + r))] (``RandomDataset``@0.32), at least 1."""
     import random
 
+    from kvcore.sim.workload import range_ratio_bounds
+
     rng = random.Random(seed)
-    low = max(1, math.floor(length * (1 - ratio)))
-    high = max(low, math.ceil(length * (1 + ratio)))
+    low, high = range_ratio_bounds(length, ratio)
+    low = max(1, low)
+    high = max(low, high)
     return [rng.randint(low, high) for _ in range(n)]
 
 

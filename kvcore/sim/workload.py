@@ -109,6 +109,13 @@ def _ratio(name: str, v: Any, given: Any) -> float:
     return f
 
 
+def range_ratio_bounds(length: int, ratio: float) -> tuple[int, int]:
+    """``(floor(length x (1 - ratio)), ceil(length x (1 + ratio)))``, tokens: the
+    inclusive range vLLM's random dataset draws a length from
+    (``RandomDataset.get_sampling_params``@0.32)."""
+    return math.floor(length * (1 - ratio)), math.ceil(length * (1 + ratio))
+
+
 def resolve_range_ratios(range_ratio: Any) -> tuple[float, float]:
     """``(input_ratio, output_ratio)`` of a range ratio: one number for both, or vLLM's
     dict ``{"input": r_in, "output": r_out}`` (vllm/benchmarks/datasets/utils.py
@@ -180,10 +187,8 @@ def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 12
     _int("random_prefix_len", prefix_len, 0)
     _seed(seed)
     r, r_out = resolve_range_ratios(range_ratio)
-    in_low = math.floor(input_len * (1 - r))
-    in_high = math.ceil(input_len * (1 + r))
-    out_low = max(math.floor(output_len * (1 - r_out)), 1)
-    out_high = max(math.ceil(output_len * (1 + r_out)), 1)
+    in_low, in_high = range_ratio_bounds(input_len, r)
+    out_low, out_high = (max(b, 1) for b in range_ratio_bounds(output_len, r_out))
     if prefix_len + in_low < 1:
         raise ConfigError(
             f"random_input_len {input_len} with random_range_ratio {r} and "
