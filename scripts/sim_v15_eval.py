@@ -46,6 +46,20 @@ def medians(results, ids=None):
     return out
 
 
+def by_source(results, src, ids=None):
+    """The median over sources of each source's median absolute error (the protocol's
+    02:50 amendment: reported, not part of the decision)."""
+    out = {}
+    for m in METRICS:
+        per: dict[str, list[float]] = {}
+        for r in results:
+            if m in r and (ids is None or r["id"] in ids):
+                per.setdefault(src[r["id"]], []).append(abs(r[m]["error"]))
+        meds = [statistics.median(v) for v in per.values()]
+        out[m] = (len(meds), statistics.median(meds) if meds else float("nan"))
+    return out
+
+
 def fmt(med):
     return " / ".join(f"{100 * v:.1f} % ({n})" for n, v in med.values())
 
@@ -86,6 +100,10 @@ def main() -> int:
                 f"({100 * r[m]['error']:+.0f} %)" for m in METRICS if m in r))
         print(f"  v15 all        (thr / TTFT / TPOT): {fmt(medians(res15))}")
         print(f"  v15 HBM3/GDDR  : {fmt(medians(res15, hw))}")
+        src = {r["id"]: r["url"] for r in v15}
+        print(f"  v15 all, sources weighted equally: {fmt(by_source(res15, src))}")
+        print(f"  v15 HBM3/GDDR, sources weighted equally: "
+              f"{fmt(by_source(res15, src, hw))}")
         print(f"  all held out   : {fmt(medians(res15 + resh))}")
         got[name] = res15
     print("\n" + decide(got, hw))
