@@ -101,7 +101,8 @@ def test_v1_v2_heldout_errors_as_measured(results, rows):
     # TTFT (1 row: the AWQ 16k prefill), 12.4 % TPOT (v10_first_evaluation_E.txt; no
     # ShareGPT row, so v12's length model leaves them as they were)
     old = ({r["id"] for r in rows if r["split"] == "holdout"} - _added(rows, "v10")
-           - _added(rows, "v11") - _added(rows, "v12") - _added(rows, "v14"))
+           - _added(rows, "v11") - _added(rows, "v12") - _added(rows, "v14")
+           - _added(rows, "v15"))
     assert len(old) == 24
     s = accuracy.summary(_of(results, old), "holdout")
     _within(s, output_throughput=0.098, ttft_ms=0.012, tpot_ms=0.125)
@@ -125,6 +126,17 @@ def test_sealed_rows_are_preregistered_and_held_out(rows, tag, file, n, empty):
     assert [r["id"] for r in sealed] == [r["id"] for r in here]
     assert all(a["measured"] == b["measured"] for a, b in zip(sealed, here))
     assert all(accuracy.load_measurements(DATA / f) == [] for f in empty)
+
+
+def test_v15_rows_are_the_four_collectors_sealed_files(rows):
+    # v15a-d (bare lists, as committed, in that order) are the v15 rows of
+    # measurements.json, held out with their figures unchanged
+    here = [r for r in rows if str(r.get("added", "")).startswith("v15")]
+    sealed = sum((json.loads((DATA / f"v15{c}_rows.json").read_text()) for c in "abcd"), [])
+    assert [r["id"] for r in sealed] == [r["id"] for r in here] and len(here) == 50
+    assert all(a["measured"] == b["measured"] and a.get("excluded") == b.get("excluded")
+               for a, b in zip(sealed, here))
+    assert all(r["split"] == "holdout" and "pre-registered" in r["added"] for r in here)
 
 
 def test_v10_errors_as_measured(results, rows):
@@ -168,6 +180,25 @@ def test_v14_rules_kept_the_default_and_the_harness():
     assert DEFAULT_EFFICIENCY == accuracy.V10_E_EFFICIENCY
 
 
+def test_v15_errors_as_measured(results, rows):
+    # the one evaluation (v15_evaluation.txt, candidate A, the engine): 36.3 % throughput
+    # (50 rows), 62.9 % TTFT (46), 25.9 % TPOT (50).  Where: DeepSeek-R1 at TP 8 on vLLM
+    # 0.7.x (dstack, 18 rows: throughput +97 to +416 %, TTFT -70 to -100 %), gpt-oss-120b
+    # on MI300X and at TP 4 on H200 (decode simulated 27-45 % fast), gpt-oss-120b at TP 1
+    # on H200 (TTFT +20 to +610 %); Llama-3.1-8B on A100-40GB within 25 / 20 / 38 %
+    s = accuracy.summary(_of(results, _added(rows, "v15")), "holdout")
+    _within(s, output_throughput=0.364, ttft_ms=0.630, tpot_ms=0.260)
+
+
+def test_v15_rule_kept_the_default(rows):
+    # v15_protocol.md: on the 34 v15 rows on HBM3 parts F was lower than A on TTFT only
+    # (86.0 against 92.9 %; throughput 101.0 against 98.0 %, TPOT 37.2 against 36.3 %),
+    # not on two of three: A stays; the 50 rows joined as held out
+    assert DEFAULT_EFFICIENCY == accuracy.V10_E_EFFICIENCY
+    v15 = [r for r in rows if str(r.get("added", "")).startswith("v15")]
+    assert len(v15) == 50 and {r["split"] for r in v15} == {"holdout"}
+
+
 def test_v12_length_model_adopted():
     # G lowered throughput and TTFT on the earlier held-out ShareGPT rows (7.8 -> 5.9 %,
     # 63.4 -> 49.6 %; TPOT 31.1 -> 32.8 %): the harness replays ShareGPT rows with it
@@ -194,11 +225,11 @@ def test_v11_fit_f_not_adopted():
 
 
 def test_every_heldout_error_as_measured(results):
-    # all held-out rows, v1 / v2 + v10 + v11 + v12 + v14, with v12's length model: 8.0 %
-    # (51 rows) / 35.5 % (11) / 12.4 % (52) (v14_evaluation.txt; v12's: 8.0 % (49) /
-    # 40.7 % (10) / 11.4 % (50); v11's: 8.0 % (45) / 34.2 % (6) / 12.7 % (46))
+    # all held-out rows, v1 / v2 + v10 + v11 + v12 + v14 + v15, with v12's length model:
+    # 12.6 % (101 rows) / 45.8 % (57) / 19.2 % (102) (v15_evaluation.txt; v14's: 8.0 %
+    # (51) / 35.5 % (11) / 12.4 % (52); v12's: 8.0 % (49) / 40.7 % (10) / 11.4 % (50))
     s = accuracy.summary(results, "holdout")
-    _within(s, output_throughput=0.081, ttft_ms=0.356, tpot_ms=0.125)
+    _within(s, output_throughput=0.127, ttft_ms=0.459, tpot_ms=0.193)
 
 
 @pytest.mark.parametrize("tag, files, n, note", [
@@ -281,20 +312,28 @@ def test_later_rounds_errors_as_measured(fit_results, rows, tag, bounds):
     _within(s, **bounds)
 
 
-def test_heldout_throughput_and_tpot_goals(results):
-    # issue 21: median absolute error of output throughput and TPOT <= 15 % on rows not
-    # fitted on
+def test_heldout_throughput_goal(results):
+    # issue 21: median absolute error of output throughput <= 15 % on rows not fitted on
     s = accuracy.summary(results, "holdout")
-    assert s["output_throughput"] <= 0.15 and s["tpot_ms"] <= 0.15, s
+    assert s["output_throughput"] <= 0.15, s
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21's TPOT goal is missed on the held-out rows "
+                   "since v15: 19.2 % over 102 (12.4 % over 52 before v15's 50 rows, "
+                   "25.9 % on them); docs/SIM_ACCURACY.md")
+def test_heldout_tpot_goal(results):
+    # issue 21: TPOT <= 15 % on rows not fitted on
+    s = accuracy.summary(results, "holdout")
+    assert s["tpot_ms"] <= 0.15, s
 
 
 @pytest.mark.xfail(strict=True, reason="issue 21's TTFT goal is missed on the held-out rows "
-                   "since v11: 35.5 % over 11 TTFTs after v14 (40.7 % over 10 after "
-                   "v12; v11's three at 53 %, v12's four at 52 %); docs/SIM_ACCURACY.md")
+                   "since v11: 45.8 % over 57 TTFTs after v15 (35.5 % over 11 after v14, "
+                   "40.7 % over 10 after v12; v15's 46 at 63 %); docs/SIM_ACCURACY.md")
 def test_heldout_ttft_goal(results):
     # issue 21: TTFT <= 25 % on rows not fitted on: 6.3 % over the 3 held-out TTFTs of
     # v1 / v2 + v10, 34.2 % with v11's three, 40.7 % with v12's four, 35.5 % with v14's
-    # one
+    # one, 45.8 % with v15's 46
     s = accuracy.summary(results, "holdout")
     assert s["ttft_ms"] <= 0.25, s
 
