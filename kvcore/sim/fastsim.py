@@ -20,9 +20,19 @@ search configurations:
   fewer than ``max_num_seqs`` run and budget is left (chunked prefill: a prompt may
   be split over steps).  A prefix hit (``random_prefix_len`` shared tokens, with
   prefix caching, after the first request computed them) skips those tokens.
-* **KV capacity** in tokens (``kv_capacity_tokens``, e.g. usable blocks x block size
-  of the attention group): a request that would not fit waits; a running decode
-  that does not fit preempts the newest running request (recompute), as vLLM does.
+* **KV capacity** in blocks of the whole pool (``kv_capacity_blocks``, the usable
+  blocks of ``kv_cache_config``): a request of ``n`` tokens holds, in every group, the
+  blocks its spec says a request of ``n`` tokens needs at decode
+  (``max_num_blocks_per_req`` of a :class:`~kvcore.specs.PlanContext` with one batched
+  token), summed over the groups, so a hybrid's sliding-window groups hold their
+  window and a full-attention group its whole context, as the block pool they share;
+  or, the older form, in tokens (``kv_capacity_tokens``, one group).  A request that
+  would not fit waits; a running decode that does not fit preempts the newest running
+  request (recompute), as vLLM does.
+* **max_model_len** (given): a request whose prompt plus output exceeds it is rejected
+  on arrival (vLLM's API server answers HTTP 400; ``vllm bench serve`` counts it
+  ``failed``): it is not served, not in any figure but ``failed``, and its client slot
+  frees after ``request_overhead_s``, as in :mod:`kvcore.sim.engine`.
 * The step's duration is ``time_model.step_time(describe_batch(kv_cache_config,
   scheduled))``; its tokens appear at the end of the step; the request's first token
   comes with the step that finishes its prompt.  ``request_overhead_s`` of the model
@@ -40,6 +50,7 @@ Figures are named as ``vllm bench serve --save-result`` names them.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -163,6 +174,8 @@ class _Req:
     token_times: list[float] = field(default_factory=list)
     done: float = -1.0
     preempted: int = 0
+    held: int = 0  # KV held: blocks of the pool (or tokens, with kv_capacity_tokens)
+    rejected: bool = False
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -211,6 +224,7 @@ def summarize(reqs: Sequence[_Req], duration: float, overhead: float = 0.0,
         "p99_itl_ms": percentile(itl, 99),
         "mean_e2el_ms": _mean(e2el), "median_e2el_ms": percentile(e2el, 50),
         "preemptions": sum(r.preempted for r in reqs),
+        "failed": sum(1 for r in reqs if r.rejected),
     }
     if goodput:
         good = 0
@@ -223,18 +237,95 @@ def summarize(reqs: Sequence[_Req], duration: float, overhead: float = 0.0,
     return fig
 
 
+def _tokens(n: int, chunk: int = 1) -> int:
+    return n
+
+
+def _blocks_held(kv_cache_config: Any, ctx: Any) -> Any:
+    """``(n, chunk) -> blocks`` a request of ``n`` tokens holds in the whole pool after a
+    step that computed ``chunk`` of them: each group's ``spec.max_num_blocks_per_req``
+    with ``max_num_batched_tokens = chunk`` (a sliding window or a local chunk holds the
+    chunk's tokens too while it is computed), summed; 0 for 0 tokens; memoised.  A spec
+    that raises or answers other than an int >= 0 is a ConfigError naming the group's
+    kind."""
+    from kvcore.specs import PlanContext
+
+    groups = getattr(kv_cache_config, "kv_cache_groups", None)
+    if not groups:
+        raise ConfigError("kv_capacity_blocks needs a kv_cache_config with groups",
+                          field="kv_cache_config", value=shorten(kv_cache_config))
+    if ctx is None:
+        ctx = PlanContext(max_model_len=max(1, int(kv_cache_config.max_model_len or 1)))
+    elif not isinstance(ctx, PlanContext):
+        raise ConfigError(f"plan_context must be a kvcore.specs.PlanContext, got "
+                          f"{type(ctx).__name__}", field="plan_context",
+                          value=shorten(ctx))
+    base = dict(ctx.__dict__)
+    ctxs: dict[int, Any] = {}
+    # equal group specs count once, times their number (a 5 : 1 model: two specs)
+    counts: dict[Any, int] = {}
+    for g in groups:
+        counts[g.spec] = counts.get(g.spec, 0) + 1
+    kinds = list(counts.items())
+    memo: dict[tuple[int, int], int] = {}
+
+    def held(n: int, chunk: int = 1) -> int:
+        if n <= 0:
+            return 0
+        got = memo.get((n, chunk))
+        if got is None:
+            ctx = ctxs.get(chunk)
+            if ctx is None:
+                ctx = ctxs[chunk] = PlanContext(**{**base, "max_num_batched_tokens": chunk})
+            total = 0
+            for spec, count in kinds:
+                try:
+                    b = spec.max_num_blocks_per_req(ctx, n)
+                except Exception as exc:  # a plugin's spec: name it
+                    raise ConfigError(f"{spec.kind}.max_num_blocks_per_req(ctx, {n}) raised "
+                                      f"{type(exc).__name__}: {exc}",
+                                      field="max_num_blocks_per_req",
+                                      value=spec.kind) from None
+                if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+                    raise ConfigError(f"{spec.kind}.max_num_blocks_per_req(ctx, {n}) "
+                                      f"returned {shorten(b)}: must be an int >= 0",
+                                      field="max_num_blocks_per_req", value=spec.kind)
+                total += count * b
+            got = memo[(n, chunk)] = total
+        return got
+    return held
+
+
 def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Workload, *,
                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  kv_capacity_tokens: int | None = None, enable_prefix_caching: bool = True,
                  goodput: dict[str, float] | None = None, enable_chunked_prefill: bool = True,
-                 max_steps: int = 10_000_000) -> dict[str, Any]:
+                 max_steps: int = 10_000_000, kv_capacity_blocks: int | None = None,
+                 max_model_len: int | None = None,
+                 plan_context: Any = None, reserve_full_prompt: bool = True
+                 ) -> dict[str, Any]:
     """Run ``workload`` through the loop of the module docstring; returns the figures
     (see :func:`summarize`) plus ``steps``.
 
+    kv_capacity_blocks: usable blocks of the pool (``num_blocks - 1``: not the null
+        block), shared by every group of ``kv_cache_config``; a request's blocks are
+        each group spec's ``max_num_blocks_per_req(plan_context, tokens)`` summed.
+        ``plan_context``: the :class:`~kvcore.specs.PlanContext` they read (default
+        ``kv_cache_config.max_model_len``, everything else PlanContext's defaults; its
+        ``max_num_batched_tokens`` is taken as 1: the decode figure).  Exclusive with
+        ``kv_capacity_tokens`` (tokens of one group: the older form).
+    max_model_len: requests longer (prompt + output) are rejected on arrival (None: no
+        limit).
+    reserve_full_prompt: vLLM 0.32's ``scheduler_reserve_full_isl`` (default on, as
+        :func:`kvcore.sim.engine.run_engine`): a waiting request is admitted only when
+        the KV cache can hold its whole prompt (the admission cap of its specs), not
+        only its first chunk.
+
     Raises ConfigError for a non-positive ``max_num_seqs`` / ``max_num_batched_tokens``
-    or a request that can never fit ``kv_capacity_tokens``, and for arguments of
-    another kind (a ``workload`` that is not a :class:`Workload`, a ``time_model``
-    without ``step_time``, flags that are not bools), naming the argument.
+    or a request that can never fit the KV capacity, both capacities given, and for
+    arguments of another kind (a ``workload`` that is not a :class:`Workload`, a
+    ``time_model`` without ``step_time``, flags that are not bools), naming the
+    argument.
     """
     from kvcore.sim.metrics import check_goodput
 
@@ -254,6 +345,17 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                           value=type(time_model).__name__)
     if kv_capacity_tokens is not None:
         check_int(kv_capacity_tokens, "kv_capacity_tokens", minimum=0)
+    if kv_capacity_blocks is not None:
+        check_int(kv_capacity_blocks, "kv_capacity_blocks", minimum=0)
+        if kv_capacity_tokens is not None:
+            raise ConfigError("give kv_capacity_blocks or kv_capacity_tokens, not both",
+                              field="kv_capacity_blocks", value=kv_capacity_blocks)
+    if max_model_len is not None:
+        check_int(max_model_len, "max_model_len", minimum=1, maximum=1 << 62)
+    if not isinstance(reserve_full_prompt, bool):
+        raise ConfigError(f"reserve_full_prompt must be True or False, got "
+                          f"{shorten(reserve_full_prompt)}", field="reserve_full_prompt",
+                          value=shorten(reserve_full_prompt))
     if not isinstance(enable_prefix_caching, bool):
         raise ConfigError(f"enable_prefix_caching must be True or False, got "
                           f"{shorten(enable_prefix_caching)}", field="enable_prefix_caching",
@@ -262,17 +364,26 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         goodput = check_goodput(goodput)
     check_int(max_steps, "max_steps", maximum=1 << 62)
     w = workload
-    cap = kv_capacity_tokens if kv_capacity_tokens is not None else math.inf
+    cap: float = kv_capacity_tokens if kv_capacity_tokens is not None else math.inf
+    need = _tokens
+    if kv_capacity_blocks is not None:
+        cap = kv_capacity_blocks
+        need = _blocks_held(kv_cache_config, plan_context)
+    mml = max_model_len if max_model_len is not None else math.inf
     if w.requests:
         reqs = [_Req(i, p, o) for i, (p, o, _) in enumerate(w.requests)]
     else:
         reqs = [_Req(i, w.prefix_len + w.input_len, w.output_len)
                 for i in range(w.num_prompts)]
-    big = max(reqs, key=lambda r: r.prompt + r.output)
-    if big.prompt + big.output > cap:
+    served = [r for r in reqs if r.prompt + r.output <= mml]
+    big = max(served or reqs, key=lambda r: r.prompt + r.output)
+    if served and need(big.prompt + big.output) > cap:
+        what = (f"{kv_capacity_blocks} blocks" if kv_capacity_blocks is not None
+                else f"{kv_capacity_tokens} tokens")
         raise ConfigError(f"a request of {big.prompt} + {big.output} tokens does not fit "
-                          f"the KV cache of {kv_capacity_tokens} tokens", field="kv_cache",
-                          value=kv_capacity_tokens)
+                          f"the KV cache of {what}", field="kv_cache",
+                          value=kv_capacity_blocks if kv_capacity_blocks is not None
+                          else kv_capacity_tokens)
     from kvcore.sim.engine import resolve_request_overhead
 
     if not isinstance(enable_chunked_prefill, bool):
@@ -311,7 +422,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     # all slots taken then, when one frees (vLLM's get_request + semaphore), even when
     # that falls inside an engine step (the engine sees it at the step's end)
     freed: deque[float] = deque([-math.inf] * min(limit, len(reqs)))
-    used = 0  # KV tokens held
+    used = 0  # KV held (blocks of the pool, or tokens: see need)
     prefix_cached = False
     # the clock: base + now, base rebased on the next arrival whenever nothing is in
     # flight, so every request's times are offsets of one small clock (exact latencies
@@ -326,6 +437,13 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
         while pending and in_flight < limit and arrivals[pending[0]] - base <= now:
             r = reqs[pending.popleft()]
             r.sent = max(arrivals[r.idx] - base, freed.popleft())
+            if r.prompt + r.output > mml:
+                # the API server refuses it: the client has the error after its share
+                # of the way (the engine's rule), and its slot is free again then
+                r.rejected = True
+                n_done += 1
+                bisect.insort(freed, r.sent + overhead)
+                continue
             r.seen = r.sent + overhead
             if api:
                 if api_next > r.seen:
@@ -335,6 +453,8 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             in_flight += 1
         while transit and transit[0].seen <= now:
             waiting.append(transit.popleft())
+        if n_done >= len(reqs):
+            break  # the last requests were rejected on arrival
         if not running and not waiting:
             if not transit:  # nothing in flight: rebase on the next arrival
                 a = arrivals[pending[0]]
@@ -353,28 +473,36 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             continue
         budget = max_num_batched_tokens * bif
         sched: list[tuple[_Req, int]] = []
+        preempted_now = False
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             n = min(r.prompt + r.generated - r.computed, budget, max_num_batched_tokens)
-            while used + n > cap and running[-1] is not r:
+            new = need(r.computed + n, n)
+            while used - r.held + new > cap and running[-1] is not r:
                 victim = running.pop()  # preempt the newest (recompute)
-                used -= victim.computed
-                victim.computed = 0
+                used -= victim.held
+                victim.held = victim.computed = 0
                 victim.preempted += 1
+                preempted_now = True
                 waiting.appendleft(victim)
-            if used + n > cap:  # r itself is the newest: preempt it
+            if used - r.held + new > cap:  # r itself is the newest: preempt it
                 running.pop()
-                used -= r.computed
-                r.computed = 0
+                used -= r.held
+                r.held = r.computed = 0
                 r.preempted += 1
+                preempted_now = True
                 waiting.appendleft(r)
                 break
-            used += n
+            used += new - r.held
+            r.held = new
             sched.append((r, n))
             budget -= n
             i += 1
-        while waiting and len(running) < max_num_seqs and budget > 0:
+        # vLLM's Scheduler admits waiting requests only in a step that preempted none
+        # (``if not preempted_reqs``): a preempted request is not taken back at once
+        while not preempted_now and waiting and len(running) < max_num_seqs and \
+                budget > 0:
             r = waiting[0]
             hit = 0
             if enable_prefix_caching and prefix_cached and r.computed == 0 and w.prefix_len:
@@ -384,11 +512,14 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                                                                  max_num_batched_tokens):
                 break  # chunked prefill off: whole prompts only (as the engine)
             n = min(total - hit, budget, max_num_batched_tokens)
-            if used + hit + n > cap:
+            new = need(hit + n, n)
+            if used + new > cap or (reserve_full_prompt and used + need(
+                    total, max_num_batched_tokens) > cap):
                 break
             waiting.popleft()
             r.computed = hit
-            used += hit + n
+            used += new
+            r.held = new
             running.append(r)
             sched.append((r, n))
             budget -= n
@@ -429,7 +560,8 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
             r.token_times.append(tnow)
             if r.generated >= r.output:
                 r.done = tnow
-                used -= r.computed
+                used -= r.held
+                r.held = 0
                 finished = True
                 n_done += 1
                 in_flight -= 1

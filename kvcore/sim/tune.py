@@ -283,9 +283,27 @@ def _simulate_once(cand: dict[str, Any]) -> dict[str, Any]:
     else:
         wl["requests"] = ()
         w = Workload(**wl)
-    cap = (kv.num_blocks - 1) * spec.block_size if kv.num_blocks else None
+    # the engine's admission (fresh tester T14): a request past max_model_len is
+    # rejected on arrival, and a run where every request is is refused as the engine
+    # path refuses it; the pool is counted in blocks over every group (T15: one group's
+    # tokens over-counted a 5 : 1 sliding-window model's pool about 3-fold)
+    from types import SimpleNamespace
+
+    from kvcore.sim.engine import check_some_served
+    from kvcore.specs import PlanContext
+
+    check_some_served([SimpleNamespace(prompt_len=p, output_len=o, rejected=False)
+                       for p, o, _ in (w.requests or ((w.prefix_len + w.input_len,
+                                                       w.output_len, 0.0),))],
+                      max_model_len=mml_run)
+    ctx = PlanContext(max_model_len=max(1, mml_run), mamba_cache_mode=mode,
+                      enable_prefix_caching=pc,
+                      num_speculative_tokens=spec_plan.get("num_speculative_tokens", 0),
+                      tensor_parallel_size=tp, pipeline_parallel_size=pp)
     fig = run_workload(model, kv, w, max_num_seqs=cand["max_num_seqs"],
-                       max_num_batched_tokens=mnbt, kv_capacity_tokens=cap,
+                       max_num_batched_tokens=mnbt,
+                       kv_capacity_blocks=kv.num_blocks - 1 if kv.num_blocks else None,
+                       plan_context=ctx, max_model_len=mml_run or None,
                        enable_prefix_caching=pc, enable_chunked_prefill=chunked,
                        goodput=cand.get("goodput") or None)
     if not fig.get("completed") and fig.get("failed"):

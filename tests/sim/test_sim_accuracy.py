@@ -305,7 +305,12 @@ def test_v6_rows_moved_to_fit_with_the_reason(rows):
     # 34.7 -> 35.1 %)
     ("v6", dict(output_throughput=0.072, ttft_ms=1.084, tpot_ms=0.189)),
     ("v7", dict(output_throughput=0.136, ttft_ms=0.579, tpot_ms=0.018)),
-    ("v8", dict(output_throughput=0.116, ttft_ms=0.351, tpot_ms=0.126)),
+    # v8: 11.6 / 35.1 / 12.6 % with the fast loop before stop 39; its KV-bound rows
+    # (DeepSeek-R1 TP 8 on H200, QwQ-32B 10k-32k prompts) now replay as the engine
+    # replays them (the fast loop admits by vLLM's full-prompt gate and not in a step
+    # that preempted: the engine's figures on every changed row, where the older loop
+    # was 1-134 points off them; tests/sim/test_fastsim_admission.py)
+    ("v8", dict(output_throughput=0.135, ttft_ms=0.369, tpot_ms=0.131)),
     ("v9", dict(output_throughput=0.066, ttft_ms=0.316, tpot_ms=0.083))])
 def test_later_rounds_errors_as_measured(fit_results, rows, tag, bounds):
     s = accuracy.summary(_of(fit_results, _added(rows, tag)), "fit")
