@@ -82,6 +82,7 @@ def test_fast_loop_rejects_past_max_model_len_as_the_engine(seed):
 def test_tune_fast_refuses_traffic_vllm_would_refuse_entirely(capsys):
     # T14's command: every request (128 + 16 tokens) is past --max-model-len 100; the
     # engine path's refusal, one line, exit 2
+    pytest.importorskip("numpy")  # vLLM's random dataset draws with numpy
     from kvcore.cli import main
 
     rc = main(["tune", "llama-3.1-8b", "--gpu", "H100", "--dataset-name", "random",
@@ -135,6 +136,7 @@ def test_tune_fast_gives_the_engines_figures_on_gemma3():
     # T15's command (gemma-3-27b-it, 5 : 1 sliding window 1024 : full, 6 groups, one
     # H100: KV-bound): the engine path 218.4 tok/s, TPOT 96.0 ms; --fast was 254.9 /
     # 122.8 (one group's token capacity)
+    pytest.importorskip("numpy")  # vLLM's random dataset draws with numpy
     from kvcore.sim.tune import simulate_once
 
     def run(sim):
