@@ -203,12 +203,13 @@ def workload_from_requests(requests: Iterable[tuple[int, int, int]], *,
     """A workload from ``(prompt_len, output_len, shared_prefix_len)`` per request;
     requests are grouped into at most ``max_classes`` classes by prompt length (each
     class its members' means).  Raises ConfigError for no requests or a bad length."""
-    from kvcore.units import check_int, check_items, check_name
+    from kvcore.units import as_int, check_int, check_items, check_name
 
-    check_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=1 << 40,
-              where="workload_from_requests")
-    check_int(max_classes, "max_classes", minimum=1, maximum=1 << 20,
-              where="workload_from_requests")
+    # numpy integers as the equal plain int; bool refused (check_int names the field)
+    max_num_seqs = check_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=1 << 40,
+                             where="workload_from_requests")
+    max_classes = check_int(max_classes, "max_classes", minimum=1, maximum=1 << 20,
+                            where="workload_from_requests")
     check_name(source, "source")
     items = check_items(requests, (tuple, list), "requests",
                         hint="(prompt_len, output_len, shared_prefix_len) per request")
@@ -218,11 +219,13 @@ def workload_from_requests(requests: Iterable[tuple[int, int, int]], *,
             raise ConfigError(f"workload request {i}: {item!r}"[:200] + " is not a "
                               "(prompt_len, output_len, shared_prefix_len) triple",
                               field="workload", value=i)
-        p, o, s = item
-        if not all(isinstance(v, int) and v >= 0 for v in (p, o, s)) or p < 1 or o < 1:
-            raise ConfigError(f"workload request {i}: prompt_len {p!r}, output_len {o!r}, "
-                              f"shared_prefix_len {s!r}; lengths must be ints, prompt and "
-                              f"output at least 1", field="workload", value=i)
+        p0, o0, s0 = item
+        p, o, s = as_int(p0), as_int(o0), as_int(s0)  # numpy integers too; bool refused
+        if p is None or o is None or s is None or s < 0 or p < 1 or o < 1:
+            raise ConfigError(f"workload request {i}: prompt_len {p0!r}, output_len "
+                              f"{o0!r}, shared_prefix_len {s0!r}; lengths must be "
+                              f"ints (not bool), prompt and output at least 1",
+                              field="workload", value=i)
         rows.append((p, o, min(s, p)))
     if not rows:
         raise ConfigError("the workload has no requests", field="workload")

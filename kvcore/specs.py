@@ -54,13 +54,23 @@ MAMBA_CACHE_MODES = ("none", "align", "all")
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative ints: ``ceil(a / b)`` for ``a >= 0, b >= 1``.
-    Raises ConfigError for anything else (a bool, a float, a negative, ``b = 0``)."""
-    if type(a) is not int or type(b) is not int or a < 0 or b < 1:
+    Numpy integers count as the equal int.  Raises ConfigError for anything else (a
+    bool, a float, a negative, ``b = 0``)."""
+    if type(a) is not int or type(b) is not int:  # off the fast path: numpy integers
+        from kvcore.units import as_int
+
+        ia, ib = as_int(a), as_int(b)
+        if ia is None or ib is None:
+            from kvcore.errors import ConfigError
+
+            raise ConfigError(f"cdiv needs ints a >= 0 and b >= 1, got a={repr(a)[:40]}, "
+                              f"b={repr(b)[:40]}", field="a" if ia is None else "b")
+        a, b = ia, ib
+    if a < 0 or b < 1:
         from kvcore.errors import ConfigError
 
         raise ConfigError(f"cdiv needs ints a >= 0 and b >= 1, got a={repr(a)[:40]}, "
-                          f"b={repr(b)[:40]}", field="a" if type(a) is not int or a < 0
-                          else "b")
+                          f"b={repr(b)[:40]}", field="a" if a < 0 else "b")
     return -(-a // b)
 
 
@@ -110,9 +120,13 @@ class PlanContext:
                             f"tensor_parallel_size {tp} (vLLM reuses the TP ranks for "
                             f"DCP); valid: {', '.join(map(str, valid))}",
                             field="decode_context_parallel_size", value=dcp)
-        if not isinstance(self.max_model_len, int) or isinstance(self.max_model_len, bool):
+        from kvcore.units import as_int
+
+        mml = as_int(self.max_model_len)  # numpy integers too, stored as a plain int
+        if mml is None:
             raise SpecError(f"max_model_len must be an int, got {self.max_model_len!r}",
-                            field="max_model_len")
+                            field="max_model_len", value=repr(self.max_model_len))
+        object.__setattr__(self, "max_model_len", mml)
         if self.mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise SpecError(
                 f"mamba_cache_mode {self.mamba_cache_mode!r} is not one of "

@@ -43,6 +43,10 @@ __all__ = [
     "MAX_BLOCKS",
     "MAX_TOKEN_ID",
     "bound",
+    "as_int",
+    "as_real",
+    "plain_int",
+    "plain_ints",
     "check_int",
     "check_number",
     "check_path",
@@ -189,6 +193,27 @@ def as_int(value: Any) -> int | None:
         return operator.index(value)
     except TypeError:
         return None
+
+
+def plain_int(value: Any) -> Any:
+    """``value`` as the equal plain int when it is an integral number that is not bool
+    (numpy integers); anything else unchanged, for the caller's own check to name.
+    For a public entry point that converts once, at its boundary (:func:`as_int`)."""
+    if type(value) is int or isinstance(value, bool):
+        return value
+    number = as_int(value)
+    return value if number is None else number
+
+
+def plain_ints(values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``values`` (keyword arguments) with :func:`plain_int` applied to each
+    value, and to each item of a list or tuple value (per-stage budgets)."""
+    out: dict[str, Any] = {}
+    for key, v in values.items():
+        if isinstance(v, (list, tuple)):
+            v = type(v)(plain_int(x) for x in v)
+        out[key] = plain_int(v)
+    return out
 
 
 def as_real(value: Any) -> float | None:

@@ -310,6 +310,15 @@ def compute_budget(
     raises ConfigError for an unknown GPU or engine, a utilization outside (0, 1], a
     negative overhead or a bad parallel size.
     """
+    from kvcore.units import plain_int
+
+    # numpy integers as the equal plain int, once here (the checks below name bad ones)
+    tensor_parallel_size, pipeline_parallel_size, data_parallel_size = (
+        plain_int(tensor_parallel_size), plain_int(pipeline_parallel_size),
+        plain_int(data_parallel_size))
+    max_num_batched_tokens, max_num_seqs, max_model_len = (
+        plain_int(max_num_batched_tokens), plain_int(max_num_seqs),
+        plain_int(max_model_len))
     cfg = _config(model)
     entry, memory = _gpu_memory(gpu, gpu_memory_bytes)
     util = _check_utilization(gpu_memory_utilization)
@@ -655,7 +664,14 @@ def plan_on_gpu(
     """
     from kvcore.models.planner import plan_model
     from kvcore.planning import format_bytes
+    from kvcore.units import plain_int, plain_ints
 
+    # numpy integers as the equal plain int, once at this boundary (bool, floats and
+    # text stay for the checks that name them)
+    plan_kwargs = plain_ints(plan_kwargs)
+    gpu_memory_bytes, overhead_bytes, data_parallel_size, max_num_seqs = (
+        plain_int(gpu_memory_bytes), plain_int(overhead_bytes),
+        plain_int(data_parallel_size), plain_int(max_num_seqs))
     check_kv_cache_dtype(plan_kwargs.get("kv_cache_dtype", "auto"))  # before any budget
     from kvcore.deploy.gpus import check_attention_block_size
 

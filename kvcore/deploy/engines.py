@@ -448,6 +448,20 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
     ``max_num_batched_tokens`` / ``max_num_seqs`` win over the engine's defaults.
     Returns an :class:`EngineLedger`; raises ConfigError for an unknown engine or usage.
     """
+    from kvcore.units import check_int
+
+    # numpy integers as the equal plain int; bool, floats and text refused naming the field
+    tensor_parallel_size = check_int(tensor_parallel_size, "tensor_parallel_size")
+    pipeline_parallel_size = check_int(pipeline_parallel_size, "pipeline_parallel_size")
+    data_parallel_size = check_int(data_parallel_size, "data_parallel_size",
+                                   maximum=1 << 16)
+    gpu_memory_bytes = check_int(gpu_memory_bytes, "gpu_memory_bytes")
+    if max_num_batched_tokens is not None:
+        max_num_batched_tokens = check_int(max_num_batched_tokens, "max_num_batched_tokens")
+    if max_num_seqs is not None:
+        max_num_seqs = check_int(max_num_seqs, "max_num_seqs")
+    if max_model_len is not None:
+        max_model_len = check_int(max_model_len, "max_model_len", minimum=-1)
     p = get_engine(engine)
     tp, pp, dp = tensor_parallel_size, pipeline_parallel_size, data_parallel_size
     t_def, s_def, batch_rule = batch_defaults(p, gpu=gpu, memory_bytes=gpu_memory_bytes,
@@ -459,7 +473,7 @@ def engine_ledger(cfg: Any, weights: Any, *, engine: str | EngineProfile | None 
     if max_num_batched_tokens or max_num_seqs:  # vLLM refuses tokens < seqs to start
         from kvcore.serving import check_scheduler_limits
 
-        mml = max_model_len if isinstance(max_model_len, int) and max_model_len > 0 \
+        mml = max_model_len if max_model_len is not None and max_model_len > 0 \
             else tokens  # -1: vLLM's auto, resolved later
         check_scheduler_limits(seqs, tokens, mml)
     if max_num_batched_tokens or max_num_seqs:

@@ -251,9 +251,12 @@ def check_attention_block_size(block_size: int | None, gpu: object = None) -> No
     "No common block size for 7" and the engine does not start.  ``None`` (vLLM picks
     the size) passes.  Raises ConfigError naming ``block_size``."""
     from kvcore.errors import ConfigError
+    from kvcore.units import as_int
 
-    if block_size is None or isinstance(block_size, bool) or not isinstance(block_size, int):
+    number = None if block_size is None else as_int(block_size)  # numpy ints too
+    if number is None:
         return  # not given, or not an int: the planner's own check names it
+    block_size = number
     m = ATTENTION_BLOCK_SIZE_MULTIPLE
     if block_size % m:
         on = f" on {getattr(gpu, 'name', gpu)}" if gpu else " on a GPU"

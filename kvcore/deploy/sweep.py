@@ -56,7 +56,10 @@ def _as_list(value: Any, name: str) -> list[Any]:
 def _check_count(value: Any, name: str, *, optional: bool = False) -> None:
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    from kvcore.units import as_int
+
+    number = as_int(value)  # numpy integers too; bool refused
+    if number is None or number < 1:
         raise ConfigError(f"sweep: {name} must be a positive int (or a list of them), got "
                           f"{value!r}", field=name, value=repr(value))
 
@@ -116,6 +119,11 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
                                                "pipeline_parallel_size"),
             "kv_cache_dtype": _as_list(kv_cache_dtype, "kv_cache_dtype"),
             "max_model_len": lengths}
+    from kvcore.units import plain_int, plain_ints
+
+    # numpy integers as the equal plain int, once here (rows then carry plain ints)
+    axes = {k: [plain_int(v) for v in vs] for k, vs in axes.items()}
+    plan_kwargs = plain_ints(plan_kwargs)
     for key in ("tensor_parallel_size", "pipeline_parallel_size"):
         for v in axes[key]:
             _check_count(v, key)
@@ -456,8 +464,10 @@ def plot_lengths(model: Any, max_model_len: Any = None) -> list[int]:
     ``max_model_len`` (default / auto: the model's derived length), and that length."""
     from kvcore.deploy.budget import _config
     from kvcore.models.planner import derived_max_model_len
+    from kvcore.units import as_int
 
-    top = max_model_len if isinstance(max_model_len, int) and max_model_len > 0 else \
+    mml = as_int(max_model_len)  # numpy integers too
+    top = mml if mml is not None and mml > 0 else \
         derived_max_model_len(_config(model)) or 131072
     lengths = [1 << k for k in range(10, 40) if (1 << k) < top]
     return [*lengths, top] if lengths else sorted({max(1, top // 4), max(1, top // 2), top})

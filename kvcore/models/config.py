@@ -101,7 +101,7 @@ def field_int(raw: Any, key: str, default: Any = REQUIRED, *, minimum: int | Non
     ``key`` in :data:`kvcore.units.BOUNDS`); an integral float (JSON ``4096.0``, ``1e4``)
     counts as an int, a bool or string does not.  Absent (missing or null): ``default``
     (ConfigError when REQUIRED).  Raises ConfigError naming ``path`` (default ``key``)."""
-    from kvcore.units import bound, shorten
+    from kvcore.units import as_int, bound, shorten
 
     found, value = _read(raw, key, default, "int", minimum, where, path,
                          model_type)
@@ -109,10 +109,8 @@ def field_int(raw: Any, key: str, default: Any = REQUIRED, *, minimum: int | Non
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         number: int | None = int(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    else:
-        number = None
+    else:  # numpy integers too (a config dict built in Python), as a plain int
+        number = as_int(value)
     low = "an int" if minimum is None else ("a positive int" if minimum == 1 else
                                            f"an int >= {minimum:,}")
     if number is None:

@@ -199,8 +199,10 @@ def _check_max_model_len(cfg: ModelConfig, max_model_len: Any) -> None:
     ``model_max_length`` allows it or VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
     import os
 
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or \
-            max_model_len <= 0:
+    from kvcore.units import as_int
+
+    max_model_len = as_int(max_model_len)  # numpy integers too
+    if max_model_len is None or max_model_len <= 0:
         return  # -1 (auto) or a bad value: plan() checks it
     derived = derived_max_model_len(cfg)
     if derived is None or max_model_len <= derived:
@@ -268,7 +270,20 @@ def plan_model(
     NotEnoughMemoryError (see :func:`layer_specs_for` and :func:`kvcore.planning.plan`).
     """
     from kvcore.planning import plan
+    from kvcore.units import plain_int, plain_ints
 
+    # numpy integers as the equal plain int, once at this boundary (bool, floats and
+    # text stay as given, for the checks below to name)
+    plan_options = plain_ints(plan_options)
+    max_model_len, max_num_batched_tokens, max_num_encoder_input_tokens, \
+        num_speculative_tokens, pipeline_parallel_size = (
+            plain_int(max_model_len), plain_int(max_num_batched_tokens),
+            plain_int(max_num_encoder_input_tokens), plain_int(num_speculative_tokens),
+            plain_int(pipeline_parallel_size))
+    if isinstance(kv_cache_memory_bytes, (list, tuple)):
+        kv_cache_memory_bytes = [plain_int(v) for v in kv_cache_memory_bytes]
+    else:
+        kv_cache_memory_bytes = plain_int(kv_cache_memory_bytes)
     _GPU_KEYS = ("gpu_memory_utilization", "overhead_bytes", "data_parallel_size",
                  "enable_expert_parallel", "max_num_seqs", "cuda_graphs",
                  "raise_if_not_fits")

@@ -196,12 +196,16 @@ def allocate_tensors(kv_cache_config: Any, device: Any = "cpu", *,
         for ``offset + (num_blocks - 1) x block_stride + page`` bytes; misaligned planes.
     """
     torch = __import__("torch")
-    n_blocks = kv_cache_config.num_blocks if num_blocks is None else num_blocks
-    if not isinstance(n_blocks, int) or n_blocks < 1:
+    from kvcore.units import as_int
+
+    given = kv_cache_config.num_blocks if num_blocks is None else num_blocks
+    n_int = as_int(given)  # numpy integers too, as a plain int; bool refused
+    if n_int is None or n_int < 1:
         raise KVCoreError(
-            f"allocate_tensors needs a positive block count; the plan has num_blocks "
-            f"{kv_cache_config.num_blocks!r} (plan with a memory budget, or pass "
-            f"num_blocks=)", field="num_blocks", value=n_blocks)
+            f"allocate_tensors needs a positive block count; num_blocks = {given!r} "
+            f"({'from the plan' if num_blocks is None else 'given'}; plan with a memory "
+            f"budget, or pass num_blocks=)", field="num_blocks", value=repr(given))
+    n_blocks = n_int
     kv_layout = getattr(kv_cache_config, "kv_cache_layout", "LBNHC") or "LBNHC"
     alloc = torch.zeros if zero else torch.empty
     buffers: list[Any] = []

@@ -181,10 +181,11 @@ def check_token_ids(token_ids: Sequence[Any], request_id: Any = None,
     except (OverflowError, TypeError):
         pass
     from kvcore.errors import RequestError
-    from kvcore.units import shorten
+    from kvcore.units import as_int, shorten
 
     for i, t in enumerate(token_ids):
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_TOKEN_ID:
+        n = as_int(t)  # numpy integers are token ids too; bool is not
+        if n is None or not 0 <= n <= MAX_TOKEN_ID:
             who = f"request {shorten(request_id)}: " if request_id is not None else ""
             raise RequestError(
                 f"{who}token id {shorten(t)} at position {start + i:,} is not an int in "
@@ -317,12 +318,15 @@ class BlockHasher:
     __slots__ = ("block_size", "hash_fn", "_static_extra")
 
     def __init__(self, block_size: int, hash: str | Callable[[bytes], bytes] = "sha256"):
-        if not isinstance(block_size, int) or block_size < 1:
+        from kvcore.units import as_int
+
+        number = as_int(block_size)  # numpy integers too, as a plain int; bool refused
+        if number is None or number < 1:
             from kvcore.errors import ConfigError
 
             raise ConfigError(f"block_size must be a positive int, got {block_size!r}",
-                              field="block_size", value=block_size)
-        self.block_size = block_size
+                              field="block_size", value=repr(block_size))
+        self.block_size = number
         self.hash_fn = get_hash_function(hash)
 
     def extend(self, request: Any) -> None:

@@ -146,12 +146,15 @@ def block_tables(tables: Sequence[Iterable[Any]], *, width: int | None = None,
     """
     rows = [block_table_ids(t) for t in _iterable(
         tables, "tables", "a sequence of block tables (one per request)")]
-    w = max((len(r) for r in rows), default=0) if width is None else width
-    if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+    from kvcore.units import as_int
+
+    w_int = max((len(r) for r in rows), default=0) if width is None else as_int(width)
+    if w_int is None or w_int < 0:  # numpy integers too, as a plain int; bool refused
         from kvcore.errors import KVCoreError
 
-        raise KVCoreError(f"width must be an int >= 0 (blocks per request), got {w!r}",
-                          field="width", value=repr(w))
+        raise KVCoreError(f"width must be an int >= 0 (blocks per request), got "
+                          f"{width!r}", field="width", value=repr(width))
+    w = w_int
     for i, r in enumerate(rows):
         if len(r) > w:
             from kvcore.errors import KVCoreError
@@ -223,13 +226,16 @@ def request_block_tables(manager: Any, requests: Sequence[Any], group_id: int = 
         raise KVCoreError(f"manager must be a kvcore KVCacheManager, got "
                           f"{shorten(manager)} ({type(manager).__name__})",
                           field="manager", value=shorten(manager))
-    if not isinstance(group_id, int) or not 0 <= group_id < len(managers):
+    from kvcore.units import as_int
+
+    gid = as_int(group_id)  # numpy integers too; bool refused
+    if gid is None or not 0 <= gid < len(managers):
         from kvcore.errors import KVCoreError
 
         raise KVCoreError(f"group_id {group_id!r} is not a group of this manager "
                           f"(0..{len(managers) - 1})", field="group_id",
                           value=repr(group_id))
-    m = managers[group_id]
+    m = managers[gid]
     rids = [r if isinstance(r, str) else getattr(r, "request_id", None)
             for r in _iterable(requests, "requests", "a sequence of requests or ids")]
     for r, rid in zip(requests, rids):

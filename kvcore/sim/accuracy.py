@@ -27,6 +27,7 @@ from typing import Any
 
 from kvcore.errors import KVCoreError, NotEnoughMemoryError
 from kvcore.sim.timing import DEFAULT_EFFICIENCY, Efficiency, roofline_for
+from kvcore.units import as_int, as_real, plain_int
 
 __all__ = ["load_measurements", "vllm_serve_defaults", "simulate_row", "evaluate",
            "sharegpt_output_lengths", "eos_output_lengths", "stated_lengths",
@@ -72,10 +73,11 @@ def _row_int(row: dict[str, Any], key: str, default: int | None, minimum: int = 
     # at most the field's bound (num_prompts: --num-prompts's; a count of 10**9 was a
     # replay of hours, or a MemoryError)
     top = MAX_NUM_PROMPTS if key == "num_prompts" else bound(key)
-    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= top:
+    number = as_int(v)  # numpy integers too, as a plain int; bool refused
+    if number is None or not minimum <= number <= top:
         raise ConfigError(f"row {row.get('id')!r}: {key} {shorten(v)} must be an integer "
                           f"in [{minimum:,}, {top:,}]", field=key, value=shorten(v))
-    return v
+    return number
 
 
 def _row_bool(row: dict[str, Any], key: str, default: bool) -> bool:
@@ -159,8 +161,8 @@ def _check_row(row: dict[str, Any]) -> None:
         lens = row.get(key)
         if lens is not None and (not isinstance(lens, list)
                                  or len(lens) != row["num_prompts"]
-                                 or not all(isinstance(n, int) and not isinstance(n, bool)
-                                            and 1 <= n <= MAX_TOKENS for n in lens)):
+                                 or not all((m := as_int(n)) is not None
+                                            and 1 <= m <= MAX_TOKENS for n in lens)):
             raise ConfigError(f"row {row.get('id')!r}: {key} must be a list of "
                               f"{row['num_prompts']} integers in [1, {MAX_TOKENS:,}] (one "
                               "per prompt, as "
@@ -202,6 +204,33 @@ def is_sharegpt_row(row: dict[str, Any]) -> bool:
     return str(row.get("dataset", "")).strip().lower().startswith("sharegpt")
 
 
+def _counts(*args: tuple[str, Any]) -> list[int]:
+    """Each ``(name, value)`` as a plain int >= 1 (numpy integers too; bool refused),
+    else ConfigError naming the argument."""
+    from kvcore.errors import ConfigError
+
+    out = []
+    for name, v in args:
+        number = as_int(v)
+        if number is None or number < 1:
+            raise ConfigError(f"{name} {v!r} must be an integer >= 1", field=name,
+                              value=repr(v))
+        out.append(number)
+    return out
+
+
+def _seed_arg(seed: Any) -> Any:
+    """A seed for :class:`random.Random`: numpy integers as the equal plain int (which
+    ``random`` refuses otherwise); bool refused, naming ``seed``."""
+    from kvcore.errors import ConfigError
+
+    if isinstance(seed, bool) or (seed is not None and not isinstance(
+            seed, (int, float, str, bytes, bytearray)) and as_int(seed) is None):
+        raise ConfigError(f"seed {seed!r} must be an integer", field="seed",
+                          value=repr(seed))
+    return plain_int(seed)
+
+
 def sharegpt_output_lengths(num_prompts: int, mean_output_len: int, input_len: int,
                             seed: int = 0, sigma: float = SHAREGPT_OUTPUT_SIGMA
                             ) -> list[int]:
@@ -216,13 +245,12 @@ def sharegpt_output_lengths(num_prompts: int, mean_output_len: int, input_len: i
 
     from kvcore.errors import ConfigError
 
-    for name, v in (("num_prompts", num_prompts), ("output_len", mean_output_len),
-                    ("input_len", input_len)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} {v!r} must be an integer >= 1", field=name,
-                              value=repr(v))
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not (
-            0 < sigma < math.inf):
+    num_prompts, mean_output_len, input_len = _counts(
+        ("num_prompts", num_prompts), ("output_len", mean_output_len),
+        ("input_len", input_len))
+    seed = _seed_arg(seed)
+    sigma_real = as_real(sigma)  # numpy numbers too; bool refused
+    if sigma_real is None or not 0 < sigma_real < math.inf:
         raise ConfigError(f"sigma {sigma!r} must be a number > 0", field="sigma",
                           value=repr(sigma))
     low, high = 4, max(4, 2048 - input_len)
@@ -256,13 +284,11 @@ def eos_output_lengths(num_prompts: int, mean_output_len: int, output_len_max: i
     Raises ConfigError naming the argument for a count below 1."""
     import random
 
-    from kvcore.errors import ConfigError
 
-    for name, v in (("num_prompts", num_prompts), ("output_len", mean_output_len),
-                    ("output_len_max", output_len_max)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} {v!r} must be an integer >= 1", field=name,
-                              value=repr(v))
+    num_prompts, mean_output_len, output_len_max = _counts(
+        ("num_prompts", num_prompts), ("output_len", mean_output_len),
+        ("output_len_max", output_len_max))
+    seed = _seed_arg(seed)
     if mean_output_len >= output_len_max:
         return [output_len_max] * num_prompts
     rng = random.Random(seed)

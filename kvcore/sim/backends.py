@@ -250,6 +250,9 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], *, backend: str = 
     if backend not in BACKENDS:
         raise ConfigError(f"--backend: unknown backend {backend!r}; valid: "
                           f"{', '.join(BACKENDS)}", field="backend", value=backend)
+    from kvcore.units import plain_int
+
+    workers = plain_int(workers)  # numpy integers as the equal plain int
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise ConfigError(f"--workers must be a positive int, got {workers!r}",

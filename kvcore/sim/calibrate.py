@@ -247,6 +247,15 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
     token totals missing or < 1 per request, a rate, burstiness or concurrency out of
     range, a ramp-up run (not replayed), a figure that is not a number >= 0, no figure
     at all, or ``statistic`` not median / mean."""
+    from kvcore.units import plain_int
+
+    # numpy integers as the equal plain int, once here (the row holds plain ints; bool,
+    # floats and text are refused below, naming the field)
+    tensor_parallel_size, pipeline_parallel_size, max_model_len, block_size = (
+        plain_int(tensor_parallel_size), plain_int(pipeline_parallel_size),
+        plain_int(max_model_len), plain_int(block_size))
+    max_num_batched_tokens, max_num_seqs = (plain_int(max_num_batched_tokens),
+                                            plain_int(max_num_seqs))
     if not isinstance(result, dict):
         raise ConfigError(f"result: a {type(result).__name__}, not the object vllm bench "
                           "serve --save-result writes", field="result",
@@ -514,9 +523,13 @@ def calibrate(rows: list[dict[str, Any]], start: Efficiency = DEFAULT_EFFICIENCY
     if log is not None and not callable(log):
         raise ConfigError(f"log {log!r} must be a function (term, value, loss)",
                           field="log", value=repr(log)[:40])
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+    from kvcore.units import as_int
+
+    rounds_int = as_int(rounds)  # numpy integers too, as a plain int; bool refused
+    if rounds_int is None or rounds_int < 1:
         raise ConfigError(f"rounds {rounds!r} must be an integer >= 1", field="rounds",
                           value=repr(rounds))
+    rounds = rounds_int
     if sim not in ("fast", "engine"):
         raise ConfigError(f"sim {sim!r} is not one of fast, engine", field="sim",
                           value=repr(sim))

@@ -209,7 +209,15 @@ def simulate(model: Any, trace: str, *, kv_cache_memory_bytes: int | None = None
     from kvcore.runtime import KVCacheManager
     from kvcore.sim.replay import Job, replay
     from kvcore.sim.traces import mooncake_ideal_hit_ratio, read_trace
+    from kvcore.units import plain_int
 
+    # numpy integers as the equal plain int, once here (bool etc. refused below, named)
+    kv_cache_memory_bytes, num_blocks, max_model_len, block_size = (
+        plain_int(kv_cache_memory_bytes), plain_int(num_blocks), plain_int(max_model_len),
+        plain_int(block_size))
+    tensor_parallel_size, max_num_seqs, max_num_batched_tokens, limit, sample_every = (
+        plain_int(tensor_parallel_size), plain_int(max_num_seqs),
+        plain_int(max_num_batched_tokens), plain_int(limit), plain_int(sample_every))
     if progress is not None and not callable(progress):
         raise ConfigError(f"progress must be a callable progress(done) or None, got "
                           f"{type(progress).__name__}", field="progress",
@@ -1176,10 +1184,10 @@ def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
     OPENAI_API_SERVER): >= 160 GiB: (1024, 16384); >= 70 GiB and not an A100: (1024,
     8192); otherwise (256, 2048)."""
     from kvcore.errors import ConfigError
+    from kvcore.units import as_int
 
-    if gpu_memory_bytes is not None and (isinstance(gpu_memory_bytes, bool) or not
-                                         isinstance(gpu_memory_bytes, int) or
-                                         gpu_memory_bytes < 0):
+    mem_int = None if gpu_memory_bytes is None else as_int(gpu_memory_bytes)  # numpy too
+    if gpu_memory_bytes is not None and (mem_int is None or mem_int < 0):
         raise ConfigError(f"gpu_memory_bytes must be an integer >= 0 or None, got "
                           f"{gpu_memory_bytes!r}", field="gpu_memory_bytes",
                           value=repr(gpu_memory_bytes))
@@ -1187,7 +1195,7 @@ def vllm_serve_defaults(gpu_memory_bytes: int | None, gpu_name: str = ""
         raise ConfigError(f"gpu_name must be a string, got {gpu_name!r}",
                           field="gpu_name", value=repr(gpu_name))
     gib = 1 << 30
-    mem = gpu_memory_bytes or 0
+    mem = mem_int or 0
     if mem >= 160 * gib:
         return 1024, 16384
     if mem >= 70 * gib and "a100" not in gpu_name.lower():

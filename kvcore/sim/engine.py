@@ -486,8 +486,10 @@ class Engine:
         #: step_with_batch_queue); a step of the time model is one round of them, so the
         #: round's token budget is that many batches' (each request at most one batch's)
         bif = getattr(time_model, "batches_in_flight", 1)
-        self.batches_in_flight = bif if isinstance(bif, int) and not isinstance(
-            bif, bool) and bif >= 1 else 1
+        from kvcore.units import as_int
+
+        bif_int = as_int(bif)  # numpy integers too
+        self.batches_in_flight = bif_int if bif_int is not None and bif_int >= 1 else 1
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.max_model_len: int = manager.max_model_len if max_model_len is None \
             else max_model_len

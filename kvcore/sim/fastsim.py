@@ -59,7 +59,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, shorten
 from kvcore.sim.timing import ScheduledRequest, StepTimeModel, describe_batch
-from kvcore.units import check_int
+from kvcore.units import as_int, check_int
 
 # (percentile and summarize are the loop's own helpers: summarize takes its private
 # request records; kvcore.sim.metrics has the public percentile)
@@ -113,13 +113,20 @@ class Workload:
                    max_concurrency=max_concurrency, requests=reqs)
 
     def __post_init__(self) -> None:
+        from kvcore.units import plain_int
+
+        for name in ("input_len", "output_len", "num_prompts", "max_concurrency",
+                     "prefix_len", "seed", "ramp_up_start_rps", "ramp_up_end_rps"):
+            # numpy integers stored as the equal plain int (bool stays, refused below)
+            object.__setattr__(self, name, plain_int(getattr(self, name)))
         for name in ("input_len", "output_len", "num_prompts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}",
                                   field=name, value=v)
         if self.max_concurrency is not None and (
-                not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
+                isinstance(self.max_concurrency, bool)
+                or not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
             raise ConfigError(f"max_concurrency must be a positive int or None, got "
                               f"{self.max_concurrency!r}", field="max_concurrency",
                               value=self.max_concurrency)
@@ -329,12 +336,9 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     """
     from kvcore.sim.metrics import check_goodput
 
-    for name, v in (("max_num_seqs", max_num_seqs),
-                    ("max_num_batched_tokens", max_num_batched_tokens)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} must be a positive int, got {shorten(v)}",
-                              field=name, value=shorten(v))
-        check_int(v, name)
+    # numpy integers as the equal plain int; bool, floats and text refused (named)
+    max_num_seqs = check_int(max_num_seqs, "max_num_seqs")
+    max_num_batched_tokens = check_int(max_num_batched_tokens, "max_num_batched_tokens")
     if not isinstance(workload, Workload):
         raise ConfigError(f"workload must be a kvcore.sim.fastsim.Workload, got "
                           f"{type(workload).__name__} {shorten(workload)}",
@@ -344,14 +348,14 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                           f"got {type(time_model).__name__}", field="time_model",
                           value=type(time_model).__name__)
     if kv_capacity_tokens is not None:
-        check_int(kv_capacity_tokens, "kv_capacity_tokens", minimum=0)
+        kv_capacity_tokens = check_int(kv_capacity_tokens, "kv_capacity_tokens", minimum=0)
     if kv_capacity_blocks is not None:
-        check_int(kv_capacity_blocks, "kv_capacity_blocks", minimum=0)
+        kv_capacity_blocks = check_int(kv_capacity_blocks, "kv_capacity_blocks", minimum=0)
         if kv_capacity_tokens is not None:
             raise ConfigError("give kv_capacity_blocks or kv_capacity_tokens, not both",
                               field="kv_capacity_blocks", value=kv_capacity_blocks)
     if max_model_len is not None:
-        check_int(max_model_len, "max_model_len", minimum=1, maximum=1 << 62)
+        max_model_len = check_int(max_model_len, "max_model_len", minimum=1, maximum=1 << 62)
     if not isinstance(reserve_full_prompt, bool):
         raise ConfigError(f"reserve_full_prompt must be True or False, got "
                           f"{shorten(reserve_full_prompt)}", field="reserve_full_prompt",
@@ -362,7 +366,7 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
                           value=shorten(enable_prefix_caching))
     if goodput is not None:
         goodput = check_goodput(goodput)
-    check_int(max_steps, "max_steps", maximum=1 << 62)
+    max_steps = check_int(max_steps, "max_steps", maximum=1 << 62)
     w = workload
     cap: float = kv_capacity_tokens if kv_capacity_tokens is not None else math.inf
     need = _tokens
@@ -408,7 +412,8 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     api_next = -math.inf
     # pipeline parallelism: a step is a round of that many batches (as the engine)
     bif = getattr(time_model, "batches_in_flight", 1)
-    bif = bif if isinstance(bif, int) and not isinstance(bif, bool) and bif >= 1 else 1
+    bif = as_int(bif) or 1  # numpy integers too
+    bif = bif if bif >= 1 else 1
     arrivals = w.arrival_times()
     limit = w.max_concurrency or len(reqs)
     order = sorted(range(len(reqs)), key=lambda i: arrivals[i])

@@ -571,7 +571,14 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     unknown router, or (streaming) a request earlier than the one before it.
     """
     from kvcore.runtime import KVCacheManager
+    from kvcore.units import as_int, plain_int
 
+    # numpy integers as the equal plain int, once here (bool etc. refused below, named)
+    replicas, max_num_seqs, max_num_batched_tokens, long_prefill_token_threshold, \
+        max_model_len, max_concurrency = (
+            plain_int(replicas), plain_int(max_num_seqs), plain_int(max_num_batched_tokens),
+            plain_int(long_prefill_token_threshold), plain_int(max_model_len),
+            plain_int(max_concurrency))
     if isinstance(replicas, bool) or not isinstance(replicas, int) or \
             not 1 <= replicas <= MAX_REPLICAS:
         raise ConfigError(f"replicas must be an integer >= 1 and <= {MAX_REPLICAS:,}, got "
@@ -768,11 +775,12 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             deliver(t_route)
             view.now = t_route
             view.predicted_hit = None
-            k = rt.route(r, view)
-            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < replicas:
+            k_raw = rt.route(r, view)
+            k = k_raw if type(k_raw) is int else as_int(k_raw)  # np.argmin's numpy ints
+            if k is None or not 0 <= k < replicas:
                 raise ConfigError(f"router {getattr(rt, 'name', rt)!r} chose replica "
-                                  f"{k!r}; a replica index is 0..{replicas - 1}",
-                                  field="router", value=k)
+                                  f"{k_raw!r}; a replica index is 0..{replicas - 1}",
+                                  field="router", value=repr(k_raw))
             if view.predicted_hit is not None:
                 pred_tokens += view.predicted_hit
                 pred_reqs += 1

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.errors import ConfigError, shorten
-from kvcore.units import check_int
+from kvcore.units import as_int, check_int
 
 __all__ = ["SpeculativeSettings", "SpecAcceptanceModel", "parse_speculative_config",
            "check_model_supports", "DraftCostTimeModel", "iid_rates", "length_rates", "expected_acceptance_length",
@@ -172,9 +172,10 @@ def _int_field(d: dict[str, Any], name: str, minimum: int) -> int | None:
         n = int(v)
     elif isinstance(v, str) and v.strip().lstrip("+-").isdigit():
         n = int(v.strip())
-    if isinstance(n, bool) or not isinstance(n, int) or n < minimum:
+    number = as_int(n)  # numpy integers too, as a plain int; bool refused
+    if number is None or number < minimum:
         raise _bad(f"{name} {shorten(v)}: must be an integer >= {minimum}", name, v)
-    return n
+    return number
 
 
 def _rate(name: str, v: Any) -> float:
@@ -220,12 +221,11 @@ MAX_SPECULATIVE_TOKENS = 1024
 def _check_k(k: Any) -> int:
     """``k`` (num_speculative_tokens) as an int in [1, MAX_SPECULATIVE_TOKENS]; numpy
     ints taken."""
-    if not isinstance(k, bool) and not isinstance(k, int) and hasattr(k, "__index__"):
-        k = k.__index__()
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+    number = as_int(k)  # numpy integers too, as a plain int; bool refused
+    if number is None or not 1 <= number <= MAX_SPECULATIVE_TOKENS:
         raise _bad(f"num_speculative_tokens {shorten(k)}: must be an integer in [1, "
                    f"{MAX_SPECULATIVE_TOKENS}]", "num_speculative_tokens", k)
-    return k
+    return number
 
 
 def expected_acceptance_length(rates: Sequence[float]) -> float:
@@ -261,7 +261,9 @@ def parse_speculative_config(text: str | dict[str, Any]) -> SpeculativeSettings:
     valid, for JSON that does not parse or is not an object, an unknown field, a method
     kvcore does not schedule, or a value vLLM refuses (module docstring)."""
     if isinstance(text, dict):
-        d = dict(text)
+        from kvcore.units import plain_ints
+
+        d = plain_ints(dict(text))  # numpy integers as the equal plain int (JSON types)
     else:
         try:
             d = json.loads(text)

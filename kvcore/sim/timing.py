@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from kvcore.errors import ConfigError, KVCoreError, shorten
+from kvcore.units import as_int
 
 __all__ = [
     "ScheduledRequest",
@@ -80,12 +81,15 @@ class ScheduledRequest:
 
 def _check_counts(obj: Any, names: Sequence[str]) -> None:
     """Each named field of ``obj`` is an int >= 0 (bool refused), else ConfigError
-    naming ``Class.field``, the value and the valid range."""
+    naming ``Class.field``, the value and the valid range.  Another integral number
+    (numpy integers, an int subclass) is stored as the equal plain int."""
     for name in names:
         v = getattr(obj, name)
-        if type(v) is not int or v < 0:
-            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                continue  # an int subclass (numpy ints are not: they are refused)
+        if type(v) is not int or v < 0:  # off the fast path
+            number = as_int(v)
+            if number is not None and number >= 0:
+                object.__setattr__(obj, name, number)
+                continue
             raise ConfigError(f"{type(obj).__name__}.{name} must be an integer >= 0, got "
                               f"{v!r}", field=name, value=repr(v))
 
@@ -757,9 +761,10 @@ class RooflineTimeModel:
                           ("hidden_size", 0), ("num_layers", 0), ("num_moe_layers", 0),
                           ("tensor_parallel_size", 1), ("pipeline_parallel_size", 1),
                           ("act_bytes", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            v = as_int(getattr(self, name))  # numpy integers too; bool refused
+            if v is None or v < low:
                 raise bad(name, f"an integer >= {low}")
+            object.__setattr__(self, name, v)  # stored as a plain int
         if self.num_experts and self.experts_per_token > self.num_experts:
             raise bad("experts_per_token", f"an integer <= num_experts "
                                            f"({self.num_experts})")
@@ -959,11 +964,15 @@ def roofline_for(model_config: Any, kv_cache_config: Any = None, *, gpu: Any,
         raise ConfigError(f"gpu: {g.name} has no peak figures in the catalog; give a GPU "
                           f"with perf figures (kvcore gpus --json)", field="gpu",
                           value=g.name)
-    tp, pp = tensor_parallel_size, pipeline_parallel_size
-    for name, v in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+    checked = []
+    for name, v in (("tensor_parallel_size", tensor_parallel_size),
+                    ("pipeline_parallel_size", pipeline_parallel_size)):
+        number = as_int(v)  # numpy integers too, as a plain int; bool refused
+        if number is None or number < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {v!r}", field=name,
-                              value=v)
+                              value=repr(v))
+        checked.append(number)
+    tp, pp = checked
     from kvcore.models.adapters import check_tensor_parallel
 
     check_tensor_parallel(cfg, tp)

@@ -41,7 +41,7 @@ from typing import Any
 
 from kvcore.errors import ConfigError, shorten
 from kvcore.sim.traces import TraceRequest
-from kvcore.units import bound, check_items, check_number
+from kvcore.units import as_int, as_real, bound, check_items, check_number, plain_int
 
 __all__ = ["random_dataset", "arrival_times", "with_arrivals", "parse_range_ratio",
            "resolve_range_ratios", "check_ramp_up", "RAMP_UP_STRATEGIES",
@@ -76,20 +76,23 @@ MAX_SEED = 2**32 - 1
 
 
 def _seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+    """``seed`` as a plain int (numpy integers too; bool refused)."""
+    number = as_int(seed)
+    if number is None or not 0 <= number <= MAX_SEED:
         raise ConfigError(f"seed must be an integer in [0, 2**32 - 1] (numpy's "
                           f"RandomState range, as vLLM's np.random.seed(--seed)), got "
                           f"{seed!r}", field="seed", value=seed)
-    return seed
+    return number
 
 
 def _int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or \
-            (high is not None and value > high):
+    """``value`` as a plain int in [low, high] (numpy integers too; bool refused)."""
+    number = as_int(value)
+    if number is None or number < low or (high is not None and number > high):
         top = f" and <= {high:,}" if high is not None else ""
         raise ConfigError(f"{name} must be an integer >= {low}{top}, got {value!r}",
                           field=name, value=value)
-    return value
+    return number
 
 
 RangeRatio = float | dict[str, float]
@@ -181,11 +184,11 @@ def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 12
     ratio out of range, and when the shortest possible prompt (``prefix_len +
     floor(input_len * (1 - r_in))``) is empty (vLLM's check).
     """
-    _int("num_prompts", num_prompts, 1, MAX_NUM_PROMPTS)
-    _int("random_input_len", input_len, 0)
-    _int("random_output_len", output_len, 0)
-    _int("random_prefix_len", prefix_len, 0)
-    _seed(seed)
+    num_prompts = _int("num_prompts", num_prompts, 1, MAX_NUM_PROMPTS)
+    input_len = _int("random_input_len", input_len, 0)
+    output_len = _int("random_output_len", output_len, 0)
+    prefix_len = _int("random_prefix_len", prefix_len, 0)
+    seed = _seed(seed)
     r, r_out = resolve_range_ratios(range_ratio)
     in_low, in_high = range_ratio_bounds(input_len, r)
     out_low, out_high = (max(b, 1) for b in range_ratio_bounds(output_len, r_out))
@@ -243,7 +246,8 @@ def check_ramp_up(strategy: str | None, start_rps: Any, end_rps: Any,
         if v is None:
             raise ConfigError(f"--ramp-up-strategy {strategy}: give both "
                               f"--ramp-up-start-rps and --ramp-up-end-rps", field=name)
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= bound(name):
+        number = as_int(v)  # numpy integers too; bool refused
+        if number is None or not 0 <= number <= bound(name):
             raise ConfigError(f"{name} must be an integer in [0, {bound(name):,}] (requests "
                               f"per second), got {shorten(v)}", field=name, value=shorten(v))
     if start_rps > end_rps:
@@ -300,13 +304,18 @@ def arrival_times(n: int, request_rate: float = math.inf, burstiness: float = 1.
     from 0 whose first gap would have rate 0 is refused as vLLM's ``get_request``
     asserts.
     """
-    _int("num_prompts", n, 0, MAX_NUM_PROMPTS)
-    _seed(seed)
+    n = _int("num_prompts", n, 0, MAX_NUM_PROMPTS)
+    seed = _seed(seed)
+    reals = []
     for name, v in (("request_rate", request_rate), ("burstiness", burstiness)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (
-                isinstance(v, int) and v > 1 << 60):
+        real = as_real(v)  # numpy numbers too, as a plain float; bool refused
+        if real is None or not real > 0 or (as_int(v) is not None and real > 1 << 60):
             raise ConfigError(f"{name} must be a number > 0 (inf allowed), got "
                               f"{shorten(v)}", field=name, value=shorten(v))
+        reals.append(real)
+    request_rate, burstiness = reals
+    ramp_up_start_rps, ramp_up_end_rps = plain_int(ramp_up_start_rps), plain_int(
+        ramp_up_end_rps)
     check_ramp_up(ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps, request_rate)
     if n == 0:
         return []
