@@ -1,7 +1,9 @@
 """Engine profiles: how each vLLM generation turns a GPU into a KV-cache budget.
 
-``--engine vllm==X.Y[.Z]`` (Python: ``engine="vllm==0.10.1"``) picks the generation whose
-memory accounting that release used; :func:`engine_ledger` then writes the per-rank
+``--engine vllm==X.Y[.Z]`` (Python: ``engine="vllm==0.10.1"``), one released vLLM version
+kvcore knows (:data:`KNOWN_RELEASES`: 0.4.0 to 0.32.0, from PyPI; anything else is a
+ConfigError naming ``--engine``), picks the generation whose memory accounting that
+release used; :func:`engine_ledger` then writes the per-rank
 ledger, one line per term, each with its rule and source::
 
     KV budget per rank = CUDA's device total x gpu_memory_utilization
@@ -30,15 +32,15 @@ vllm==0.8   0.8.0-0.8.5  V1 by default.  ``max_num_batched_tokens`` default by u
                          (offline), others 2048 / 8192 (vllm#12369); ``max_num_seqs``
                          256; the dummy sampler run on ``max_num_seqs`` rows is in the
                          profile; CUDA graphs outside it.
-vllm==0.9   0.9.0-0.20.x The same defaults keyed on device memory >= 70 GiB and not
+vllm==0.9   0.9.0-0.20.2 The same defaults keyed on device memory >= 70 GiB and not
                          A100 (vllm#17885); MXFP4 experts padded at load (Marlin:
                          intermediate to 128, hidden to 256; seen from 0.10.1).
-vllm==0.21  0.21-0.31    CUDA-graph memory profiled and taken from the budget by
+vllm==0.21  0.21-0.31.0  CUDA-graph memory profiled and taken from the budget by
                          default (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, "default
                          since v0.21.0": vllm/v1/worker/gpu_worker.py@0.32); 1024
                          default ``max_num_seqs`` on >= 70 GiB GPUs (seen at 0.25 and
                          0.28 in vllm#49064 / kaito-project/kaito#2319 logs).
-vllm==0.32  0.32         ``get_batch_defaults``@0.32: >= 160 GiB devices 16384 tokens
+vllm==0.32  0.32.0       ``get_batch_defaults``@0.32: >= 160 GiB devices 16384 tokens
                          for both contexts (vllm#51726), >= 70 GiB non-A100
                          8192 / 16384; ``max_num_seqs`` 1024 on both tiers, else 256.
 ==========  ===========  ===========================================================
@@ -56,7 +58,8 @@ from typing import Any
 
 from kvcore.errors import ConfigError
 
-__all__ = ["EngineProfile", "PROFILES", "DEFAULT_ENGINE", "get_engine", "LedgerLine",
+__all__ = ["EngineProfile", "PROFILES", "DEFAULT_ENGINE", "KNOWN_RELEASES", "get_engine",
+           "LedgerLine",
            "EngineLedger",
            "PERFORMANCE_MODES", "check_performance_mode"]
 
@@ -92,10 +95,16 @@ class EngineProfile:
 
     @property
     def releases(self) -> str:
-        """The release range as text (``0.6.5-0.7.x``)."""
-        def text(v: tuple[int, int, int]) -> str:
-            return f"{v[0]}.{v[1]}.x" if v[2] == 99 else ".".join(map(str, v))
-        return f"{text(self.first)}-{text(self.last)}"
+        """The release range as text: the first and last of vLLM's releases it covers
+        (``0.6.5-0.7.3``, :data:`KNOWN_RELEASES`)."""
+        def three(r: str) -> tuple[int, int, int]:
+            nums = [int(x) for x in r.partition(".post")[0].split(".")] + [0, 0]
+            return nums[0], nums[1], nums[2]
+        inside = [r for r in KNOWN_RELEASES if self.first <= three(r) <= self.last
+                  and ".post" not in r and r.count(".") == 2]
+        if not inside:
+            return "-".join(".".join(map(str, v)) for v in (self.first, self.last))
+        return inside[0] if len(inside) == 1 else f"{inside[0]}-{inside[-1]}"
 
     @property
     def release(self) -> str:
@@ -131,36 +140,108 @@ PROFILES: tuple[EngineProfile, ...] = (
 )
 DEFAULT_ENGINE = "vllm==0.32"
 
-_SPEC = re.compile(r"^\s*vllm\s*==\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-]?\S*)?\s*$",
+#: vLLM's releases that a profile covers, as PyPI lists them (``pip index versions vllm``,
+#: 2026-12: 0.0.1 ... 0.34.0; the ones before 0.4.0 and after 0.32.0 have no profile).
+#: ``--engine vllm==X.Y[.Z]`` must name one of these (``X.Y`` is ``X.Y.0``, as in pip);
+#: post releases (``0.8.5.post1``, ``0.10.1.1``) count as theirs.
+KNOWN_RELEASES: tuple[str, ...] = (
+    "0.4.0", "0.4.0.post1", "0.4.1", "0.4.2", "0.4.3",
+    "0.5.0", "0.5.0.post1", "0.5.1", "0.5.2", "0.5.3", "0.5.3.post1", "0.5.4", "0.5.5",
+    "0.6.0", "0.6.1", "0.6.1.post1", "0.6.1.post2", "0.6.2", "0.6.3", "0.6.3.post1",
+    "0.6.4", "0.6.4.post1", "0.6.5", "0.6.6", "0.6.6.post1",
+    "0.7.0", "0.7.1", "0.7.2", "0.7.3",
+    "0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.8.4", "0.8.5", "0.8.5.post1",
+    "0.9.0", "0.9.0.1", "0.9.1", "0.9.2",
+    "0.10.0", "0.10.1", "0.10.1.1", "0.10.2",
+    "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.14.1",
+    "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1",
+    "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2",
+    "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0",
+    "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+)
+#: released after 0.32.0 (PyPI, 2026-12), with no profile yet: named in the error
+NEWER_RELEASES: tuple[str, ...] = ("0.33.0", "0.34.0")
+
+# ``vllm==`` and a PEP 440 release (``v`` allowed, as in git tags), an optional post
+# release (``.post1``) and an optional local label (``+cu126``, as wheels carry)
+_SPEC = re.compile(r"^\s*vllm\s*==\s*v?(?P<release>\d+(?:\.\d+)*)"
+                   r"(?:[.\-_]?post(?P<post>\d+))?(?:\+[a-z0-9]+(?:[._][a-z0-9]+)*)?\s*$",
                    re.IGNORECASE)
+
+
+def _release_key(text: str) -> tuple[tuple[int, ...], int]:
+    """A release's comparison key: its numbers without trailing zeros (``0.10`` is
+    ``0.10.0``, as PEP 440 compares them) and its post number (-1: none)."""
+    rel, _, post = text.partition(".post")
+    nums = [int(x) for x in rel.split(".")]
+    while len(nums) > 1 and nums[-1] == 0:
+        nums.pop()
+    return tuple(nums), int(post) if post else -1
+
+
+_KNOWN = {_release_key(r): r for r in KNOWN_RELEASES}
+
+
+def _nearest_releases(key: tuple[tuple[int, ...], int]) -> str:
+    """The known releases just below and just above ``key``, as text."""
+    ordered = sorted(_KNOWN)
+    below = [k for k in ordered if k < key]
+    above = [k for k in ordered if k > key]
+    near = ([_KNOWN[below[-1]]] if below else []) + ([_KNOWN[above[0]]] if above else [])
+    return " or ".join(near)
+
+
+def _releases_text() -> str:
+    return f"{KNOWN_RELEASES[0]} to {KNOWN_RELEASES[-1]} (vLLM's releases on PyPI)"
 
 
 def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
     """The profile for ``vllm==X.Y[.Z]`` (None: :data:`DEFAULT_ENGINE`).
 
-    A release inside a generation's range maps to that generation (``vllm==0.10.1`` ->
-    ``vllm==0.9``), remembering the release asked for.  Raises ConfigError naming the
-    profiles for a malformed spec, another engine or a release outside 0.4.0-0.32.x.
+    The release must be one vLLM published that a profile covers
+    (:data:`KNOWN_RELEASES`, 0.4.0 to 0.32.0; ``X.Y`` is ``X.Y.0`` as in pip; a post
+    release such as ``0.10.1.1`` or ``0.8.5.post1`` and a local label such as
+    ``+cu126`` are taken).  It maps to its generation (``vllm==0.10.1`` ->
+    ``vllm==0.9``), remembering the release asked for.  Raises ConfigError (field
+    ``engine``; the message names ``--engine``, the value, the known releases and the
+    nearest ones) for a malformed spec, another engine, or a version vLLM never released
+    or kvcore has no profile for (``vllm==0.32.99``, ``vllm==0.33.0``).
     """
     if isinstance(spec, EngineProfile):
         return spec
     spec = DEFAULT_ENGINE if spec is None else spec
     known = ", ".join(f"{p.name} ({p.releases})" for p in PROFILES)
+    valid = f"valid: vllm==X.Y[.Z] for a release {_releases_text()}; profiles: {known}"
     if not isinstance(spec, str):
-        raise ConfigError(f"engine must be a string like 'vllm==0.10.1', got {spec!r}; "
-                          f"known profiles: {known}", field="engine", value=repr(spec))
+        raise ConfigError(f"--engine {spec!r}: must be a string like 'vllm==0.10.1'; "
+                          f"{valid}", field="engine", value=repr(spec))
     m = _SPEC.match(spec)
     if m is None:
-        raise ConfigError(f"engine {spec!r} is not 'vllm==X.Y[.Z]' (kvcore models vLLM "
-                          f"only); known profiles: {known}", field="engine",
-                          value=repr(spec))
-    version = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+        raise ConfigError(f"--engine {spec!r}: not 'vllm==X.Y[.Z]' (one released version; "
+                          f"kvcore models vLLM only, no ranges such as >=); {valid}",
+                          field="engine", value=repr(spec))
+    release = m.group("release")
+    post = m.group("post")
+    key = _release_key(release + (f".post{int(post)}" if post is not None else ""))
+    asked = release + (f".post{int(post)}" if post is not None else "")
+    if key not in _KNOWN:
+        newer = ""
+        if key < _release_key(KNOWN_RELEASES[0]):
+            newer = (f" (kvcore has no profile for releases before {KNOWN_RELEASES[0]})")
+        elif key > _release_key(KNOWN_RELEASES[-1]):
+            later = [r for r in NEWER_RELEASES if _release_key(r) <= key]
+            newer = (f" (vLLM {later[-1]} is released, but kvcore has no profile for "
+                     f"releases after {KNOWN_RELEASES[-1]} yet)" if later else "")
+        raise ConfigError(f"--engine {spec!r}: vLLM {asked} is not a release kvcore knows"
+                          f"{newer}; nearest known: {_nearest_releases(key)}; {valid}",
+                          field="engine", value=repr(spec))
+    nums = [int(x) for x in release.split(".")] + [0, 0]
+    version = (nums[0], nums[1], nums[2])
     for p in PROFILES:
         if p.first <= version <= p.last:
             return p.at(version)
-    raise ConfigError(f"engine {spec!r}: no profile covers vLLM "
-                      f"{'.'.join(map(str, version))}; known profiles: {known}",
-                      field="engine", value=repr(spec))
+    raise ConfigError(f"--engine {spec!r}: no profile covers vLLM {asked}; {valid}",
+                      field="engine", value=repr(spec))  # pragma: no cover - the table
 
 
 # ---- the device total as CUDA reports it --------------------------------------------------

@@ -625,8 +625,10 @@ def add_gpu_arguments(p: Any) -> None:
     g.add_argument("--enable-expert-parallel", action="store_true",
                    help="split MoE experts whole over TP x DP ranks")
     g.add_argument("--engine", metavar="vllm==X.Y[.Z]", default=None,
-                   help="the engine release whose memory accounting to use (default: the "
-                        "newest profile, vllm==0.32; see docs/ENGINE_PROFILES.md)")
+                   help="the vLLM release whose memory accounting to use: one released "
+                        "version from 0.4.0 to 0.32.0 (X.Y is X.Y.0; post releases such "
+                        "as 0.10.1.1 taken; no ranges); default: the newest profile, "
+                        "vllm==0.32; see docs/ENGINE_PROFILES.md")
     g.add_argument("--usage", choices=["serve", "offline"], default="serve",
                    help="vLLM's usage context for its batch defaults: serve (vllm serve) "
                         "or offline (the LLM class)")
@@ -678,6 +680,10 @@ def on_gpu(args: Any) -> bool:
     --overhead, --dp, --enable-expert-parallel) without a GPU."""
     gpu = getattr(args, "gpu", None) is not None
     memory = getattr(args, "gpu_memory", None) is not None
+    if getattr(args, "engine", None) is not None:
+        from kvcore.deploy.engines import get_engine
+
+        get_engine(args.engine)  # a release kvcore knows, with or without a GPU
     if gpu and memory:
         raise ConfigError("give --gpu NAME or --gpu-memory SIZE, not both (--gpu names a "
                           "catalog GPU with its memory; --gpu-memory is a GPU of that "

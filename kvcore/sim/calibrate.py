@@ -266,9 +266,10 @@ def bench_result_row(result: dict[str, Any], *, model: str, gpu: str,
         if not isinstance(val, str) or not val:
             raise ConfigError(f"{key} {val!r} must be a non-empty name (kv_cache_dtype: "
                               "auto, fp8, ...)", field=key, value=repr(val)[:40])
-    if engine is not None and (not isinstance(engine, str) or "==" not in engine):
-        raise ConfigError(f"engine {engine!r} must be vllm==X.Y.Z", field="engine",
-                          value=repr(engine)[:40])
+    if engine is not None:
+        from kvcore.deploy.engines import get_engine
+
+        get_engine(engine)  # a vLLM release kvcore knows (ConfigError naming engine)
     counts: tuple[tuple[str, Any], ...] = (("tensor_parallel_size", tensor_parallel_size),
                      ("pipeline_parallel_size", pipeline_parallel_size),
                      ("max_model_len", max_model_len),
@@ -785,7 +786,8 @@ def add_subparser(sub: Any) -> argparse.ArgumentParser:
                    help="the KV budget per rank the run's log reports (20GiB, bytes); "
                         "default: planned on --gpu")
     p.add_argument("--engine", default=None, metavar="vllm==X.Y.Z",
-                   help="the vLLM version that ran (its GPU budget profile)")
+                   help="the vLLM version that ran (its GPU budget profile): one released "
+                        "version from 0.4.0 to 0.32.0")
     p.add_argument("--dataset-name", choices=("random", "sharegpt"), default="random",
                    help="the runs' vllm bench serve --dataset-name: random (default; "
                         "the mean lengths) or sharegpt (ShareGPT's output-length shape)")
