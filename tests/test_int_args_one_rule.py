@@ -336,9 +336,72 @@ def _spec_config(v):
                                      "prompt_lookup_max": 4})
 
 
+def _block_pool(v):
+    from kvcore.runtime.block_pool import BlockPool
+
+    pool = BlockPool(16, num_groups=v)
+    return pool.num_blocks, len(pool.cached)
+
+
+def _cache_full_blocks(field):
+    def call(v):
+        from kvcore.runtime.block_pool import BlockPool
+
+        pool = BlockPool(16)
+        blocks = pool.get_new_blocks(3)
+        hashes = [bytes([i]) * 32 for i in range(1, 7)]
+        kw = dict(num_cached=0, num_full=3, stride=2)
+        kw[field] = v
+        pool.cache_full_blocks(blocks, hashes, kw["num_cached"], kw["num_full"], 0,
+                               kw["stride"])
+        return [(h[0], getattr(pool.get_cached_block(h, 0), "block_id", None))
+                for h in hashes]
+    return call
+
+
+def _request(field):
+    def call(v):
+        from kvcore.runtime.hashing import Request
+
+        kw = dict(max_tokens=8, block_size=4)
+        if field == "offset":
+            kw["mm_features"] = [(v, 4, "img")]
+        else:
+            kw[field] = v
+        r = Request("r", list(range(1, 11)), **kw)
+        return r.max_tokens, r.block_hashes, r.mm_features
+    return call
+
+
+def _extra_keys(field):
+    def call(v):
+        from kvcore.runtime.hashing import block_extra_keys
+
+        kw = dict(start=0, end=16)
+        kw[field] = v
+        return block_extra_keys(kw["start"], kw["end"], lora_name="x",
+                                mm_features=[(4, 4, "img")])
+    return call
+
+
+def _prefix_router(v):
+    from kvcore.sim.fleet import PrefixAwareRouter
+
+    return PrefixAwareRouter(max_pending_blocks=v).max_pending_blocks
+
+
 #: name -> (field the error names, plain value, call, whether bad types are refused)
 CASES = {
     "block_tables.width": ("width", 3, _block_tables, True),
+    "BlockPool.num_groups": ("num_groups", 2, _block_pool, True),
+    "cache_full_blocks.num_full": ("num_full", 2, _cache_full_blocks("num_full"), True),
+    "cache_full_blocks.stride": ("stride", 2, _cache_full_blocks("stride"), True),
+    "Request.max_tokens": ("max_tokens", 8, _request("max_tokens"), True),
+    "Request.block_size": ("block_size", 4, _request("block_size"), True),
+    "Request.mm_features.offset": ("mm_features", 2, _request("offset"), True),
+    "block_extra_keys.end": ("end", 16, _extra_keys("end"), True),
+    "PrefixAwareRouter.max_pending_blocks": ("max_pending_blocks", 64, _prefix_router,
+                                             True),
     "request_block_tables.group_id": ("group_id", 1, _request_block_tables, True),
     "BlockHasher.block_size": ("block_size", 16, _block_hasher, True),
     # not an int: left to the planner, which names it (the check passes it by)

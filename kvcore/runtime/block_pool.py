@@ -338,6 +338,9 @@ class BlockPool:
             if v is not True and v is not False:
                 raise ConfigError(f"BlockPool: {flag} must be True or False, got "
                                   f"{repr(v)[:40]}", field=flag, value=repr(v)[:40])
+        if type(num_groups) is not int and not isinstance(num_groups, bool) \
+                and hasattr(num_groups, "__index__"):
+            num_groups = num_groups.__index__()  # numpy ints
         if type(num_groups) is not int or not 1 <= num_groups <= 1 << 16:
             raise ConfigError(f"BlockPool: num_groups must be an int in [1, 65536] (KV-cache "
                               f"groups), got {repr(num_groups)[:40]}", field="num_groups",
@@ -507,6 +510,15 @@ class BlockPool:
         cannot enter it in the cache)."""
         if type(group_id) is not int or not 0 <= group_id < len(self.cached):
             group_id = self._group_arg(group_id)
+        if type(num_cached) is not int or type(num_full) is not int \
+                or type(stride) is not int or type(block_size) is not int:
+            # off the fast path: numpy integers as the equal plain int (bool, floats and
+            # text stay for the checks below, which name them)
+            from kvcore.units import plain_int
+
+            num_cached, num_full, stride, block_size = (
+                plain_int(num_cached), plain_int(num_full), plain_int(stride),
+                plain_int(block_size))
         cache = self.cached[group_id]
         self._check_cache_range(blocks, block_hashes, num_cached, num_full, stride)
         if self.enable_events and request is not None:

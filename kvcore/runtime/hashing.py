@@ -274,7 +274,16 @@ def block_extra_keys(start: int, end: int, *, lora_name: str | None = None,
     names that are not strs and malformed features."""
     from kvcore.errors import ConfigError
 
-    if type(start) is not int or type(end) is not int or not 0 <= start <= end:
+    if type(start) is not int or type(end) is not int:  # numpy integers too
+        from kvcore.units import as_int
+
+        s_int, e_int = as_int(start), as_int(end)
+        if s_int is None or e_int is None:
+            raise ConfigError(f"block_extra_keys: need int positions 0 <= start <= end, "
+                              f"got start={repr(start)[:30]} end={repr(end)[:30]}",
+                              field="start" if s_int is None else "end")
+        start, end = s_int, e_int
+    if not 0 <= start <= end:
         raise ConfigError(f"block_extra_keys: need int positions 0 <= start <= end, got "
                           f"start={repr(start)[:30]} end={repr(end)[:30]}", field="start")
     for nm, v in (("lora_name", lora_name), ("cache_salt", cache_salt),
@@ -377,7 +386,7 @@ def _check_mm_features(request_id: Any, mm_features: Any) -> list[tuple[int, int
     if mm_features is None:
         return None
     from kvcore.errors import RequestError
-    from kvcore.units import shorten
+    from kvcore.units import as_int, shorten
 
     def bad(what: str) -> RequestError:
         return RequestError(
@@ -394,9 +403,13 @@ def _check_mm_features(request_id: Any, mm_features: Any) -> list[tuple[int, int
             raise bad(f"entry {i} is {shorten(f)}, not an (offset, length, identifier) "
                       f"triple")
         offset, length, ident = f
+        ints = []
         for name, v in (("offset", offset), ("length", length)):
-            if type(v) is not int or v < 0:
+            n = v if type(v) is int else as_int(v)  # numpy integers too; bool refused
+            if n is None or n < 0:
                 raise bad(f"entry {i}: {name} {shorten(v)} is not an int >= 0")
+            ints.append(n)
+        offset, length = ints
         if not isinstance(ident, _MM_ID_TYPES):
             raise bad(f"entry {i}: identifier {shorten(ident)} is a "
                       f"{type(ident).__name__}")
@@ -443,18 +456,22 @@ class Request:
                  mm_features: Sequence[tuple[int, int, str]] | None = None,
                  num_encoder_tokens: int = 0, encoder_id: Any = None) -> None:
         from kvcore.errors import RequestError
-        from kvcore.units import shorten
+        from kvcore.units import as_int, shorten
 
         if type(request_id) is not str or not request_id:
             raise RequestError(f"request_id must be a non-empty str, got "
                                f"{shorten(request_id)}", field="request_id",
                                value=repr(request_id))
+        counts = []
         for name, v in (("max_tokens", max_tokens),
                         ("num_encoder_tokens", num_encoder_tokens)):
-            if type(v) is not int or v < 0:
+            n = v if type(v) is int else as_int(v)  # numpy integers too; bool refused
+            if n is None or n < 0:
                 raise RequestError(f"request {request_id!r}: {name} must be an int >= 0 "
                                    f"(tokens), got {shorten(v)}", field=name,
                                    value=repr(v))
+            counts.append(n)
+        max_tokens, num_encoder_tokens = counts
         self.request_id = request_id
         if isinstance(prompt_token_ids, (str, bytes)) or not hasattr(prompt_token_ids,
                                                                    "__iter__"):

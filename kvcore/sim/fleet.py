@@ -201,6 +201,9 @@ class PrefixAwareRouter(_LeastRecent):
                            else pending_ttl_s, 0.0),
                           ("load_factor", load_factor, 1.0)):
             check_number(v, nm, minimum=lo)
+        from kvcore.units import plain_int
+
+        max_pending_blocks = plain_int(max_pending_blocks)  # numpy integers too
         if type(max_pending_blocks) is not int or max_pending_blocks < 0:
             raise ConfigError(f"max_pending_blocks: expected an int >= 0, got "
                               f"{max_pending_blocks!r}", field="max_pending_blocks",
