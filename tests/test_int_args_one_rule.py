@@ -562,3 +562,41 @@ def test_a_router_may_answer_a_numpy_int():
     with pytest.raises(KVCoreError) as e:
         run(Alternate(lambda k: bool(k)))
     assert e.value.extra.get("field") == "router"
+
+
+NARROW = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.sampled_from(["max_num_seqs", "tensor_parallel_size", "max_num_batched_tokens",
+                        "data_parallel_size"]),
+       st.sampled_from(NARROW), st.integers(1, 4096),
+       st.sampled_from(["plan_model", "compute_budget"]))
+def test_narrow_numpy_ints_never_reach_the_budget_arithmetic(field, dtype, value, entry):
+    """tester T2: np.int32(512) max_num_seqs overflowed int32 in engine_ledger (the
+    sampler term max_num_seqs x vocab x 4), np.int8(2) tp likewise; the rule: the
+    equal plain int's result, whatever the width."""
+    import kvcore
+
+    if field in ("tensor_parallel_size", "data_parallel_size"):
+        value = 1 << (value % 4)  # 1, 2, 4, 8: sizes the model splits into
+    if field == "max_num_batched_tokens":
+        value = max(value, 1024)  # >= the default max_num_seqs (vLLM refuses fewer)
+    if field == "max_num_seqs":
+        value = min(value, 2048)
+    if value > np.iinfo(dtype).max:
+        return
+
+    def run(v):
+        try:
+            if entry == "plan_model":
+                c = kvcore.plan_model("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                                      **{field: v})
+                return c.num_blocks, c.stats.get("max_concurrency")
+            b = kvcore.compute_budget("llama-3.1-8b", gpu="H100", max_model_len=8192,
+                                      **{field: v})
+            return b.kv_cache_memory_bytes, b.ledger
+        except KVCoreError as e:  # e.g. a batch below max_num_seqs: the same refusal
+            return type(e).__name__, str(e).replace(repr(v), str(value))
+
+    assert run(dtype(value)) == run(value)
