@@ -185,9 +185,11 @@ def random_dataset(num_prompts: int, input_len: int = 1024, output_len: int = 12
     floor(input_len * (1 - r_in))``) is empty (vLLM's check).
     """
     num_prompts = _int("num_prompts", num_prompts, 1, MAX_NUM_PROMPTS)
-    input_len = _int("random_input_len", input_len, 0)
-    output_len = _int("random_output_len", output_len, 0)
-    prefix_len = _int("random_prefix_len", prefix_len, 0)
+    # the CLI's bounds (length_arg: kvcore.units.bound, 2**32 tokens), so numpy's
+    # generator never meets a bound past int64 and no 2**62-token prompt is made
+    input_len = _int("random_input_len", input_len, 0, bound("random_input_len"))
+    output_len = _int("random_output_len", output_len, 0, bound("random_output_len"))
+    prefix_len = _int("random_prefix_len", prefix_len, 0, bound("random_prefix_len"))
     seed = _seed(seed)
     r, r_out = resolve_range_ratios(range_ratio)
     in_low, in_high = range_ratio_bounds(input_len, r)
