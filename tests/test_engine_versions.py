@@ -83,6 +83,23 @@ def test_a_malformed_spec_is_refused(spec, pad):
     _refused(pad + spec)
 
 
+#: digits that are not ASCII (Python's \d matches them): Arabic-Indic, full-width,
+#: Devanagari, Bengali
+OTHER_DIGITS = ["٠١٢٣٤٥٦٧٨٩", "０１２３４５６７８９", "०१२३४५६७८९", "০১২৩৪৫৬৭৮৯"]
+
+
+@SETTINGS
+@given(st.sampled_from(PYPI_RELEASES), st.sampled_from(OTHER_DIGITS),
+       st.sampled_from(["", "garbage", ",0.9", ".", ".-1", "-1", " 0.9", "*"]))
+def test_tester_t4_trailing_text_and_other_digits_are_refused(release, digits, tail):
+    """tester T4: 'vllm==0.8.0garbage', 'vllm==0.32.-1', 'vllm==0.٣٢' planned under a
+    profile; the rule: only ASCII X.Y[.Z] (+ .postN / +local) names a release."""
+    if tail:
+        _refused(f"vllm=={release}{tail}")
+    spelled = "".join(digits[int(c)] if c.isdigit() else c for c in release)
+    _refused(f"vllm=={spelled}")
+
+
 @pytest.mark.parametrize("cmd", [["plan", "llama-3.1-8b", "--gpu", "H100"],
                                  ["plan", "llama-3.1-8b", "--gpu", "H100", "--overhead",
                                   "2GiB"],

@@ -166,7 +166,7 @@ NEWER_RELEASES: tuple[str, ...] = ("0.33.0", "0.34.0")
 # release (``.post1``) and an optional local label (``+cu126``, as wheels carry)
 _SPEC = re.compile(r"^\s*vllm\s*==\s*v?(?P<release>\d+(?:\.\d+)*)"
                    r"(?:[.\-_]?post(?P<post>\d+))?(?:\+[a-z0-9]+(?:[._][a-z0-9]+)*)?\s*$",
-                   re.IGNORECASE)
+                   re.IGNORECASE | re.ASCII)  # ASCII: \d is 0-9 only (not "٣٢", "０")
 
 
 def _release_key(text: str) -> tuple[tuple[int, ...], int]:
