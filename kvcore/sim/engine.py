@@ -462,7 +462,10 @@ class Engine:
                               f"got {type(time_model).__name__}", field="time_model",
                               value=type(time_model).__name__)
         self.manager = manager
-        self.step_time = time_model.step_time
+        from kvcore.sim.timing import guarded_step_time
+
+        # a user's model that raises is named (ConfigError field time_model)
+        self.step_time = guarded_step_time(time_model)
         #: seconds between a request's send and the engine seeing it (module docstring)
         self.request_overhead_s = resolve_request_overhead(time_model, request_overhead_s)
         #: the API server's serial time per request, s (module docstring)
@@ -862,8 +865,16 @@ class Engine:
                 memo[key] = dt
         else:
             dt = self.step_time(describe_batch(self.kvcfg, batch_reqs))
-        if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not (dt >= 0.0) \
-                or dt == float("inf"):
+        if type(dt) is not float:  # off the fast path: ints and numpy reals are numbers
+            from kvcore.units import as_real
+
+            real = as_real(dt)  # bool refused
+            if real is None:
+                raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step "
+                                  "time must be a finite number >= 0", field="step_time",
+                                  value=repr(dt))
+            dt = real
+        if not (dt >= 0.0) or dt == float("inf"):
             raise ConfigError(f"step_time returned {dt!r} s for step {step}; a step time "
                               "must be a finite number >= 0", field="step_time", value=dt)
         clock = self.clock = self.clock + dt

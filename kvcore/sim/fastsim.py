@@ -435,7 +435,9 @@ def run_workload(time_model: StepTimeModel, kv_cache_config: Any, workload: Work
     base = 0.0
     now = 0.0
     steps = 0
-    step_time = time_model.step_time
+    from kvcore.sim.timing import guarded_step_time
+
+    step_time = guarded_step_time(time_model)  # a user's model that raises is named
     decodes: dict[int, ScheduledRequest] = {}
     n_done = 0
     while n_done < len(reqs):

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.errors import ConfigError
+from kvcore.errors import ConfigError, KVCoreError, shorten
 from kvcore.sim.engine import (
     Engine,
     EngineResult,
@@ -606,6 +606,11 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
     api = resolve_request_overhead(time_model, api_server_s, "api_server_s")
     stream = resolve_request_overhead(time_model, api_stream_s, "api_stream_s")
     rt = load_router(router) if isinstance(router, str) else router
+    if isinstance(rt, type):
+        raise ConfigError(f"router {rt.__name__} is a class; pass an instance "
+                          f"({rt.__name__}()) or a router name "
+                          f"({', '.join(router_names())})", field="router",
+                          value=rt.__name__)
     if not callable(getattr(rt, "route", None)):
         raise ConfigError(f"router must be a router name ({', '.join(router_names())}) or "
                           f"an object with route(request, view) -> replica index, got "
@@ -778,7 +783,16 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             deliver(t_route)
             view.now = t_route
             view.predicted_hit = None
-            k_raw = rt.route(r, view)
+            try:
+                k_raw = rt.route(r, view)
+            except KVCoreError:
+                raise
+            except (Exception, SystemExit) as e:  # a user's router: named
+                raise ConfigError(f"router {getattr(rt, 'name', type(rt).__name__)!r} "
+                                  f"raised {type(e).__name__} routing request "
+                                  f"{shorten(getattr(r, 'request_id', '?'))}: "
+                                  f"{shorten(str(e))}", field="router",
+                                  value=str(getattr(rt, 'name', type(rt).__name__))) from e
             k = k_raw if type(k_raw) is int else as_int(k_raw)  # np.argmin's numpy ints
             if k is None or not 0 <= k < replicas:
                 raise ConfigError(f"router {getattr(rt, 'name', rt)!r} chose replica "

@@ -79,6 +79,27 @@ class ScheduledRequest:
                               value=repr(self.is_prefill))
 
 
+def guarded_step_time(time_model: Any) -> Callable[[Any], Any]:
+    """``time_model.step_time`` wrapped so that an exception it raises (a user's model:
+    ZeroDivisionError, SystemExit, ...) becomes a ConfigError (field ``time_model``)
+    naming the model and the exception, as a custom block hash's does; kvcore's own
+    errors pass unchanged.  The value returned is checked by the caller."""
+    fn = time_model.step_time
+    name = getattr(time_model, "name", None)
+    name = name if isinstance(name, str) and name else type(time_model).__name__
+
+    def step_time(batch: Any) -> Any:
+        try:
+            return fn(batch)
+        except KVCoreError:
+            raise
+        except (Exception, SystemExit) as e:  # a user's model: named, never a raw error
+            raise ConfigError(f"time model {name!r} raised {type(e).__name__} in "
+                              f"step_time: {shorten(str(e))}", field="time_model",
+                              value=name) from e
+    return step_time
+
+
 def _check_counts(obj: Any, names: Sequence[str]) -> None:
     """Each named field of ``obj`` is an int >= 0 (bool refused), else ConfigError
     naming ``Class.field``, the value and the valid range.  Another integral number
