@@ -378,11 +378,38 @@ class KVCacheManager:
             if cap is not None and cap < limit:
                 limit = max(cap, 0)
         blocks, n = self.coordinator.find_longest_cache_hit(request.block_hashes, limit)
+        if n and getattr(getattr(getattr(request, "_hasher", None), "hash_fn", None),
+                         "_kvcore_checked", False):
+            self._check_hit_blocks_unique(request, blocks)  # a custom hash only
         st = self._stats
         st.requests += 1
         st.queries += num_tokens
         st.hits += n
         return KVCacheBlocks(blocks), n
+
+    def _check_hit_blocks_unique(self, request: Any, blocks: Sequence[Any]) -> None:
+        """A custom block hash whose digests repeat along one request's chain (it
+        ignores the parent hash, say) makes the hit list one cached block for several
+        positions; refused (ConfigError, field ``hash``) before any state changes, as
+        the table would give every such position the first one's K/V."""
+        for g, group in enumerate(blocks):
+            seen: dict[int, int] = {}
+            for i, b in enumerate(group):
+                if b.is_null:
+                    continue
+                j = seen.setdefault(b.block_id, i)
+                if j != i:
+                    from kvcore.errors import ConfigError
+
+                    fn = request._hasher.hash_fn
+                    name = getattr(fn, "__name__", type(fn).__name__)
+                    raise ConfigError(
+                        f"block hash {name!r} gives request {request.request_id!r} the "
+                        f"same digest for blocks {j} and {i} of its prompt (group {g}: "
+                        f"cached block {b.block_id} for both); a block hash must hash "
+                        f"the parent block's hash with the block's tokens so that digests "
+                        f"never repeat along a prompt (use 'sha256', or include the "
+                        f"whole input in the digest)", field="hash", value=name)
 
     def max_prefill_chunk_tokens(self, request: Any, num_new_tokens: int,
                                  num_new_computed_tokens: int = 0) -> int:
