@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kvcore.errors import ConfigError, SpecError, SpecMergeError
+from kvcore.errors import ConfigError, KVCoreError, SpecError, SpecMergeError
 from kvcore.kv_cache_config import KVCacheGroupSpec
 from kvcore.registry import get_registry
 from kvcore.specs import (
@@ -1444,14 +1444,10 @@ def _serving_judgment(scored: list[tuple[Layout, Score]], env: SearchEnv) -> Any
         if scored[c.index][0].entries not in distinct:
             distinct.append(scored[c.index][0].entries)
     if env.judge is not None and len(distinct) > 1:  # one layout: nothing to choose
-        times = list(env.judge(top, workload))
-        if len(times) != len(top):
-            raise ConfigError(f"the plan's judge returned {len(times)} times for "
-                              f"{len(top)} candidates", field="judge")
+        times = _judge_times(env.judge, top, workload)
         judged_by = getattr(env.judge, "judged_by", getattr(env.judge, "__name__", "judge"))
         for c, t in zip(top, times):
-            c.figures = dataclasses.replace(c.figures, time_s=float(t),
-                                            judged_by=str(judged_by))
+            c.figures = dataclasses.replace(c.figures, time_s=t, judged_by=str(judged_by))
     w = serving.pick(top)
     if top[w].is_vllm_layout:  # the same layout under a generator's name, if one has it
         same = [c for c in top if not c.is_vllm_layout and c.figures == top[w].figures
@@ -1459,6 +1455,38 @@ def _serving_judgment(scored: list[tuple[Layout, Score]], env: SearchEnv) -> Any
         if same:
             return same[0].index, top, workload
     return top[w].index, top, workload
+
+
+def _judge_times(judge: Any, top: list[Any], workload: Any) -> list[float]:
+    """``judge(top, workload)`` checked: one time per candidate, each a number of
+    seconds >= 0 (``inf``: the candidate serves no request; numpy numbers too; NaN,
+    negatives, bool and text refused); an exception the judge raises (SystemExit
+    included) is a ConfigError naming the judge.  Raises ConfigError (field ``judge``)
+    naming the judge, the candidate and the value."""
+    from kvcore.units import as_real, shorten
+
+    name = getattr(judge, "judged_by", getattr(judge, "__name__", type(judge).__name__))
+    try:
+        raw = judge(top, workload)
+        times = list(raw)
+    except KVCoreError:
+        raise
+    except (Exception, SystemExit) as e:  # a user's judge: named, never a raw error
+        raise ConfigError(f"the plan's judge {str(name)!r} raised {type(e).__name__}: "
+                          f"{shorten(str(e))}", field="judge", value=str(name)) from e
+    if len(times) != len(top):
+        raise ConfigError(f"the plan's judge returned {len(times)} times for "
+                          f"{len(top)} candidates", field="judge")
+    out = []
+    for c, t in zip(top, times):
+        real = as_real(t)
+        if real is None or not real >= 0.0:  # NaN fails >= too
+            raise ConfigError(f"the plan's judge {str(name)!r} returned {shorten(t)} for "
+                              f"candidate {getattr(c, 'strategy', c.index)!r}; a time must "
+                              f"be a number of seconds >= 0 (inf: it serves no request)",
+                              field="judge", value=shorten(t))
+        out.append(real)
+    return out
 
 
 def _groups_of(lay: Layout) -> tuple[KVCacheGroupSpec, ...]:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvcore.errors import ConfigError, NotEnoughMemoryError
+from kvcore.errors import ConfigError, KVCoreError, NotEnoughMemoryError
 from kvcore.userfiles import dumps_json
 
 __all__ = ["sweep", "SWEEP_AXES", "ROW_COLUMNS", "list_of"]
@@ -41,7 +41,12 @@ ROW_COLUMNS = ("weights_bytes", "kv_cache_memory_bytes", "num_blocks", "max_conc
 
 
 def _as_list(value: Any, name: str) -> list[Any]:
-    """One axis: a value, or a non-empty list / tuple of values (raises ConfigError)."""
+    """One axis: a value, or a non-empty ordered sequence of values (list, tuple,
+    range, a 1-d numpy array; raises ConfigError)."""
+    if not isinstance(value, (list, tuple, str, bytes)) and getattr(value, "ndim", 1) == 1 \
+            and hasattr(value, "__len__") and hasattr(value, "__getitem__") \
+            and not isinstance(value, (set, frozenset, dict)):
+        value = list(value.tolist() if hasattr(value, "tolist") else value)
     if isinstance(value, (list, tuple)):
         if not value:
             raise ConfigError(f"sweep: {name} is an empty list; give a value or a "
@@ -103,6 +108,10 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
     if model is None or (isinstance(model, str) and not model.strip()):
         raise ConfigError("sweep: model is required (an embedded name, a config.json path "
                           "or a HuggingFace id)", field="model", value=repr(model))
+    if on_row is not None and not callable(on_row):
+        raise ConfigError(f"sweep: on_row must be a function on_row(row) or None, got "
+                          f"{type(on_row).__name__}", field="on_row",
+                          value=type(on_row).__name__)
     unknown = sorted(set(plan_kwargs) - _plan_keywords())
     if unknown:
         raise ConfigError(f"sweep: unknown keyword {unknown[0]!r}; valid: "
@@ -167,7 +176,18 @@ def sweep(model: Any, *, gpu: Any = None, gpu_memory_bytes: Any = None,
             opts = dict(zip(axes, values))
             rows.append(_row(model, opts, plan_kwargs))
             if on_row:
-                on_row(rows[-1])
+                try:
+                    on_row(rows[-1])
+                except KVCoreError:
+                    raise
+                except (Exception, SystemExit) as e:  # a user's callback: named
+                    from kvcore.units import shorten
+
+                    name = getattr(on_row, "__name__", type(on_row).__name__)
+                    raise ConfigError(f"sweep: on_row {name!r} raised {type(e).__name__} "
+                                      f"on row {i + 1} of {len(combos)}: "
+                                      f"{shorten(str(e))}", field="on_row",
+                                      value=name) from e
             if bar is None and _want_progress(progress) and time.monotonic() - start > 1 \
                     and i + 1 < len(combos):
                 bar = _Progress(len(combos), i + 1)
