@@ -217,9 +217,9 @@ def blocks_per_request(groups: Sequence[KVCacheGroupSpec],
     total = 0
     for g in groups:
         if g.layer_specs is None:
-            total += g.spec.max_num_blocks_per_req(ctx, max_len)
+            total += spec_blocks_per_req(g.spec, ctx, max_len)
         else:
-            total += max(s.max_num_blocks_per_req(ctx, max_len)
+            total += max(spec_blocks_per_req(s, ctx, max_len)
                          for s in dict.fromkeys(g.layer_specs))
     return total
 
@@ -296,6 +296,43 @@ def _size_error(name: str, spec: KVCacheSpec, what: str, value: Any, valid: str
     return ConfigError(
         f"layer {name!r} ({spec.kind}, from {_plugin_of(spec)}): {what} is {shown}; "
         f"it must be {valid}", field=what, layer=name, kind=spec.kind, value=shown)
+
+
+def spec_blocks_per_req(spec: KVCacheSpec, ctx: PlanContext, max_len: int | None = None,
+                        what: str = "max_num_blocks_per_req") -> int:
+    """``spec.max_num_blocks_per_req(ctx, max_len)`` (``what="max_memory_usage_bytes"``:
+    that method) checked: an int >= 0 within its bound (numpy integers as the equal
+    int); a value of another kind, or an exception the spec raises (SystemExit too), is
+    a ConfigError naming the kind, its plugin and the value."""
+    from kvcore.units import MAX_BLOCKS, MAX_BYTES, as_int
+
+    fn = spec.max_num_blocks_per_req if what == "max_num_blocks_per_req" \
+        else spec.max_memory_usage_bytes
+    top = MAX_BLOCKS if what == "max_num_blocks_per_req" else MAX_BYTES * (1 << 20)
+    try:
+        value = fn(ctx, max_len)
+    except KVCoreError:
+        raise
+    except (Exception, SystemExit) as exc:  # a plugin's method: named
+        raise _kind_error(spec, what, f"{type(exc).__name__}: {exc}", max_len) from exc
+    if type(value) is int and 0 <= value <= top:
+        return value
+    number = as_int(value)
+    if number is None or not 0 <= number <= top:
+        raise _kind_error(spec, what, value, max_len, top)
+    return number
+
+
+def _kind_error(spec: KVCacheSpec, what: str, value: Any, max_len: int | None,
+                top: int | None = None) -> ConfigError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    unit = "blocks" if what == "max_num_blocks_per_req" else "bytes"
+    valid = f"an int >= 0 ({unit}" + (f", at most {top:,})" if top else ")")
+    return ConfigError(
+        f"{spec.kind} spec (from {_plugin_of(spec)}): {what}(max_len={max_len}) is "
+        f"{shown}; it must be {valid}", field=what, kind=spec.kind, value=shown)
 
 
 def _is_int(value: Any) -> bool:
@@ -1063,7 +1100,7 @@ def _caps(entries: Sequence[_Entry], ctx: PlanContext, max_len: int) -> list[int
         for s in e.specs:
             v = cache.get(s)
             if v is None:
-                v = cache[s] = s.max_num_blocks_per_req(ctx, max_len)
+                v = cache[s] = spec_blocks_per_req(s, ctx, max_len)
             best = max(best, v)
         out.append(best)
     return out

@@ -45,6 +45,7 @@ from kvcore.grouping import (
     padding_per_request,
     prefix_hit_alignment,
     reserved_blocks,
+    spec_blocks_per_req,
     stage_bytes_per_block,
     uniq,
 )
@@ -467,11 +468,11 @@ def _per_request_bytes(groups: Sequence[KVCacheGroupSpec], ctx: PlanContext,
     for ls, n in counts.values():
         if ls.kind == "cross_attention" or (ls.scales_with_block_size
                                             and ls.bytes_per_token == 0):
-            cross += n * ls.max_memory_usage_bytes(ctx, plan_len)
+            cross += n * spec_blocks_per_req(ls, ctx, plan_len, "max_memory_usage_bytes")
         elif ls.scales_with_block_size:
             bytes_per_token += n * ls.bytes_per_token
         else:  # real bytes (padding is reported on its own)
-            state += n * ls.max_num_blocks_per_req(ctx, plan_len) * ls.real_page_size_bytes
+            state += n * spec_blocks_per_req(ls, ctx, plan_len) * ls.real_page_size_bytes
     return bytes_per_token, cross, state
 
 

@@ -354,6 +354,8 @@ def figures_of(groups: Sequence[tuple[int, Sequence[Any], int, int, bool]],
                enable_prefix_caching: bool = True) -> ServingFigures:
     """Figures of a layout given as ``(count, layer specs, bytes_per_block,
     block_size, caching)`` per group shape (``count`` equal groups)."""
+    from kvcore.grouping import spec_blocks_per_req
+
     decode = PlanContext(**{**ctx.__dict__, "max_num_batched_tokens":
                             1 + ctx.num_speculative_tokens})
     lengths, total = _lifetime_lengths(workload, ctx.max_model_len)
@@ -363,7 +365,7 @@ def figures_of(groups: Sequence[tuple[int, Sequence[Any], int, int, bool]],
     sizes: set[int] = set()
     caching_sizes: list[int] = []
     for count, specs, bpb, bs, caching in groups:
-        cap = sum(w * max(s.max_num_blocks_per_req(decode, n) for s in specs)
+        cap = sum(w * max(spec_blocks_per_req(s, decode, n) for s in specs)
                   for n, w in lengths) / total
         steady_blocks += count * cap
         steady_bytes += count * cap * bpb
