@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.errors import BlockPoolError, RequestError
+from kvcore.errors import BlockPoolError, KVCoreError, RequestError
 from kvcore.runtime.block_pool import BlockPool, KVCacheBlock
 from kvcore.runtime.coordinator import UnitaryCoordinator, make_coordinator
 from kvcore.runtime.hashing import BlockHasher, Request
@@ -377,7 +377,12 @@ class KVCacheManager:
             cap = m.max_cache_hit_tokens(request)
             if cap is not None and cap < limit:
                 limit = max(cap, 0)
-        blocks, n = self.coordinator.find_longest_cache_hit(request.block_hashes, limit)
+        try:
+            blocks, n = self.coordinator.find_longest_cache_hit(request.block_hashes, limit)
+        except KVCoreError:
+            raise
+        except (Exception, SystemExit) as e:  # a plugin manager's search: named
+            raise self._plugin_failure(e, None, "find_longest_cache_hit") from e
         if n and getattr(getattr(getattr(request, "_hasher", None), "hash_fn", None),
                          "_kvcore_checked", False):
             self._check_hit_blocks_unique(request, blocks)  # a custom hash only
@@ -638,9 +643,16 @@ class KVCacheManager:
                 if n < 0:
                     n = 0
             else:
-                n = m.get_num_blocks_to_allocate(
-                    request, min(num_computed + num_new_tokens, need)
-                    if m.excludes_lookahead_tokens else need, ())
+                try:
+                    n = m.get_num_blocks_to_allocate(
+                        request, min(num_computed + num_new_tokens, need)
+                        if m.excludes_lookahead_tokens else need, ())
+                except KVCoreError:
+                    raise
+                except (Exception, SystemExit) as e:  # nothing changed yet: named
+                    raise self._plugin_failure(e, m, "get_num_blocks_to_allocate") from e
+                if type(n) is not int or n < 0:
+                    raise self._bad_count(m, "get_num_blocks_to_allocate", n)
             counts.append(n)
             total += n
             skip = False
@@ -673,17 +685,29 @@ class KVCacheManager:
                         new_blocks[g] = new
         except BlockPoolError as e:
             raise self._name_kind(e, m) from None
+        except KVCoreError:
+            raise
+        except (Exception, SystemExit) as e:  # a plugin manager: undone, then named
+            self._undo_allocation(rid, False, new_blocks or [])
+            raise self._plugin_failure(e, m, "allocate_new_blocks") from e
         if self.enable_caching:
             n_cache = num_computed + num_new_tokens
             num_tokens = len(request.all_token_ids)
             if n_cache > num_tokens:
                 n_cache = num_tokens
-            for m, bs, _, _, plain_cache in plans:
-                if plain_cache:
-                    if n_cache // bs > m.num_cached_blocks.get(rid, 0):
+            m = None  # type: ignore[assignment]
+            try:
+                for m, bs, _, _, plain_cache in plans:
+                    if plain_cache:
+                        if n_cache // bs > m.num_cached_blocks.get(rid, 0):
+                            m.cache_blocks(request, n_cache)
+                    elif m.enable_caching:
                         m.cache_blocks(request, n_cache)
-                elif m.enable_caching:
-                    m.cache_blocks(request, n_cache)
+            except KVCoreError:
+                raise
+            except (Exception, SystemExit) as e:
+                self._undo_allocation(rid, False, new_blocks or [])
+                raise self._plugin_failure(e, m, "cache_blocks") from e
         if new_blocks is None:
             return self._empty
         return KVCacheBlocks(new_blocks)
@@ -713,16 +737,27 @@ class KVCacheManager:
                 check_len = full
         total = 0
         freed = 0
-        for g, m in enumerate(managers):
-            total += m.get_num_blocks_to_allocate(
-                request, min(num_computed + num_new_tokens, need)
-                if m.excludes_lookahead_tokens and not full_sequence_must_fit
-                else check_len, hit[g] if hit else ())
-            if m.skips_blocks:
-                freed += m.num_blocks_freed_by_skipping(rid, num_computed)
+        m = None  # type: ignore[assignment]
+        try:
+            for g, m in enumerate(managers):
+                k = m.get_num_blocks_to_allocate(
+                    request, min(num_computed + num_new_tokens, need)
+                    if m.excludes_lookahead_tokens and not full_sequence_must_fit
+                    else check_len, hit[g] if hit else ())
+                if type(k) is not int or k < 0:
+                    raise self._bad_count(m, "get_num_blocks_to_allocate", k)
+                total += k
+                if m.skips_blocks:
+                    freed += m.num_blocks_freed_by_skipping(rid, num_computed)
+        except KVCoreError:
+            raise
+        except (Exception, SystemExit) as e:  # nothing changed yet: named
+            raise self._plugin_failure(e, m, "get_num_blocks_to_allocate") from e
         fq = self.block_pool.free_queue
         if total > fq.num_free_blocks + freed:
             return None
+        fresh = all(rid not in mg.req_to_blocks for mg in managers)
+        new_blocks: list[list[KVCacheBlock]] = []
         m = None  # type: ignore[assignment]
         try:
             # every group takes its hits before any group takes new blocks: a hit block
@@ -734,7 +769,6 @@ class KVCacheManager:
             for m in managers:
                 if m.skips_blocks:
                     m.remove_skipped_blocks(rid, num_computed)
-            new_blocks = []
             for m in managers:
                 before = fq.num_free_blocks
                 new = m.allocate_new_blocks(
@@ -745,13 +779,26 @@ class KVCacheManager:
                 new_blocks.append(new)
         except BlockPoolError as e:
             raise self._name_kind(e, m) from None
+        except KVCoreError:
+            raise
+        except (Exception, SystemExit) as e:  # a plugin manager: undone, then named
+            self._undo_allocation(rid, fresh, new_blocks)
+            raise self._plugin_failure(e, m, "allocate_new_blocks") from e
         self._requests[rid] = request
         if self.enable_caching:
             n_cache = num_computed + num_new_tokens
             if n_cache > num_tokens:
                 n_cache = num_tokens
-            for m in self.coordinator.caching_managers:
-                m.cache_blocks(request, n_cache)
+            m = None  # type: ignore[assignment]
+            try:
+                for m in self.coordinator.caching_managers:
+                    m.cache_blocks(request, n_cache)
+            except KVCoreError:
+                raise
+            except (Exception, SystemExit) as e:
+                self._requests.pop(rid, None)
+                self._undo_allocation(rid, fresh, new_blocks)
+                raise self._plugin_failure(e, m, "cache_blocks") from e
         if not any(new_blocks):
             return self._empty
         return KVCacheBlocks(new_blocks)
@@ -921,6 +968,13 @@ class KVCacheManager:
                 m.free(rid)
         except BlockPoolError as e:
             raise self._name_kind(e, m) from None
+        except KVCoreError:
+            raise
+        except (Exception, SystemExit) as e:  # a plugin manager's free: named
+            raise self._plugin_failure(e, m, "free") from e
+        for m in self.managers:  # a manager whose free() kept the request leaks blocks
+            if rid in m.req_to_blocks:
+                raise self._plugin_failure(None, m, "free")
         self._requests.pop(rid, None)
 
     # ---- checks --------------------------------------------------------------------
@@ -943,6 +997,78 @@ class KVCacheManager:
                             "unique among running requests (free the other first, or "
                             "give this one its own id)", field="request_id",
                             value=repr(rid))
+
+    @staticmethod
+    def _who(m: Any) -> str:
+        """``group G (kind 'k', Class, from dist (plugin 'p'))`` for a group manager."""
+        kind = getattr(getattr(m, "spec", None), "kind", None)
+        where = ""
+        try:
+            from kvcore.registry import get_registry
+
+            st = get_registry().spec_type(m.spec)
+            where = f", from {st.distribution} (plugin {st.plugin!r})"
+        except Exception:  # an unregistered spec: the class says enough
+            where = ""
+        return f"group {getattr(m, 'group_id', '?')} (kind {kind!r}, {type(m).__name__}" \
+            f"{where})"
+
+    def _plugin_failure(self, e: BaseException | None, m: Any, method: str) -> Exception:
+        """A group manager's method that raised (``e``) or, for ``free`` with ``e``
+        None, kept the request's blocks: a PluginError naming the group, kind, class
+        and plugin (``m`` None: the caching groups' kinds)."""
+        from kvcore.errors import PluginError
+        from kvcore.units import shorten
+
+        if m is None:
+            who = "a group's manager (" + ", ".join(
+                f"group {x.group_id}: {getattr(x.spec, 'kind', '?')!r} {type(x).__name__}"
+                for x in self.managers) + ")"
+            kind = None
+        else:
+            who = self._who(m)
+            kind = getattr(getattr(m, "spec", None), "kind", None)
+        if e is None:
+            return PluginError(f"{who}: free() returned but the request still holds its "
+                               f"blocks there (they would never return to the pool); a "
+                               f"manager's free must drop the request's table",
+                               field=method, kind=kind,
+                               group_id=getattr(m, "group_id", None))
+        return PluginError(f"{who}: {method} raised {type(e).__name__}: "
+                           f"{shorten(str(e))}", field=method, kind=kind,
+                           group_id=getattr(m, "group_id", None))
+
+    def _bad_count(self, m: Any, method: str, value: Any) -> Exception:
+        from kvcore.errors import PluginError
+        from kvcore.units import shorten
+
+        return PluginError(f"{self._who(m)}: {method} returned {shorten(value)}; it must "
+                           f"be an int >= 0 (blocks)", field=method,
+                           kind=getattr(getattr(m, "spec", None), "kind", None),
+                           value=shorten(value))
+
+    def _undo_allocation(self, rid: str, fresh: bool,
+                         new_blocks: Sequence[Sequence[KVCacheBlock]]) -> None:
+        """Undo a part-way allocation (a group's manager raised): a request that held
+        no blocks before is released in every group; a running one gives back the new
+        blocks the groups before the failing one appended to their tables."""
+        pool = self.block_pool
+        if fresh:
+            for mg in self.managers:
+                try:
+                    mg.free(rid)
+                except Exception:  # the failing plugin's own free: the base rule
+                    SingleTypeManager.free(mg, rid)
+                if rid in mg.req_to_blocks:
+                    SingleTypeManager.free(mg, rid)
+            return
+        for mg, new in zip(self.managers, new_blocks):
+            table = mg.req_to_blocks.get(rid)
+            if not new or not table or len(table) < len(new):
+                continue
+            if all(a is b for a, b in zip(table[-len(new):], new)):
+                del table[-len(new):]
+                pool.free_blocks(list(reversed(new)))
 
     @staticmethod
     def _name_kind(e: BlockPoolError, m: Any) -> BlockPoolError:
