@@ -600,3 +600,57 @@ def test_narrow_numpy_ints_never_reach_the_budget_arithmetic(field, dtype, value
             return type(e).__name__, str(e).replace(repr(v), str(value))
 
     assert run(dtype(value)) == run(value)
+
+
+REAL_DTYPES = ["float16", "float32", "float64", "int32"]
+#: values every float width holds exactly, so the numpy value equals the plain float
+EXACT = [0.5, 0.75, 0.875, 0.25, 0.0078125]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.sampled_from(["gpu_memory_utilization", "step_s", "percentile",
+                        "event_delay_s"]),
+       st.sampled_from(REAL_DTYPES), st.sampled_from(EXACT))
+def test_numpy_reals_give_the_plain_float_result(field, dtype, value):
+    """as_real's rule for real arguments: a numpy real (np.float32(0.5)) is the equal
+    float; bool is refused naming the field."""
+    t = getattr(np, dtype)
+    if dtype == "int32":
+        value = 1.0  # an integer is a real too
+
+    def call(v):
+        if field == "gpu_memory_utilization":
+            from kvcore.deploy.budget import compute_budget
+
+            return compute_budget("llama-3.1-8b", gpu="H100",
+                                  gpu_memory_utilization=v).kv_cache_memory_bytes
+        if field == "step_s":
+            from kvcore.sim.timing import ConstantTimeModel
+
+            m = ConstantTimeModel(step_s=v, token_s=v)
+            return m.step_s, m.token_s
+        if field == "percentile":
+            from kvcore.sim.metrics import percentile
+
+            return percentile([1.0, 2.0, 4.0, 8.0], v if isinstance(v, bool) else v * 100)
+        return _run_fleet_delay(v)
+
+    got = call(t(value))
+    assert got == call(float(value)) and _no_numpy(got)
+    with pytest.raises(KVCoreError) as e:
+        call(True)
+    assert field in f"{e.value} {e.value.extra.get('field', '')}"
+
+
+def _run_fleet_delay(delay):
+    from kvcore.sim.engine import SimRequest
+    from kvcore.sim.fleet import run_fleet
+    from kvcore.sim.timing import ConstantTimeModel
+    from kvcore.sim.traces import TraceRequest
+
+    reqs = [SimRequest(TraceRequest(f"r{i}", 5.0 * i, 40, 4, 7 + i,
+                                    token_ids=list(range(1, 41)))) for i in range(4)]
+    res = run_fleet(_small_config(), reqs, ConstantTimeModel(step_s=0.01, token_s=1e-5),
+                    replicas=2, router="round-robin", max_num_seqs=4,
+                    max_num_batched_tokens=256, event_delay_s=delay)
+    return res.assignment, [(r.steps, r.preemptions) for r in res.replicas]

@@ -264,12 +264,14 @@ def _check_bool(value: Any, name: str) -> bool:
 
 
 def _check_utilization(u: Any) -> float:
-    if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1 or \
-            not math.isfinite(u):
+    from kvcore.units import as_real
+
+    real = as_real(u)  # numpy reals too (np.float32(0.9)); bool refused
+    if real is None or not 0 < real <= 1 or not math.isfinite(real):
         raise ConfigError(f"gpu_memory_utilization must be a fraction in (0, 1], got {u!r} "
                           f"(vLLM's default is 0.9)", field="gpu_memory_utilization",
                           value=repr(u))
-    return float(u)
+    return real
 
 
 def compute_budget(

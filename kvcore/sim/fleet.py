@@ -586,10 +586,14 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             not 1 <= replicas <= MAX_REPLICAS:
         raise ConfigError(f"replicas must be an integer >= 1 and <= {MAX_REPLICAS:,}, got "
                           f"{replicas!r}", field="replicas", value=replicas)
-    if not isinstance(event_delay_s, (int, float)) or isinstance(event_delay_s, bool) \
-            or not 0 <= event_delay_s < math.inf:
+    from kvcore.units import as_real
+
+    delay = as_real(event_delay_s)  # numpy reals too; bool refused
+    if delay is None or not 0 <= delay < math.inf:
         raise ConfigError(f"event_delay_s must be a finite number of seconds >= 0, got "
-                          f"{event_delay_s!r}", field="event_delay_s", value=event_delay_s)
+                          f"{event_delay_s!r}", field="event_delay_s",
+                          value=repr(event_delay_s))
+    event_delay_s = delay
     for name, v, lo in (("max_num_seqs", max_num_seqs, 1),
                         ("max_num_batched_tokens", max_num_batched_tokens, 1),
                         ("long_prefill_token_threshold", long_prefill_token_threshold, 0)):

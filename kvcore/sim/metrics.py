@@ -92,9 +92,13 @@ def percentile(xs: Sequence[float], p: float, *, presorted: bool = False) -> flo
 
     Raises ConfigError (field ``percentile``) for p outside [0, 100] (numpy raises
     ValueError "Percentiles must be in the range [0, 100]")."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
+    from kvcore.units import as_real
+
+    real = as_real(p)  # numpy reals too; bool refused
+    if real is None or not 0 <= real <= 100:
         raise ConfigError(f"percentile {shorten(p)}: must be a number in [0, 100]",
                           field="percentile", value=shorten(p))
+    p = real
     if not isinstance(presorted, bool):
         raise ConfigError(f"percentile: presorted = {shorten(presorted)} must be True or "
                           f"False", field="presorted", value=shorten(presorted))
@@ -208,8 +212,11 @@ def check_percentiles(percentiles: Any) -> list[float]:
         raise ConfigError(f"percentiles must be a non-empty list of numbers in [0, 100] "
                           f"(e.g. [50, 90, 99]), got {_show(percentiles)}",
                           field="percentiles", value=shorten(percentiles))
+    from kvcore.units import as_real
+
     for p in percentiles:
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
+        real = as_real(p)  # numpy reals too; bool refused
+        if real is None or not 0 <= real <= 100:
             raise ConfigError(f"percentiles: each must be a number in [0, 100], got "
                               f"{_show(p)} (in {_show(percentiles)})",
                               field="percentiles", value=shorten(p))

@@ -217,11 +217,16 @@ class ConstantTimeModel:
     token_s: float = 0.0
 
     def __post_init__(self) -> None:
+        from kvcore.units import as_real
+
         for name in ("step_s", "token_s"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            real = as_real(v)  # numpy reals too, stored as a float; bool refused
+            if real is None or not 0 <= real < math.inf:
                 raise ConfigError(f"ConstantTimeModel {name} must be a finite number of "
-                                  f"seconds >= 0, got {v!r}", field=name, value=v)
+                                  f"seconds >= 0, got {v!r}", field=name, value=repr(v))
+            if type(v) is not float and type(v) is not int:
+                object.__setattr__(self, name, real)
 
     def step_time(self, batch: Batch) -> float:
         _check_batch(batch)
