@@ -41,6 +41,31 @@ _ZERO = 0  # the default count: small ints are one object, so ``x is _ZERO`` mea
 ENV_CHECK_MAX_BLOCKS = 4096
 
 
+def env_check_invariants(num_blocks: int) -> bool:
+    """Whether ``KVCORE_CHECK_INVARIANTS`` turns the debug switch on for a pool of
+    ``num_blocks``: ``all`` (any pool), or 1 / true / yes / on (pools of at most
+    :data:`ENV_CHECK_MAX_BLOCKS`); 0 / false / no / off / unset: off.  Parsed as
+    strictly as kvcore's other switches (:func:`kvcore.plugins.env_flag`): any other
+    value is a ConfigError naming the variable and the value (tester T11)."""
+    raw = os.environ.get("KVCORE_CHECK_INVARIANTS", "")
+    if raw.strip().lower() == "all":
+        return True
+    from kvcore.plugins import env_flag
+
+    try:
+        on = env_flag("KVCORE_CHECK_INVARIANTS")
+    except KVCoreError:
+        from kvcore.errors import ConfigError
+        from kvcore.units import shorten
+
+        raise ConfigError(
+            f"environment variable KVCORE_CHECK_INVARIANTS={shorten(raw)} is not a "
+            f"switch value; use 1, true, yes, on (pools of at most "
+            f"{ENV_CHECK_MAX_BLOCKS:,} blocks), all (any pool) or 0, false, no, off",
+            field="KVCORE_CHECK_INVARIANTS", value=shorten(raw)) from None
+    return on and num_blocks <= ENV_CHECK_MAX_BLOCKS
+
+
 def _int_arg(where: str, name: str, value: Any, lo: int = 0, hi: int | None = None,
              err: type | None = None) -> int:
     """``value`` as an int in ``[lo, hi]`` (numpy ints accepted through
@@ -316,9 +341,7 @@ class KVCacheManager:
                               or getattr(m.spec, "kind", "") == "cross_attention"
                               for m in self.managers)
         if check_invariants is None:
-            env = os.environ.get("KVCORE_CHECK_INVARIANTS", "").strip().lower()
-            check_invariants = env == "all" or (
-                env in ("1", "true", "yes", "on") and num_blocks <= ENV_CHECK_MAX_BLOCKS)
+            check_invariants = env_check_invariants(num_blocks)
         #: whether the debug switch is on (see the class docstring)
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None

@@ -580,14 +580,10 @@ class KVCacheManager:
         self.managers = self._kms
         self._deferred_out = 0
         if check_invariants is None:
-            import os
+            from kvcore.runtime.manager import env_check_invariants
 
-            from kvcore.runtime.manager import ENV_CHECK_MAX_BLOCKS
-
-            env = os.environ.get("KVCORE_CHECK_INVARIANTS", "").strip().lower()
-            check_invariants = env == "all" or (
-                env in ("1", "true", "yes", "on")
-                and kv_cache_config.num_blocks <= ENV_CHECK_MAX_BLOCKS)
+            # the core's strict parsing (an unknown value is a ConfigError naming it)
+            check_invariants = env_check_invariants(kv_cache_config.num_blocks)
         self.check_invariants = bool(check_invariants)
         self._owner_thread: int | None = None
         if self.check_invariants:
