@@ -29,8 +29,14 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvcore.dtypes import dtype_size, normalize_dtype
+from kvcore.errors import ConfigError
+
+#: the most bytes one token of one KV head may take in K or in V (a head of 2**16
+#: channels at 8 bytes is 2**19; past this a figure is a plugin's bug, not a format)
+_MAX_HEAD_BYTES = 1 << 24
 
 __all__ = ["KVQuantMode", "QuantScheme", "BUILTIN_SCHEMES", "PLUGIN_KV_CACHE_DTYPES"]
 
@@ -116,7 +122,30 @@ class QuantScheme:
         """K plus V bytes of one token of one KV head (``slot_bytes`` when set)."""
         if self.slot_bytes is not None:
             return self.slot_bytes(head_size, head_size_v, dtype)
-        return self.key_bytes(head_size, dtype) + self.value_bytes(head_size_v, dtype)
+        k = self.key_bytes(head_size, dtype)
+        v = self.value_bytes(head_size_v, dtype)
+        if type(k) is not int or type(v) is not int or not 0 <= k <= _MAX_HEAD_BYTES \
+                or not 0 <= v <= _MAX_HEAD_BYTES:  # off the fast path: each checked
+            k = self._checked_bytes("key", k)
+            v = self._checked_bytes("value", v)
+        return k + v
+
+    def _checked_bytes(self, which: str, value: Any) -> int:
+        """One of K / V's bytes per token and head: an int >= 0 (numpy ints taken; not
+        bool) within :data:`_MAX_HEAD_BYTES`, else a ConfigError naming the dtype, its
+        distribution, which half and the value (tester T13: a negative K passed in
+        the sum)."""
+        from kvcore.units import as_int, shorten
+
+        number = as_int(value)
+        if number is None or not 0 <= number <= _MAX_HEAD_BYTES:
+            if number is None and not isinstance(value, bool):
+                return value  # type: ignore[no-any-return]  # NaN, text: the sum's check
+            raise ConfigError(f"kv_cache_dtype {self.name!r} (from {self.distribution}) "
+                              f"{which} bytes per token and head is {shorten(value)}; it "
+                              f"must be an int >= 0 and at most {_MAX_HEAD_BYTES:,}",
+                              field=f"{which}_bytes", value=shorten(value))
+        return number
 
 
 def _model_dtype_bytes(d: int, dtype: str) -> int:
