@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import math
 import operator
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -763,18 +764,41 @@ def _with_plan_context(layer_specs: dict[str, KVCacheSpec], ctx: PlanContext
     return out
 
 
-def plan_from_specs_file(data: Mapping[str, Any], *, workload: Workload | None = None,
+def plan_from_specs_file(data: Mapping[str, Any] | str | os.PathLike[str], *,
+                         workload: Workload | None = None,
                          judge: Judge | None = None,
                          where: str = "specs file") -> KVCacheConfig:
     """Plan from a specs file (docs/DESIGN.md section 5): ``{"options": {...}, "layers":
-    {name: spec dict}}``; ``workload`` / ``judge`` as in :func:`plan`; ``where`` (the
-    file's name) prefixes the unknown-key errors.  Raises ConfigError naming an unknown
+    {name: spec dict}}``, given parsed or as the file's path (str / os.PathLike: read as
+    ``kvcore plan --specs`` reads it, the path then prefixing errors); ``workload`` /
+    ``judge`` as in :func:`plan`; ``where`` (the file's name) prefixes the unknown-key
+    errors.  Raises ConfigError naming an unknown
     key or option or a bad layer."""
     from kvcore.specs import KVCacheSpec
+    from kvcore.units import shorten
     from kvcore.userfiles import check_keys
 
+    if isinstance(data, (str, os.PathLike)) and not isinstance(data, Mapping):
+        # a path, as the name suggests: read as ``kvcore plan --specs FILE`` does
+        from kvcore.models.config import read_json_file
+
+        path = os.fspath(data)
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"plan_from_specs_file: data = {shorten(data)} is not a path "
+                              f"(a non-empty str or os.PathLike of str) nor the parsed JSON "
+                              f"object", field="data", value=shorten(data))
+        if where == "specs file":
+            where = path
+        data = read_json_file(path, "specs")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: a specs file holds a JSON object with 'options' "
+                              f"and 'layers', got a JSON {type(data).__name__}",
+                              field="specs")
     if not isinstance(data, Mapping):
-        raise ConfigError("a specs file must hold a JSON object with 'options' and 'layers'")
+        raise ConfigError(f"plan_from_specs_file takes the specs file's path or its parsed "
+                          f"JSON object ({{'options': ..., 'layers': ...}}), got "
+                          f"{type(data).__name__} {shorten(data)}", field="data",
+                          value=shorten(data))
     check_keys(data, ("options", "layers"), where)
     options = data.get("options", {})
     layers = data.get("layers")
