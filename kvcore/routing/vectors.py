@@ -282,11 +282,61 @@ def _load(src: Any) -> Vector:
         raise ConfigError("a vector needs a 'config' object and a 'records' list",
                           field="config" if not isinstance(c, dict) else "records",
                           value=None)
+    where = f"{src}" if not isinstance(src, dict) else f"a {FORMAT} object"
+    check_keys(c, _CONFIG_KEYS, f"{where}: config")
     cfg = config_from_dict(c)
     opts = {"hash": c.get("hash", "sha256"), "use_eagle": bool(c.get("use_eagle")),
             "max_model_len": c.get("max_model_len"),
             "hash_block_size": c.get("hash_block_size")}
+    _check_records(recs, opts, where)
     return Vector(d.get("name", ""), int(d.get("seed", 0)), cfg, opts, d["records"])
+
+
+#: the keys of a vector's config object and of its records, by op (what generate writes)
+_CONFIG_KEYS = ("hash", "hash_block_size", "use_eagle", "num_blocks", "max_model_len",
+                "groups")
+_RECORD_KEYS = {"events": ("op", "seq", "events"),
+                "query": ("op", "request_id", "num_tokens", "num_prompt_tokens",
+                          "token_ids", "block_hashes", "hit")}
+
+
+def _check_records(recs: list[Any], opts: dict[str, Any], where: str) -> None:
+    """Every record an object with a known op and only its keys (tester T17: a
+    misspelled op was skipped, so a vector whose query was lost still passed), and a
+    query's block_hashes the hashes of its token_ids under the vector's hash and hash
+    block size (the file is a conformance contract for routers that hash tokens)."""
+    from kvcore.errors import ConfigError
+    from kvcore.units import shorten
+    from kvcore.userfiles import check_keys
+
+    hbs = opts.get("hash_block_size")
+    for i, rec in enumerate(recs):
+        if not isinstance(rec, dict):
+            raise ConfigError(f"{where}: records[{i}] is a {type(rec).__name__}, not an "
+                              f"object", field="records", record=i)
+        op = rec.get("op")
+        if op not in _RECORD_KEYS:
+            raise ConfigError(f"{where}: records[{i}] has op {shorten(op)}; valid: "
+                              f"{', '.join(_RECORD_KEYS)}", field="op", record=i,
+                              value=shorten(op))
+        check_keys(rec, _RECORD_KEYS[op], f"{where}: records[{i}]")
+        tokens = rec.get("token_ids")
+        if op != "query" or tokens is None or not hbs:
+            continue
+        from kvcore.runtime.hashing import Request
+
+        try:
+            want = [hash_to_json(h) for h in Request(
+                "vector-check", tokens, block_size=hbs, hash=opts["hash"]).block_hashes]
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: records[{i}] token_ids cannot be hashed "
+                              f"({type(e).__name__}: {e})"[:300], field="token_ids",
+                              record=i) from None
+        if rec.get("block_hashes") != want:
+            raise ConfigError(f"{where}: records[{i}] (request "
+                              f"{shorten(rec.get('request_id'))}): its block_hashes are not "
+                              f"the {opts['hash']} hashes of its token_ids at "
+                              f"hash_block_size {hbs}", field="block_hashes", record=i)
 
 
 def check(vector: Any, index: Any = None, *, replica: str = "r") -> list[Mismatch]:
