@@ -787,13 +787,13 @@ def plan_from_specs_file(data: Mapping[str, Any] | str | os.PathLike[str], *,
             raise ConfigError(f"plan_from_specs_file: data = {shorten(data)} is not a path "
                               f"(a non-empty str or os.PathLike of str) nor the parsed JSON "
                               f"object", field="data", value=shorten(data))
-        if where == "specs file":
-            where = path
-        data = read_json_file(path, "specs")
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where}: a specs file holds a JSON object with 'options' "
-                              f"and 'layers', got a JSON {type(data).__name__}",
+        loaded = read_json_file(path, "specs")
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"{path}: a specs file holds a JSON object with 'options' "
+                              f"and 'layers', got a JSON {type(loaded).__name__}",
                               field="specs")
+        return plan_from_specs_file(loaded, workload=workload, judge=judge,
+                                    where=path if where == "specs file" else where)
     if not isinstance(data, Mapping):
         raise ConfigError(f"plan_from_specs_file takes the specs file's path or its parsed "
                           f"JSON object ({{'options': ..., 'layers': ...}}), got "
