@@ -154,7 +154,7 @@ def _arg_field(field: Any, fn: str) -> str:
 
 def _arg_limit(value: Any, name: str, fn: str) -> None:
     """``minimum`` / ``maximum`` arguments: None or an int (ConfigError)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+    if value is not None and as_int(value) is None:  # numpy integers too; bool refused
         raise ConfigError(f"{fn}: {name} = {shorten(value)} must be an int or None",
                           field=name, value=shorten(value))
 
