@@ -336,6 +336,12 @@ def _spec_config(v):
                                      "prompt_lookup_max": 4})
 
 
+def _check_int_minimum(v):
+    from kvcore.units import check_int
+
+    return check_int(5, "block_size", minimum=v), check_int(5, "block_size", maximum=v + 9)
+
+
 def _block_pool(v):
     from kvcore.runtime.block_pool import BlockPool
 
@@ -393,6 +399,7 @@ def _prefix_router(v):
 #: name -> (field the error names, plain value, call, whether bad types are refused)
 CASES = {
     "block_tables.width": ("width", 3, _block_tables, True),
+    "check_int.minimum": ("minimum", 1, _check_int_minimum, True),
     "BlockPool.num_groups": ("num_groups", 2, _block_pool, True),
     "cache_full_blocks.num_full": ("num_full", 2, _cache_full_blocks("num_full"), True),
     "cache_full_blocks.stride": ("stride", 2, _cache_full_blocks("stride"), True),
