@@ -64,6 +64,7 @@ __all__ = [
     "BlockPoolError",
     "RequestError",
     "KVEventError",
+    "KernelArgumentError",
 ]
 
 
@@ -148,3 +149,12 @@ class KVEventError(KVCoreError):
     lower than the one expected (out of order or replayed).  ``extra`` carries
     ``replica``, ``field`` and ``value``; the replica is marked stale (never trusted
     for a hit) unless nothing was applied."""
+
+
+class KernelArgumentError(KVCoreError):
+    """A kernel argument refused on the host before any launch (:mod:`kvcore.ops._checks`):
+    a slot or block id outside the cache, a ``seq_lens`` entry longer than its block
+    table covers, a scale that is not finite and > 0, copy destinations that repeat or
+    are also sources, an index tensor of a non-integer dtype, or a K/V dtype the kernel
+    does not take.  ``extra`` carries ``field`` (the argument), ``value`` (the bad index
+    or value) and ``valid`` (the range or set that would be accepted)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from kvcore.errors import KVCoreError
 from kvcore.ops.cache import _dequantize_ref, _scale_tensors
+from kvcore.ops.checks import check_block_table, index_tensor
 from kvcore.ops.layout import canonical_kv_cache_dtype
 
 __all__ = ["paged_decode_attention_ref", "dense_attention_ref"]
@@ -104,6 +105,9 @@ def paged_decode_attention_ref(query: Any, key_cache: Any, value_cache: Any,
         positions are left out of the softmax (all left out: zeros).
     seq_lens : torch.Tensor
         ``[batch]`` int, tokens of each request including the query token (>= 1).
+        Checked first (:mod:`kvcore.ops.checks`, ``KernelArgumentError``): lengths in
+        ``[0, max_blocks_per_req x block_size]``, the block ids read in
+        ``[-1, num_blocks)``.
     kv_cache_dtype, k_scale, v_scale :
         As for :func:`kvcore.ops.gather_cache` (values are dequantized).
     scale : float, optional
@@ -122,6 +126,17 @@ def paged_decode_attention_ref(query: Any, key_cache: Any, value_cache: Any,
     ks, vs = _scale_tensors(k_scale, v_scale, kv_dtype, key_cache)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     block_size = key_cache.shape[1]
+    block_table = index_tensor(block_table, "block_table", key_cache.device)
+    seq_lens = index_tensor(seq_lens, "seq_lens", key_cache.device)
+    if block_table.dim() != 2 or seq_lens.dim() != 1 \
+            or block_table.shape[0] != seq_lens.shape[0] \
+            or seq_lens.shape[0] != query.shape[0]:
+        raise KVCoreError(f"block_table must be [batch, max_blocks_per_req] and seq_lens "
+                          f"[batch]; got {tuple(block_table.shape)} and "
+                          f"{tuple(seq_lens.shape)}", field="block_table")
+    # the sliding window reads only its own blocks, but a table entry before the
+    # window is the null block (-1) or a live id: both in range
+    check_block_table(block_table, seq_lens, block_size, key_cache.shape[0])
     outs = []
     for b, n in enumerate(seq_lens.tolist()):
         start = 0 if sliding_window is None else max(0, n - sliding_window)

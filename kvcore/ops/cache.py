@@ -49,6 +49,14 @@ from typing import Any
 
 from kvcore.errors import KVCoreError
 from kvcore.ops._dispatch import use_triton
+from kvcore.ops.checks import (
+    check_block_table,
+    check_copy_pairs,
+    check_dtype,
+    check_ids,
+    check_scales,
+    index_tensor,
+)
 from kvcore.ops.layout import (
     FLOAT_KV_CACHE_DTYPES,
     FP8_PER_TENSOR_KV_CACHE_DTYPES,
@@ -135,6 +143,7 @@ def _scale_tensors(k_scale: Any, v_scale: Any, kv_dtype: str, key_cache: Any) ->
     if fam == "float":
         return None, None
     if fam == "fp8_per_tensor":
+        check_scales(k_scale=k_scale, v_scale=v_scale)
         out = []
         for s in (k_scale, v_scale):
             t = s if isinstance(s, torch.Tensor) else torch.tensor(float(s))
@@ -176,16 +185,30 @@ def _quantize_ref(x: Any, cache: Any, kv_dtype: str, scale: Any) -> tuple[Any, A
 
 
 def _check_write_args(key: Any, value: Any, key_cache: Any, value_cache: Any,
-                      slot_mapping: Any, kv_dtype: str) -> None:
+                      slot_mapping: Any, kv_dtype: str) -> Any:
+    """All of reshape_and_cache's checks, before any launch; returns ``slot_mapping``
+    as a tensor (a list is converted)."""
+    for name, t in (("key", key), ("value", value), ("key_cache", key_cache),
+                    ("value_cache", value_cache)):
+        if not hasattr(t, "dim"):
+            raise KVCoreError(f"{name} must be a torch.Tensor; got {type(t).__name__}",
+                              field=name, value=type(t).__name__)
+    slot_mapping = index_tensor(slot_mapping, "slot_mapping", key_cache.device)
     if key.dim() != 3 or value.dim() != 3 or key.shape[:2] != value.shape[:2]:
         raise KVCoreError(f"key must be [num_tokens, num_kv_heads, head_size] and value "
                           f"[num_tokens, num_kv_heads, head_size_v]; got "
                           f"{tuple(key.shape)} and {tuple(value.shape)}", field="key")
+    check_dtype(key, "key")
+    check_dtype(value, "value", same_as=(key, "key"))
     if slot_mapping.dim() != 1 or slot_mapping.shape[0] != key.shape[0]:
         raise KVCoreError(f"slot_mapping must be [num_tokens] = [{key.shape[0]}]; got "
                           f"{tuple(slot_mapping.shape)}", field="slot_mapping")
     _check_caches(key_cache, value_cache, key.shape[1], key.shape[2], value.shape[2],
                   kv_dtype)
+    num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
+    check_ids([(slot_mapping, "slot_mapping", -1, num_blocks * block_size, "slot id")],
+              f" (the cache has {num_blocks} blocks x block_size {block_size})")
+    return slot_mapping
 
 
 def reshape_and_cache_ref(key: Any, value: Any, key_cache: Any, value_cache: Any,
@@ -193,7 +216,8 @@ def reshape_and_cache_ref(key: Any, value: Any, key_cache: Any, value_cache: Any
                           k_scale: Any = 1.0, v_scale: Any = 1.0) -> None:
     """Torch reference of :func:`reshape_and_cache` (same arguments, any device)."""
     kv_dtype = canonical_kv_cache_dtype(kv_cache_dtype)
-    _check_write_args(key, value, key_cache, value_cache, slot_mapping, kv_dtype)
+    slot_mapping = _check_write_args(key, value, key_cache, value_cache, slot_mapping,
+                                     kv_dtype)
     ks, vs = _scale_tensors(k_scale, v_scale, kv_dtype, key_cache)
     idx = (slot_mapping >= 0).nonzero().squeeze(1)
     slots = slot_mapping[idx].long()
@@ -255,6 +279,12 @@ def reshape_and_cache(key: Any, value: Any, key_cache: Any, value_cache: Any,
     ------
     KVCoreError
         shapes, dtypes or scales that do not match (the message names the argument).
+    kvcore.errors.KernelArgumentError
+        (a KVCoreError) checked before any launch, on both paths
+        (:mod:`kvcore.ops.checks`): a slot outside ``[-1, num_blocks x block_size)``,
+        ``slot_mapping`` not int32/int64 (a list of ints is converted), key / value not
+        bfloat16/float16/float32 or of different dtypes, an fp8 scale not finite
+        and > 0.
     """
     if not use_triton(key, impl):
         reshape_and_cache_ref(key, value, key_cache, value_cache, slot_mapping,
@@ -264,7 +294,8 @@ def reshape_and_cache(key: Any, value: Any, key_cache: Any, value_cache: Any,
     from kvcore.ops import _triton_cache as tk
 
     kv_dtype = canonical_kv_cache_dtype(kv_cache_dtype)
-    _check_write_args(key, value, key_cache, value_cache, slot_mapping, kv_dtype)
+    slot_mapping = _check_write_args(key, value, key_cache, value_cache, slot_mapping,
+                                     kv_dtype)
     ks, vs = _scale_tensors(k_scale, v_scale, kv_dtype, key_cache)
     key = key if key.stride(-1) == 1 else key.contiguous()
     value = value if value.stride(-1) == 1 else value.contiguous()
@@ -305,17 +336,27 @@ def _out_dtype(key_cache: Any, kv_dtype: str, out_dtype: Any) -> Any:
 
 
 def _check_read_args(key_cache: Any, value_cache: Any, block_table: Any, seq_lens: Any,
-                     kv_dtype: str) -> None:
+                     kv_dtype: str) -> tuple[Any, Any]:
+    """All of gather_cache's checks, before any launch; returns ``(block_table,
+    seq_lens)`` as tensors (lists are converted)."""
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if not hasattr(t, "dim"):
+            raise KVCoreError(f"{name} must be a torch.Tensor; got {type(t).__name__}",
+                              field=name, value=type(t).__name__)
     if key_cache.dim() != 4 or value_cache.dim() != 4:
         raise KVCoreError("key_cache and value_cache must be [num_blocks, block_size, "
                           "num_kv_heads, head_size]", field="key_cache")
     _check_caches(key_cache, value_cache, key_cache.shape[2], key_cache.shape[3],
                   value_cache.shape[3], kv_dtype)
+    block_table = index_tensor(block_table, "block_table", key_cache.device)
+    seq_lens = index_tensor(seq_lens, "seq_lens", key_cache.device)
     if block_table.dim() != 2 or seq_lens.dim() != 1 \
             or block_table.shape[0] != seq_lens.shape[0]:
         raise KVCoreError(f"block_table must be [batch, max_blocks_per_req] and seq_lens "
                           f"[batch]; got {tuple(block_table.shape)} and "
                           f"{tuple(seq_lens.shape)}", field="block_table")
+    check_block_table(block_table, seq_lens, key_cache.shape[1], key_cache.shape[0])
+    return block_table, seq_lens
 
 
 def _dequantize_ref(stored: Any, scale: Any, kv_dtype: str, out_dtype: Any) -> Any:
@@ -333,7 +374,8 @@ def gather_cache_ref(key_cache: Any, value_cache: Any, block_table: Any, seq_len
     """Torch reference of :func:`gather_cache` (same arguments, any device)."""
     torch = _torch()
     kv_dtype = canonical_kv_cache_dtype(kv_cache_dtype)
-    _check_read_args(key_cache, value_cache, block_table, seq_lens, kv_dtype)
+    block_table, seq_lens = _check_read_args(key_cache, value_cache, block_table,
+                                             seq_lens, kv_dtype)
     ks, vs = _scale_tensors(k_scale, v_scale, kv_dtype, key_cache)
     dtype = _out_dtype(key_cache, kv_dtype, out_dtype)
     block_size = key_cache.shape[1]
@@ -385,6 +427,14 @@ def gather_cache(key_cache: Any, value_cache: Any, block_table: Any, seq_lens: A
     impl : str
         ``auto``, ``triton`` or ``ref``.
 
+    Raises
+    ------
+    kvcore.errors.KernelArgumentError
+        checked before any launch, on both paths: a ``seq_lens`` entry outside
+        ``[0, max_blocks_per_req x block_size]``, a block id a request reads outside
+        ``[-1, num_blocks)``, index tensors not int32/int64 (lists are converted), an
+        fp8 scale not finite and > 0.
+
     Returns
     -------
     key : torch.Tensor
@@ -400,7 +450,8 @@ def gather_cache(key_cache: Any, value_cache: Any, block_table: Any, seq_lens: A
     from kvcore.ops import _triton_cache as tk
 
     kv_dtype = canonical_kv_cache_dtype(kv_cache_dtype)
-    _check_read_args(key_cache, value_cache, block_table, seq_lens, kv_dtype)
+    block_table, seq_lens = _check_read_args(key_cache, value_cache, block_table,
+                                             seq_lens, kv_dtype)
     _require_unit_channel_stride(key_cache=key_cache, value_cache=value_cache)
     ks, vs = _scale_tensors(k_scale, v_scale, kv_dtype, key_cache)
     dtype = _out_dtype(key_cache, kv_dtype, out_dtype)
@@ -468,26 +519,44 @@ def _block_rows(cache: Any) -> Any:
 
 
 def _pairs(src_to_dst: Any, device: Any) -> Any:
-    """The pairs as int64 ``[n, 2]``, without those holding a negative id (skipped)."""
+    """The pairs as int64 ``[n, 2]`` on ``device`` (unchecked; see :func:`_checked`)."""
     torch = _torch()
-    pairs = torch.as_tensor(src_to_dst, dtype=torch.int64, device=device)
+    pairs = index_tensor(src_to_dst, "src_to_dst", device)
     if pairs.numel() == 0:
-        return pairs.reshape(0, 2)
+        return pairs.reshape(0, 2).to(device=device, dtype=torch.int64)
     if pairs.dim() != 2 or pairs.shape[1] != 2:
         raise KVCoreError(f"src_to_dst must be [num_pairs, 2] (source, destination block "
                           f"ids); got shape {tuple(pairs.shape)}", field="src_to_dst")
-    keep = (pairs >= 0).all(dim=1)
-    if not bool(keep.all()):
-        pairs = pairs[keep]
-    return pairs.contiguous()
+    return pairs.to(device=device, dtype=torch.int64)
+
+
+def _checked(caches: Sequence[Any], src_to_dst: Any) -> list[tuple[Any, Any]]:
+    """Every cache's rows and its kept pairs (those without a -1), all checked before
+    any copy: ids in ``[-1, num_blocks)``, destinations distinct and not sources."""
+    out = []
+    seen: dict[tuple[str, int], Any] = {}
+    for i, cache in enumerate(caches):
+        if not hasattr(cache, "dim"):
+            raise KVCoreError(f"copy_blocks: caches[{i}] must be a torch.Tensor; got "
+                              f"{type(cache).__name__}", field="caches")
+        rows = _block_rows(cache)
+        key = (str(cache.device), int(cache.shape[0]))
+        if key not in seen:
+            pairs = _pairs(src_to_dst, cache.device)
+            check_copy_pairs(pairs[:, 0], pairs[:, 1], cache.shape[0],
+                             hint=f" (caches[{i}] has {cache.shape[0]} blocks)")
+            keep = (pairs >= 0).all(dim=1)
+            if pairs.shape[0] and not bool(keep.all()):
+                pairs = pairs[keep]
+            seen[key] = pairs.contiguous()
+        out.append((rows, seen[key]))
+    return out
 
 
 def copy_blocks_ref(caches: Sequence[Any], src_to_dst: Any) -> None:
     """Torch reference of :func:`copy_blocks`."""
-    for cache in caches:
-        pairs = _pairs(src_to_dst, cache.device)
+    for rows, pairs in _checked(caches, src_to_dst):
         if pairs.shape[0]:
-            rows = _block_rows(cache)
             rows[pairs[:, 1]] = rows[pairs[:, 0]]
 
 
@@ -505,20 +574,26 @@ def copy_blocks(caches: Sequence[Any], src_to_dst: Any, *, impl: str = "auto") -
     src_to_dst : torch.Tensor or sequence of pairs
         ``[num_pairs, 2]`` int64 (source block id, destination block id); destinations
         distinct and not also sources; ids in ``[0, num_blocks)``; a pair with a
-        negative id (the null block as kernel tables map it, padding) is skipped.
+        -1 (the null block as kernel tables map it, padding) is skipped.
     impl : str
         ``auto``, ``triton`` or ``ref``.
+
+    Raises
+    ------
+    kvcore.errors.KernelArgumentError
+        checked for every cache before any copy, on both paths: an id outside
+        ``[-1, num_blocks)``, a repeated destination, a destination that is also a
+        source, ``src_to_dst`` not integer.
     """
-    for cache in caches:
+    checked = _checked(caches, src_to_dst)  # all caches checked before any copy
+    for cache, (rows, pairs) in zip(caches, checked):
+        if pairs.shape[0] == 0:
+            continue
         if not use_triton(cache, impl):
-            copy_blocks_ref([cache], src_to_dst)
+            rows[pairs[:, 1]] = rows[pairs[:, 0]]
             continue
         from kvcore.ops import _triton_cache as tk
 
-        pairs = _pairs(src_to_dst, cache.device)
-        if pairs.shape[0] == 0:
-            continue
-        rows = _block_rows(cache)
         row_len = rows.shape[1]
         block = min(16384 // rows.element_size(), _next_pow2(row_len))  # <= 16 KiB
         grid = (pairs.shape[0], -(-row_len // block))
