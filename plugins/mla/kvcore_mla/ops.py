@@ -81,43 +81,88 @@ def _mode(kv_cache_dtype: str) -> str:
         f"fp8_ds_mla, got {kv_cache_dtype!r}", kv_cache_dtype=kv_cache_dtype)
 
 
-def _check_write(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any, mode: str) -> None:
+def _err(message: str, field: str, value: Any = None) -> Any:
+    from kvcore.errors import KernelArgumentError
+
+    return KernelArgumentError(message, field=field, value=value)
+
+
+def _check_write(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any, mode: str,
+                 scale: Any = None) -> Any:
+    """All checks of a latent write, before any launch (kvcore.ops.checks); returns
+    ``slot_mapping`` as a tensor (a list is converted)."""
+    from kvcore.ops.checks import check_dtype, check_ids, check_scales, index_tensor
+
+    for name, t in (("kv_c", kv_c), ("k_pe", k_pe), ("kv_cache", kv_cache)):
+        if not hasattr(t, "dim"):
+            raise _err(f"{name} must be a torch.Tensor; got {type(t).__name__}", name,
+                       type(t).__name__)
+    slot_mapping = index_tensor(slot_mapping, "slot_mapping", kv_cache.device)
     if kv_c.dim() != 2 or k_pe.dim() != 2 or kv_c.shape[0] != k_pe.shape[0]:
-        raise ValueError(f"kv_c must be [T, kv_lora_rank] and k_pe [T, rope_dim] with the "
-                         f"same T; got {tuple(kv_c.shape)} and {tuple(k_pe.shape)}")
+        raise _err(f"kv_c must be [T, kv_lora_rank] and k_pe [T, rope_dim] with the "
+                   f"same T; got {tuple(kv_c.shape)} and {tuple(k_pe.shape)}", "k_pe",
+                   tuple(k_pe.shape))
+    check_dtype(kv_c, "kv_c")
+    check_dtype(k_pe, "k_pe")
     if slot_mapping.dim() != 1 or slot_mapping.shape[0] != kv_c.shape[0]:
-        raise ValueError(f"slot_mapping must be [T] with T = {kv_c.shape[0]}, got "
-                         f"{tuple(slot_mapping.shape)}")
+        raise _err(f"slot_mapping must be [T] with T = {kv_c.shape[0]}, got "
+                   f"{tuple(slot_mapping.shape)}", "slot_mapping", tuple(slot_mapping.shape))
     _check_cache(kv_cache, mode, kv_c.shape[1], k_pe.shape[1])
+    if mode == "fp8" and scale is not None:
+        check_scales(scale=scale)
+    nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+    check_ids([(slot_mapping, "slot_mapping", -1, nb * bs, "slot id")],
+              f" (kv_cache has {nb} blocks x block_size {bs})")
+    return slot_mapping
+
+
+def _check_read(kv_cache: Any, block_table: Any, seq_lens: Any, mode: str,
+                scale: Any) -> tuple[Any, Any]:
+    """block_table / seq_lens as int tensors, checked against the cache (kvcore.ops.checks)."""
+    from kvcore.ops.checks import check_block_table, check_scales, index_tensor
+
+    block_table = index_tensor(block_table, "block_table", kv_cache.device)
+    seq_lens = index_tensor(seq_lens, "seq_lens", kv_cache.device)
+    if block_table.dim() != 2 or seq_lens.dim() != 1 \
+            or block_table.shape[0] != seq_lens.shape[0]:
+        raise _err(f"block_table must be [num_reqs, max_blocks_per_req] and seq_lens "
+                   f"[num_reqs]; got {tuple(block_table.shape)} and "
+                   f"{tuple(seq_lens.shape)}", "block_table", tuple(block_table.shape))
+    if mode == "fp8" and scale is not None:
+        check_scales(scale=scale)
+    check_block_table(block_table, seq_lens, kv_cache.shape[1], kv_cache.shape[0])
+    return block_table, seq_lens
 
 
 def _check_cache(kv_cache: Any, mode: str, lora: int, rope: int) -> None:
     import torch
 
     if kv_cache.dim() != 3:
-        raise ValueError(f"kv_cache must be [num_blocks, block_size, width], got "
-                         f"{tuple(kv_cache.shape)}")
+        raise _err(f"kv_cache must be [num_blocks, block_size, width], got "
+                         f"{tuple(kv_cache.shape)}", "kv_cache", tuple(kv_cache.shape))
     if kv_cache.stride(2) != 1 or kv_cache.stride(1) != kv_cache.shape[2]:
-        raise ValueError("kv_cache entries must be contiguous within a block")
+        raise _err("kv_cache entries must be contiguous within a block", "kv_cache",
+                   tuple(kv_cache.stride()))
     if mode == "fp8_ds_mla":
         if (lora, rope) != (DS_MLA_NOPE, DS_MLA_ROPE):
-            raise ValueError(f"fp8_ds_mla holds kv_lora_rank 512 + rope 64, got "
-                             f"{lora} + {rope}")
+            raise _err(f"fp8_ds_mla holds kv_lora_rank 512 + rope 64, got "
+                             f"{lora} + {rope}", "kv_c", lora)
         if kv_cache.dtype != torch.uint8 or kv_cache.shape[2] != DS_MLA_RECORD_BYTES:
-            raise ValueError(f"fp8_ds_mla needs a uint8 cache [num_blocks, block_size, "
-                             f"656], got {kv_cache.dtype} {tuple(kv_cache.shape)}")
+            raise _err(f"fp8_ds_mla needs a uint8 cache [num_blocks, block_size, "
+                             f"656], got {kv_cache.dtype} {tuple(kv_cache.shape)}", "kv_cache",
+                       str(kv_cache.dtype))
         if kv_cache.stride(0) % 4 or kv_cache.storage_offset() % 4:
-            raise ValueError("fp8_ds_mla blocks must start at multiples of 4 bytes")
+            raise _err("fp8_ds_mla blocks must start at multiples of 4 bytes", "kv_cache")
     else:
         if kv_cache.shape[2] != lora + rope:
-            raise ValueError(f"kv_cache width must be kv_lora_rank + rope_dim = "
-                             f"{lora + rope}, got {kv_cache.shape[2]}")
+            raise _err(f"kv_cache width must be kv_lora_rank + rope_dim = "
+                             f"{lora + rope}, got {kv_cache.shape[2]}", "kv_cache", kv_cache.shape[2])
         if mode == "fp8" and kv_cache.dtype not in (torch.uint8, torch.float8_e4m3fn):
-            raise ValueError(f"fp8 needs a float8_e4m3fn or uint8 cache, got "
-                             f"{kv_cache.dtype}")
+            raise _err(f"fp8 needs a float8_e4m3fn or uint8 cache, got "
+                             f"{kv_cache.dtype}", "kv_cache", str(kv_cache.dtype))
         if mode == "float" and not kv_cache.dtype.is_floating_point:
-            raise ValueError(f"a float kv_cache_dtype needs a float cache, got "
-                             f"{kv_cache.dtype}")
+            raise _err(f"a float kv_cache_dtype needs a float cache, got "
+                             f"{kv_cache.dtype}", "kv_cache", str(kv_cache.dtype))
 
 
 def _scale_value(scale: Any) -> float:
@@ -178,7 +223,7 @@ def concat_and_cache_mla_ref(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: 
     import torch
 
     mode = _mode(kv_cache_dtype)
-    _check_write(kv_c, k_pe, kv_cache, slot_mapping, mode)
+    slot_mapping = _check_write(kv_c, k_pe, kv_cache, slot_mapping, mode, scale)
     keep = slot_mapping >= 0
     if not bool(keep.any()):
         return
@@ -234,6 +279,7 @@ def gather_mla_cache_ref(kv_cache: Any, block_table: Any, seq_lens: Any,
     bs = kv_cache.shape[1]
     width = DS_MLA_NOPE + DS_MLA_ROPE if mode == "fp8_ds_mla" else kv_cache.shape[2]
     _check_cache(kv_cache, mode, lora_rank, width - lora_rank)
+    block_table, seq_lens = _check_read(kv_cache, block_table, seq_lens, mode, scale)
     slots = slots_from_block_table(block_table, seq_lens, bs, num_tokens)
     valid = slots >= 0  # a negative slot (null block, padding) is never read: zeros
     entries = kv_cache[slots[valid] // bs, slots[valid] % bs]
@@ -277,8 +323,11 @@ def concat_and_cache_mla(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any,
     backend:
         ``"ref"`` or ``"triton"`` to force one; default: :func:`use_triton`.
 
-    Raises ValueError for mismatched shapes or a cache of the wrong dtype/width, and
-    UnknownKVCacheDtypeError for an unsupported kv_cache_dtype.
+    Raises kvcore.errors.KernelArgumentError (a KVCoreError, a ValueError) before any
+    launch, on both backends, for mismatched shapes, a cache of the wrong dtype/width,
+    a slot outside ``[-1, num_blocks x block_size)``, a non-integer ``slot_mapping``
+    (a list of ints is converted), kv_c / k_pe not bf16/fp16/fp32, an fp8 scale not
+    finite and > 0; UnknownKVCacheDtypeError for an unsupported kv_cache_dtype.
     """
     chosen = backend or ("triton" if use_triton(kv_c, kv_cache) else "ref")
     if chosen == "ref":
@@ -287,7 +336,7 @@ def concat_and_cache_mla(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any,
     from kvcore_mla import _triton_ops
 
     mode = _mode(kv_cache_dtype)
-    _check_write(kv_c, k_pe, kv_cache, slot_mapping, mode)
+    slot_mapping = _check_write(kv_c, k_pe, kv_cache, slot_mapping, mode, scale)
     return _triton_ops.concat_and_cache_mla_triton(
         kv_c, k_pe, kv_cache, slot_mapping, mode, _scale_value(scale))
 
@@ -317,6 +366,10 @@ def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
     num_tokens:
         ``sum(seq_lens)`` if known (avoids a device-to-host sync).
 
+    Raises kvcore.errors.KernelArgumentError before any launch, on both backends: a
+    ``seq_lens`` entry outside ``[0, max_blocks_per_req x block_size]``, a block id a
+    request reads outside ``[-1, num_blocks)``, non-integer index tensors.
+
     Returns
     -------
     [sum(seq_lens), kv_lora_rank + rope_dim] (576) in ``out_dtype``, requests
@@ -333,6 +386,7 @@ def gather_mla_cache(kv_cache: Any, block_table: Any, seq_lens: Any,
     mode = _mode(kv_cache_dtype)
     width = DS_MLA_NOPE + DS_MLA_ROPE if mode == "fp8_ds_mla" else kv_cache.shape[2]
     _check_cache(kv_cache, mode, lora_rank, width - lora_rank)
+    block_table, seq_lens = _check_read(kv_cache, block_table, seq_lens, mode, scale)
     slots = slots_from_block_table(block_table, seq_lens, kv_cache.shape[1], num_tokens)
     return _triton_ops.gather_mla_cache_triton(
         kv_cache, slots, mode, _scale_value(scale), out_dtype or torch.bfloat16, lora_rank,
