@@ -209,12 +209,16 @@ def check_scales(**scales: Any) -> None:
 
 
 def check_copy_pairs(src: Any, dst: Any, num_blocks: int, *, name: str = "src_to_dst",
-                     hint: str = "") -> None:
+                     hint: str = "", src_name: str | None = None,
+                     dst_name: str | None = None) -> None:
     """Source and destination block ids in ``[-1, num_blocks)`` (a pair with a -1 is
     skipped), and among the pairs kept, destinations distinct and never a source
     (copies run in parallel: a repeated destination or a source also written makes the
-    result depend on the order).  One host transfer."""
+    result depend on the order).  One host transfer.  ``name`` is the argument in
+    messages (``src_name`` / ``dst_name`` when sources and destinations are separate
+    arguments)."""
     torch = _torch()
+    src_name, dst_name = src_name or name, dst_name or name
     n = src.shape[0]
     if n == 0:
         return
@@ -231,22 +235,23 @@ def check_copy_pairs(src: Any, dst: Any, num_blocks: int, *, name: str = "src_to
     vals = torch.stack((lo, hi, dup.to(torch.int64), cross.to(torch.int64))).tolist()
     lo_, hi_, dup_, cross_ = (int(v) for v in vals)
     if lo_ < -1 or hi_ >= num_blocks:
-        for t, what in ((src, "source"), (dst, "destination")):
+        for t, what, field in ((src, "source", src_name), (dst, "destination", dst_name)):
             bad = (t < -1) | (t >= num_blocks)
             if bool(bad.any()):
                 v = int(t[bad][0])
-                raise _fail(f"{name}: {what} block id {v}{_where(t, bad).replace('index', 'pair')} "
-                            f"is outside [-1, {num_blocks}) (-1 = skip){hint}", name, v,
+                at = _where(t, bad).replace("index", "pair")
+                raise _fail(f"{field}: {what} block id {v}{at} is outside "
+                            f"[-1, {num_blocks}) (-1 = skip){hint}", field, v,
                             f"[-1, {num_blocks})")
     if dup_:
         u, c = torch.unique(d[d >= 0], return_counts=True)
         v = int(u[c > 1][0])
-        raise _fail(f"{name}: destination block {v} appears in more than one pair; "
-                    f"destinations must be distinct", name, v, "distinct destinations")
+        raise _fail(f"{dst_name}: destination block {v} appears in more than one pair; "
+                    f"destinations must be distinct", dst_name, v, "distinct destinations")
     if cross_:
         v = int(d[torch.isin(d, s)][0])
-        raise _fail(f"{name}: block {v} is both a destination and a source; a "
-                    f"destination must not also be a source", name, v,
+        raise _fail(f"{dst_name}: block {v} is both a destination and a source; a "
+                    f"destination must not also be a source", dst_name, v,
                     "destinations that are not sources")
 
 

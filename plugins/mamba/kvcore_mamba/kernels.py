@@ -12,8 +12,14 @@ Layout: a state tensor is ``[num_blocks, state_len, *inner]`` with any block str
 (``state.stride(0)``, e.g. a padded page) and the rest contiguous.  A copy writes
 ``state[dst, : state_len - shift] = state[src, shift:]`` and leaves the last ``shift``
 rows of ``dst`` as they were.  Copies are bitwise (any dtype, fp8 included).  Entries
-with a negative block id are padding and are skipped.  Within one call no copy may write
+with block id -1 are padding and are skipped.  Within one call no copy may write
 a block that another copy reads, and ``src != dst`` when ``shift > 0``.
+
+Both paths check their arguments on the host before any copy
+(:mod:`kvcore.ops.checks`, :class:`~kvcore.errors.KernelArgumentError` naming the
+argument): block ids in ``[-1, num_blocks)``, destinations distinct and not read by
+another copy (a ``src == dst`` copy with shift 0 is a no-op and allowed), shifts in
+``[0, state_len)``, integer ids (lists of ints are converted).
 
 torch and triton are imported lazily; the module imports without them.
 """
@@ -35,21 +41,60 @@ __all__ = [
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-def _as_index(x: Any, n: int | None, device: Any, name: str) -> Any:
-    import torch
+def _err(message: str, field: str, value: Any = None, valid: str = "") -> Any:
+    from kvcore.errors import KernelArgumentError
 
-    t = torch.as_tensor(x, dtype=torch.int64, device=device).reshape(-1)
+    return KernelArgumentError(message, field=field, value=value, valid=valid)
+
+
+def _as_index(x: Any, n: int | None, device: Any, name: str) -> Any:
+    from kvcore.ops.checks import index_tensor
+
+    t = index_tensor(x, name, device).to(device=device).reshape(-1)
     if n is not None and t.numel() != n:
-        raise ValueError(f"{name} has {t.numel()} entries, expected {n}")
-    return t
+        raise _err(f"{name} has {t.numel()} entries, expected {n}", name, t.numel(),
+                   str(n))
+    return t.long()
 
 
 def _check_state(state: Any) -> None:
-    if state.dim() < 2:
-        raise ValueError(f"state must be [num_blocks, state_len, ...], got shape "
-                         f"{tuple(state.shape)}")
+    if not hasattr(state, "dim") or state.dim() < 2:
+        raise _err(f"state must be [num_blocks, state_len, ...], got shape "
+                   f"{tuple(getattr(state, 'shape', ()))}", "state")
     if not state[0].is_contiguous():
-        raise ValueError("state must be contiguous inside a block (any block stride)")
+        raise _err("state must be contiguous inside a block (any block stride)", "state",
+                   tuple(state.stride()))
+
+
+def _checked_copies(state: Any, src_block_ids: Any, dst_block_ids: Any, shifts: Any,
+                    device: Any) -> tuple[Any, Any, Any]:
+    """(src, dst, shifts or None) as int64 tensors on ``device``, all checked before any
+    copy (see the module docstring)."""
+    import torch
+
+    from kvcore.ops.checks import check_copy_pairs
+
+    _check_state(state)
+    src = _as_index(src_block_ids, None, device, "src_block_ids")
+    n = src.numel()
+    dst = _as_index(dst_block_ids, n, device, "dst_block_ids")
+    sh = None if shifts is None else _as_index(shifts, n, device, "shifts")
+    length = state.shape[1]
+    if sh is not None and n and bool(((sh < 0) | (sh >= length)).any()):
+        bad = (sh < 0) | (sh >= length)
+        v = int(sh[bad][0])
+        raise _err(f"shifts: shift {v} is outside [0, state_len={length})", "shifts", v,
+                   f"[0, {length})")
+    # a src == dst copy with shift 0 (a no-op) is neither a write nor a read of another
+    # copy's block: left out of the overlap check (its ids are still range-checked)
+    noop = (src == dst) & (src < state.shape[0])
+    if sh is not None:
+        noop &= sh == 0
+    minus = torch.full_like(src, -1)
+    check_copy_pairs(torch.where(noop, minus, src), torch.where(noop, minus, dst),
+                     state.shape[0], src_name="src_block_ids", dst_name="dst_block_ids",
+                     hint=f" (state has {state.shape[0]} blocks)")
+    return src, dst, sh
 
 
 def copy_state_blocks_ref(state: Any, src_block_ids: Any, dst_block_ids: Any,
@@ -61,22 +106,18 @@ def copy_state_blocks_ref(state: Any, src_block_ids: Any, dst_block_ids: Any,
     state:
         ``[num_blocks, state_len, *inner]``, any dtype.
     src_block_ids, dst_block_ids:
-        ``[num_copies]`` ints; a negative id skips the copy.
+        ``[num_copies]`` ints in ``[-1, num_blocks)``; -1 skips the copy.
     shifts:
         ``[num_copies]`` ints in ``[0, state_len)``: leading rows of the source dropped
         (``num_accepted_tokens - 1`` for a conv window); None = 0 (a whole-state copy).
     """
-    _check_state(state)
-    src = _as_index(src_block_ids, None, "cpu", "src_block_ids").tolist()
-    dst = _as_index(dst_block_ids, len(src), "cpu", "dst_block_ids").tolist()
-    sh = ([0] * len(src) if shifts is None
-          else _as_index(shifts, len(src), "cpu", "shifts").tolist())
+    src_t, dst_t, sh_t = _checked_copies(state, src_block_ids, dst_block_ids, shifts, "cpu")
+    src, dst = src_t.tolist(), dst_t.tolist()
+    sh = [0] * len(src) if sh_t is None else sh_t.tolist()
     length = state.shape[1]
     for s, d, k in zip(src, dst, sh):
         if s < 0 or d < 0:
             continue
-        if not 0 <= k < length:
-            raise ValueError(f"shift {k} is outside [0, state_len={length})")
         state[d, : length - k] = state[s, k:].clone()
 
 
@@ -121,17 +162,12 @@ def copy_state_blocks_triton(state: Any, src_block_ids: Any, dst_block_ids: Any,
     import torch
     import triton
 
-    _check_state(state)
-    src = _as_index(src_block_ids, None, state.device, "src_block_ids")
+    src, dst, sh = _checked_copies(state, src_block_ids, dst_block_ids, shifts,
+                                   state.device)
     n = src.numel()
     if n == 0:
         return
-    dst = _as_index(dst_block_ids, n, state.device, "dst_block_ids")
-    if shifts is not None:
-        sh = _as_index(shifts, n, state.device, "shifts")
-        if bool(((sh < 0) | (sh >= state.shape[1])).any()):
-            raise ValueError(f"shifts must lie in [0, state_len={state.shape[1]})")
-    else:
+    if sh is None:
         sh = src  # unused (HAS_SHIFT=False)
     words = state.view(getattr(torch, _INT_OF_SIZE[state.element_size()]))
     row_elems = math.prod(state.shape[2:])
@@ -195,9 +231,11 @@ def checkpoint_states(conv_states: list[Any], temporal_states: list[Any],
            else _as_index(num_accepted_tokens, n, "cpu", "num_accepted_tokens"))
     shift = (acc - 1).clamp(min=0)
     if spec_block_ids is not None:
-        table = torch.as_tensor(spec_block_ids, dtype=torch.int64).reshape(n, -1)
+        table = _as_index(spec_block_ids, None, "cpu", "spec_block_ids").reshape(n, -1)
         if bool((shift >= table.shape[1]).any()):
-            raise ValueError("num_accepted_tokens exceeds the speculative blocks given")
+            raise _err("num_accepted_tokens exceeds the speculative blocks given",
+                       "num_accepted_tokens", int(shift.max()) + 1,
+                       f"[1, {table.shape[1]}]")
         tsrc = table.gather(1, shift.view(-1, 1)).view(-1)
         tsrc = torch.where(run < 0, run, tsrc)
     else:
