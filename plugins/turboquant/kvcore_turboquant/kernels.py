@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from kvcore.errors import KernelArgumentError
+from kvcore.ops.checks import check_dtype, check_ids, index_tensor
 from kvcore_turboquant.quantizer import (
     codebook_tensors,
     decode_slots,
@@ -99,15 +101,33 @@ def infer_head_size(kv_cache: torch.Tensor, scheme: Any) -> int:
     return hits[0]
 
 
+def _err(message: str, field: str, value: Any = None) -> KernelArgumentError:
+    return KernelArgumentError(message, field=field, value=value)
+
+
 def _check_cache(kv_cache: torch.Tensor, cfg: TurboQuantConfig, d: int, dv: int) -> None:
-    if kv_cache.dtype != torch.uint8 or kv_cache.dim() != 4:
-        raise ValueError("kv_cache must be uint8 [num_blocks, block_size, num_kv_heads, "
-                         f"slot_bytes], got {kv_cache.dtype} {tuple(kv_cache.shape)}")
+    if not isinstance(kv_cache, torch.Tensor) or kv_cache.dtype != torch.uint8 \
+            or kv_cache.dim() != 4:
+        raise _err("kv_cache must be uint8 [num_blocks, block_size, num_kv_heads, "
+                   f"slot_bytes], got {getattr(kv_cache, 'dtype', type(kv_cache))} "
+                   f"{tuple(getattr(kv_cache, 'shape', ()))}", "kv_cache")
     want = cfg.slot_bytes(d, dv)
     if kv_cache.shape[-1] != want or kv_cache.stride(-1) != 1:
-        raise ValueError(f"kv_cache slots must be {want} contiguous bytes for {cfg.name} "
-                         f"at head_size {d}/{dv}, got {kv_cache.shape[-1]} "
-                         f"(stride {kv_cache.stride(-1)})")
+        raise _err(f"kv_cache slots must be {want} contiguous bytes for {cfg.name} "
+                   f"at head_size {d}/{dv}, got {kv_cache.shape[-1]} "
+                   f"(stride {kv_cache.stride(-1)})", "kv_cache", kv_cache.shape[-1])
+
+
+def _check_slots(kv_cache: torch.Tensor, slots: Any, name: str = "slot_mapping"
+                 ) -> torch.Tensor:
+    """Slots as an int tensor (a list is converted), in ``[-1, num_blocks x
+    block_size)``; checked on the host before any launch (kvcore.ops.checks)."""
+    slots = index_tensor(slots, name, kv_cache.device)
+    if slots.dim() == 1:
+        nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+        check_ids([(slots, name, -1, nb * bs, "slot id")],
+                  f" (kv_cache has {nb} blocks x block_size {bs})")
+    return slots
 
 
 def _use_triton(impl: str, t: torch.Tensor) -> bool:
@@ -132,30 +152,42 @@ def turboquant_store(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Ten
     scheme: TurboQuant kv_cache_dtype name, QuantScheme or TurboQuantConfig
     impl: "auto" | "torch" | "triton"
 
-    Raises ValueError on shape / size mismatches and UnknownKVCacheDtypeError on a
+    Raises kvcore.errors.KernelArgumentError (a KVCoreError, a ValueError), before any
+    launch on both paths, on shape / size mismatches, a slot outside
+    ``[-1, num_blocks x block_size)``, a non-integer ``slot_mapping`` (a list of ints is
+    converted) or key / value not bf16/fp16/fp32; UnknownKVCacheDtypeError on a
     non-TurboQuant scheme.
     """
     (turboquant_store_triton if _use_triton(impl, key) else turboquant_store_ref)(
         key, value, kv_cache, slot_mapping, scheme)
 
 
-def _check_store(key, value, kv_cache, slot_mapping, cfg) -> None:
+def _check_store(key, value, kv_cache, slot_mapping, cfg) -> torch.Tensor:
+    """All checks of a store, before any launch; returns ``slot_mapping`` as a tensor."""
+    for name, t in (("key", key), ("value", value), ("kv_cache", kv_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise _err(f"{name} must be a torch.Tensor; got {type(t).__name__}", name)
     if key.dim() != 3 or value.dim() != 3 or key.shape[:2] != value.shape[:2]:
-        raise ValueError(f"key [T, H, D] and value [T, H, Dv] expected, got "
-                         f"{tuple(key.shape)} and {tuple(value.shape)}")
-    if slot_mapping.shape != (key.shape[0],):
-        raise ValueError(f"slot_mapping must be [T={key.shape[0]}], got "
-                         f"{tuple(slot_mapping.shape)}")
-    if kv_cache.dim() == 4 and kv_cache.shape[2] != key.shape[1]:
-        raise ValueError(f"kv_cache has {kv_cache.shape[2]} heads, key has {key.shape[1]}")
+        raise _err(f"key [T, H, D] and value [T, H, Dv] expected, got "
+                   f"{tuple(key.shape)} and {tuple(value.shape)}", "key", tuple(key.shape))
+    check_dtype(key, "key")
+    check_dtype(value, "value")
     _check_cache(kv_cache, cfg, key.shape[2], value.shape[2])
+    slot_mapping = index_tensor(slot_mapping, "slot_mapping", kv_cache.device)
+    if slot_mapping.shape != (key.shape[0],):
+        raise _err(f"slot_mapping must be [T={key.shape[0]}], got "
+                   f"{tuple(slot_mapping.shape)}", "slot_mapping", tuple(slot_mapping.shape))
+    if kv_cache.shape[2] != key.shape[1]:
+        raise _err(f"kv_cache has {kv_cache.shape[2]} heads, key has {key.shape[1]}",
+                   "kv_cache", kv_cache.shape[2])
+    return _check_slots(kv_cache, slot_mapping)
 
 
 def turboquant_store_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
                          slot_mapping: torch.Tensor, scheme: Any) -> None:
     """Torch reference of :func:`turboquant_store`."""
     cfg = turboquant_config(scheme)
-    _check_store(key, value, kv_cache, slot_mapping, cfg)
+    slot_mapping = _check_store(key, value, kv_cache, slot_mapping, cfg)
     valid = slot_mapping >= 0
     slots = slot_mapping[valid].to(torch.int64)
     if slots.numel() == 0:
@@ -174,7 +206,7 @@ def turboquant_store_triton(key: torch.Tensor, value: torch.Tensor, kv_cache: to
     from kvcore_turboquant._triton_kernels import turboquant_store_kernel
 
     cfg = turboquant_config(scheme)
-    _check_store(key, value, kv_cache, slot_mapping, cfg)
+    slot_mapping = _check_store(key, value, kv_cache, slot_mapping, cfg)
     t, h, d = key.shape
     dv = value.shape[2]
     if t == 0:
@@ -210,7 +242,9 @@ def turboquant_dequant(kv_cache: torch.Tensor, block_table_or_slots: torch.Tenso
     ----------
     kv_cache: uint8 [num_blocks, block_size, H, slot_bytes]
     block_table_or_slots: int [N] slot indices, or a block table int [R, M] (block ids,
-        -1 = none); -1 entries give zeros.
+        -1 = none); -1 entries give zeros.  Checked before any launch
+        (KernelArgumentError): slots in ``[-1, num_blocks x block_size)``, block ids
+        in ``[-1, num_blocks)`` (every column is read).
     scheme: TurboQuant kv_cache_dtype name, QuantScheme or TurboQuantConfig
     head_size, head_size_v: D and Dv (default: inferred from the slot size with Dv = D)
     out_dtype: dtype of the returned tensors
@@ -224,29 +258,36 @@ def turboquant_dequant(kv_cache: torch.Tensor, block_table_or_slots: torch.Tenso
     d = head_size if head_size is not None else infer_head_size(kv_cache, cfg)
     dv = d if head_size_v is None else head_size_v
     _check_cache(kv_cache, cfg, d, dv)
-    idx = block_table_or_slots
+    idx = _check_slots(kv_cache, block_table_or_slots, "block_table_or_slots")
     bs = kv_cache.shape[1]
     if idx.dim() == 2:
+        # every column is read: each block id in [-1, num_blocks)
+        check_ids([(idx, "block_table_or_slots", -1, kv_cache.shape[0], "block id")],
+                  f" (kv_cache has {kv_cache.shape[0]} blocks)")
         r, m = idx.shape
         offs = torch.arange(bs, device=idx.device, dtype=torch.int64)
         blk = idx.to(torch.int64).unsqueeze(-1)
         slots = torch.where(blk >= 0, blk * bs + offs, torch.full_like(blk, -1))
-        k, v = turboquant_dequant(kv_cache, slots.reshape(-1), cfg, head_size=d,
-                                  head_size_v=dv, out_dtype=out_dtype, impl=impl)
+        fn = turboquant_dequant_triton if _use_triton(impl, kv_cache) \
+            else turboquant_dequant_ref
+        k, v = fn(kv_cache, slots.reshape(-1), cfg, d, dv, out_dtype, _checked=True)
         return (k.reshape(r, m * bs, *k.shape[1:]), v.reshape(r, m * bs, *v.shape[1:]))
     if idx.dim() != 1:
-        raise ValueError(f"expected slots [N] or a block table [R, M], got "
-                         f"{tuple(idx.shape)}")
+        raise _err(f"expected slots [N] or a block table [R, M], got "
+                   f"{tuple(idx.shape)}", "block_table_or_slots", tuple(idx.shape))
     fn = turboquant_dequant_triton if _use_triton(impl, kv_cache) else turboquant_dequant_ref
-    return fn(kv_cache, idx, cfg, d, dv, out_dtype)
+    return fn(kv_cache, idx, cfg, d, dv, out_dtype, _checked=True)
 
 
 def turboquant_dequant_ref(kv_cache: torch.Tensor, slots: torch.Tensor, scheme: Any,
                            head_size: int, head_size_v: int,
-                           out_dtype: torch.dtype = torch.float32
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+                           out_dtype: torch.dtype = torch.float32, *,
+                           _checked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference: slots int [N] -> (key [N, H, D], value [N, H, Dv])."""
     cfg = turboquant_config(scheme)
+    if not _checked:  # turboquant_dequant checked them already
+        _check_cache(kv_cache, cfg, head_size, head_size_v)
+        slots = _check_slots(kv_cache, slots, "slots")
     n = slots.shape[0]
     h = kv_cache.shape[2]
     bs = kv_cache.shape[1]
@@ -264,14 +305,17 @@ def turboquant_dequant_ref(kv_cache: torch.Tensor, slots: torch.Tensor, scheme: 
 
 def turboquant_dequant_triton(kv_cache: torch.Tensor, slots: torch.Tensor, scheme: Any,
                               head_size: int, head_size_v: int,
-                              out_dtype: torch.dtype = torch.float32
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
+                              out_dtype: torch.dtype = torch.float32, *,
+                              _checked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton version of :func:`turboquant_dequant_ref`."""
     import triton
 
     from kvcore_turboquant._triton_kernels import turboquant_dequant_kernel
 
     cfg = turboquant_config(scheme)
+    if not _checked:
+        _check_cache(kv_cache, cfg, head_size, head_size_v)
+        slots = _check_slots(kv_cache, slots, "slots")
     n = slots.shape[0]
     h = kv_cache.shape[2]
     dev = kv_cache.device
