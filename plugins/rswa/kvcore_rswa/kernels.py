@@ -26,6 +26,9 @@ from typing import Any
 
 import torch
 
+from kvcore.errors import KernelArgumentError
+from kvcore.ops.checks import check_block_table, check_dtype, index_tensor
+
 __all__ = [
     "rswa_decode_attention",
     "rswa_decode_attention_ref",
@@ -34,30 +37,55 @@ __all__ = [
 ]
 
 
+def _err(message: str, field: str, value: Any = None) -> KernelArgumentError:
+    return KernelArgumentError(message, field=field, value=value)
+
+
 def _check(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-           block_tables: torch.Tensor, seq_lens: torch.Tensor,
-           prompt_lens: torch.Tensor, rswa_window: int) -> None:
+           block_tables: Any, seq_lens: Any, prompt_lens: Any,
+           rswa_window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All checks, on the host before any launch (kvcore.ops.checks); returns
+    ``(block_tables, seq_lens, prompt_lens)`` as int tensors (lists are converted)."""
+    for name, t in (("query", query), ("key_cache", key_cache),
+                    ("value_cache", value_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise _err(f"{name} must be a torch.Tensor; got {type(t).__name__}", name)
     if query.dim() != 3 or key_cache.dim() != 4 or value_cache.dim() != 4:
-        raise ValueError(
+        raise _err(
             f"expected query [num_seqs, num_heads, head_size] and caches [num_blocks, "
             f"block_size, num_kv_heads, head_size], got {tuple(query.shape)}, "
-            f"{tuple(key_cache.shape)}, {tuple(value_cache.shape)}")
+            f"{tuple(key_cache.shape)}, {tuple(value_cache.shape)}", "query",
+            tuple(query.shape))
+    check_dtype(query, "query")
     num_heads, num_kv_heads = query.shape[1], key_cache.shape[2]
     if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads "
-                         f"{num_kv_heads}")
+        raise _err(f"num_heads {num_heads} is not a multiple of num_kv_heads "
+                   f"{num_kv_heads}", "query", num_heads)
     if key_cache.shape[:3] != value_cache.shape[:3]:
-        raise ValueError(f"key_cache {tuple(key_cache.shape)} and value_cache "
-                         f"{tuple(value_cache.shape)} differ in blocks, tokens or heads")
+        raise _err(f"key_cache {tuple(key_cache.shape)} and value_cache "
+                   f"{tuple(value_cache.shape)} differ in blocks, tokens or heads",
+                   "value_cache", tuple(value_cache.shape))
     if query.shape[2] != key_cache.shape[3]:
-        raise ValueError(f"query head_size {query.shape[2]} != key_cache head_size "
-                         f"{key_cache.shape[3]}")
+        raise _err(f"query head_size {query.shape[2]} != key_cache head_size "
+                   f"{key_cache.shape[3]}", "query", query.shape[2])
+    block_tables = index_tensor(block_tables, "block_tables", key_cache.device)
+    seq_lens = index_tensor(seq_lens, "seq_lens", key_cache.device)
+    prompt_lens = index_tensor(prompt_lens, "prompt_lens", key_cache.device)
     n = query.shape[0]
-    if block_tables.shape[0] != n or seq_lens.shape != (n,) or prompt_lens.shape != (n,):
-        raise ValueError("block_tables, seq_lens and prompt_lens must have one row per "
-                         f"sequence ({n})")
-    if not isinstance(rswa_window, int) or rswa_window < 1:
-        raise ValueError(f"rswa_window must be a positive int, got {rswa_window!r}")
+    if block_tables.dim() != 2 or block_tables.shape[0] != n \
+            or seq_lens.shape != (n,) or prompt_lens.shape != (n,):
+        raise _err("block_tables [num_seqs, max_blocks], seq_lens and prompt_lens must "
+                   f"have one row per sequence ({n}); got {tuple(block_tables.shape)}, "
+                   f"{tuple(seq_lens.shape)}, {tuple(prompt_lens.shape)}", "block_tables",
+                   tuple(block_tables.shape))
+    if not isinstance(rswa_window, int) or isinstance(rswa_window, bool) or rswa_window < 1:
+        raise _err(f"rswa_window must be a positive int, got {rswa_window!r}",
+                   "rswa_window", rswa_window)
+    # the gap's entries are the null block (in range); every entry up to the length is
+    # checked, as a kernel may read any of them
+    check_block_table(block_tables, seq_lens, key_cache.shape[1], key_cache.shape[0],
+                      table_name="block_tables")
+    return block_tables, seq_lens, prompt_lens
 
 
 def rswa_visible_slots(block_table: torch.Tensor, seq_len: int, prompt_len: int,
@@ -87,7 +115,8 @@ def rswa_decode_attention_ref(query: torch.Tensor, key_cache: torch.Tensor,
                               seq_lens: torch.Tensor, prompt_lens: torch.Tensor,
                               rswa_window: int, scale: float | None = None) -> torch.Tensor:
     """Torch reference of :func:`rswa_decode_attention` (any device; float32 math)."""
-    _check(query, key_cache, value_cache, block_tables, seq_lens, prompt_lens, rswa_window)
+    block_tables, seq_lens, prompt_lens = _check(query, key_cache, value_cache, block_tables,
+                                                 seq_lens, prompt_lens, rswa_window)
     num_seqs, num_heads, head_size = query.shape
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -131,14 +160,16 @@ def rswa_decode_attention_triton(query: torch.Tensor, key_cache: torch.Tensor,
                                  scale: float | None = None) -> torch.Tensor:
     """Triton version of :func:`rswa_decode_attention` (grid: one program per sequence
     and query head; the last dimension of every tensor must be contiguous)."""
-    _check(query, key_cache, value_cache, block_tables, seq_lens, prompt_lens, rswa_window)
+    block_tables, seq_lens, prompt_lens = _check(query, key_cache, value_cache, block_tables,
+                                                 seq_lens, prompt_lens, rswa_window)
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     head_size_v = value_cache.shape[3]
     for name, t in (("query", query), ("key_cache", key_cache),
                     ("value_cache", value_cache), ("block_tables", block_tables)):
         if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension")
+            raise _err(f"{name} must be contiguous in its last dimension", name,
+                       tuple(t.stride()))
     scale = 1.0 / math.sqrt(head_size) if scale is None else scale
     out = torch.empty(num_seqs, num_heads, head_size_v, dtype=query.dtype,
                       device=query.device)
@@ -177,6 +208,14 @@ def rswa_decode_attention(query: torch.Tensor, key_cache: torch.Tensor,
     rswa_window: generated tokens a generated token sees (itself included).
     scale: softmax scale, default ``1 / sqrt(head_size)``.
 
+    Raises
+    ------
+    kvcore.errors.KernelArgumentError
+        (a KVCoreError, a ValueError) before any launch, on both paths: shapes that do
+        not match, query not float16/bfloat16/float32, index tensors not int32/int64
+        (lists are converted), a ``seq_lens`` entry outside ``[0, max_blocks_per_seq x
+        block_size]``, a block id up to a sequence's length outside ``[-1, num_blocks)``.
+
     Returns
     -------
     ``[num_seqs, num_heads, head_size_v]`` in ``query.dtype``.
@@ -191,7 +230,7 @@ def rswa_decode_attention(query: torch.Tensor, key_cache: torch.Tensor,
     >>> tuple(out.shape)
     (1, 2, 8)
     """
-    if query.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
+    if getattr(query, "is_cuda", False) or os.environ.get("TRITON_INTERPRET") == "1":
         return rswa_decode_attention_triton(query, key_cache, value_cache, block_tables,
                                             seq_lens, prompt_lens, rswa_window, scale)
     return rswa_decode_attention_ref(query, key_cache, value_cache, block_tables,
