@@ -37,6 +37,9 @@ from functools import lru_cache
 
 import torch
 
+from kvcore.errors import KernelArgumentError
+from kvcore.ops.checks import check_ids, index_tensor
+
 __all__ = [
     "FP8_E4M3_MAX",
     "HADAMARD_SIZE",
@@ -106,11 +109,54 @@ def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+#: the largest position the checks accept (positions index nothing by themselves: they
+#: are taken modulo the ring size, but a negative one would make the Triton kernel's
+#: C-style remainder negative)
+_MAX_POSITION = 2 ** 62
+
+
+def _err(message: str, field: str, value: object = None) -> KernelArgumentError:
+    return KernelArgumentError(message, field=field, value=value)
+
+
 def _check_ring(key_ring: torch.Tensor, gate_ring: torch.Tensor) -> None:
+    for name, t in (("key_ring", key_ring), ("gate_ring", gate_ring)):
+        if not isinstance(t, torch.Tensor):
+            raise _err(f"{name} must be a torch.Tensor; got {type(t).__name__}", name)
     if key_ring.dim() != 4 or key_ring.shape != gate_ring.shape:
-        raise ValueError(f"key_ring and gate_ring must both be [num_blocks, ring_size, "
-                         f"num_heads, head_size], got {tuple(key_ring.shape)} and "
-                         f"{tuple(gate_ring.shape)}")
+        raise _err(f"key_ring and gate_ring must both be [num_blocks, ring_size, "
+                   f"num_heads, head_size], got {tuple(key_ring.shape)} and "
+                   f"{tuple(gate_ring.shape)}", "gate_ring", tuple(gate_ring.shape))
+
+
+def _check_tail_write(keys: torch.Tensor, gates: torch.Tensor, positions: object,
+                      ring_block_ids: object, key_ring: torch.Tensor,
+                      gate_ring: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """All checks of a tail write, on the host before any launch (kvcore.ops.checks):
+    ring block ids in ``[-1, num_blocks)``, positions >= 0, shapes; returns
+    ``(positions, ring_block_ids)`` as int tensors (lists are converted)."""
+    _check_ring(key_ring, gate_ring)
+    for name, t in (("keys", keys), ("gates", gates)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise _err(f"{name} must be a float tensor; got "
+                       f"{getattr(t, 'dtype', type(t).__name__)}", name)
+    want = tuple(key_ring.shape[2:])
+    if keys.dim() != 3 or keys.shape != gates.shape or tuple(keys.shape[1:]) != want:
+        raise _err(f"keys and gates must both be [num_tokens, {want[0]}, {want[1]}] (the "
+                   f"ring's heads and head_size), got {tuple(keys.shape)} and "
+                   f"{tuple(gates.shape)}", "keys", tuple(keys.shape))
+    positions = index_tensor(positions, "positions", keys.device)
+    ring_block_ids = index_tensor(ring_block_ids, "ring_block_ids", keys.device)
+    n = keys.shape[0]
+    for name, t in (("positions", positions), ("ring_block_ids", ring_block_ids)):
+        if tuple(t.shape) != (n,):
+            raise _err(f"{name} must be [num_tokens] = [{n}], got {tuple(t.shape)}", name,
+                       tuple(t.shape))
+    nb = key_ring.shape[0]
+    check_ids([(ring_block_ids, "ring_block_ids", -1, nb, "block id"),
+               (positions, "positions", 0, _MAX_POSITION, "position")],
+              f" (the ring has {nb} blocks)")
+    return positions, ring_block_ids
 
 
 # ---- tail write ------------------------------------------------------------------------
@@ -118,7 +164,8 @@ def kpool_tail_write_ref(keys: torch.Tensor, gates: torch.Tensor, positions: tor
                          ring_block_ids: torch.Tensor, key_ring: torch.Tensor,
                          gate_ring: torch.Tensor) -> None:
     """Torch reference of :func:`kpool_tail_write` (in place)."""
-    _check_ring(key_ring, gate_ring)
+    positions, ring_block_ids = _check_tail_write(keys, gates, positions, ring_block_ids,
+                                                  key_ring, gate_ring)
     ring = key_ring.shape[1]
     keep = ring_block_ids >= 0
     blocks = ring_block_ids[keep].long()
@@ -132,12 +179,13 @@ def kpool_tail_write_triton(keys: torch.Tensor, gates: torch.Tensor,
                             key_ring: torch.Tensor, gate_ring: torch.Tensor) -> None:
     """Triton version of :func:`kpool_tail_write` (one program per token; rings
     contiguous)."""
-    _check_ring(key_ring, gate_ring)
+    positions, ring_block_ids = _check_tail_write(keys, gates, positions, ring_block_ids,
+                                                  key_ring, gate_ring)
     num_tokens, num_heads, head_size = keys.shape
     if num_tokens == 0:
         return
     if not (key_ring.is_contiguous() and gate_ring.is_contiguous()):
-        raise ValueError("key_ring and gate_ring must be contiguous")
+        raise _err("key_ring and gate_ring must be contiguous", "key_ring")
     from kvcore_kpool._triton_kernels import _tail_write, next_pow2
 
     # cast on the torch side (a no-op when the dtypes agree): Triton's interpreter
@@ -165,6 +213,11 @@ def kpool_tail_write(keys: torch.Tensor, gates: torch.Tensor, positions: torch.T
         request's only ``kpool_tail`` block), -1 for padding tokens (skipped).
     key_ring, gate_ring: ``[num_blocks, ring_size, num_heads, head_size]``, written in
         place at ``[ring_block_ids[t], positions[t] % ring_size]``.
+
+    Raises kvcore.errors.KernelArgumentError (a KVCoreError, a ValueError) before any
+    launch, on both paths: a ring block id outside ``[-1, num_blocks)``, a negative
+    position, index tensors not int32/int64 (lists are converted), shapes that do not
+    match the ring.
     """
     if _use_triton(keys):
         kpool_tail_write_triton(keys, gates, positions, ring_block_ids, key_ring, gate_ring)
@@ -174,22 +227,46 @@ def kpool_tail_write(keys: torch.Tensor, gates: torch.Tensor, positions: torch.T
 
 # ---- pool compression ----------------------------------------------------------------
 def _check_compress(key_ring: torch.Tensor, gate_ring: torch.Tensor,
-                    out_cache: torch.Tensor, out_scale: torch.Tensor, kpool: int) -> None:
+                    out_cache: torch.Tensor, out_scale: torch.Tensor, kpool: int,
+                    ring_block_ids: object = None, pool_starts: object = None,
+                    out_slots: object = None) -> tuple[torch.Tensor, ...]:
+    """All checks of a compression, on the host before any launch (kvcore.ops.checks):
+    shapes and dtypes, ring block ids in ``[-1, num_blocks)``, out slots in
+    ``[-1, num_slots)``, pool starts >= 0; returns the three index tensors (lists are
+    converted)."""
     _check_ring(key_ring, gate_ring)
     ring, num_heads, head_size = key_ring.shape[1:]
     if head_size % HADAMARD_SIZE:
-        raise ValueError(f"head_size {head_size} must be a multiple of the "
-                         f"{HADAMARD_SIZE}-point Hadamard transform")
+        raise _err(f"head_size {head_size} must be a multiple of the "
+                   f"{HADAMARD_SIZE}-point Hadamard transform", "key_ring", head_size)
     if kpool < 1 or ring % kpool:
-        raise ValueError(f"kpool {kpool} must divide the ring size {ring}")
+        raise _err(f"kpool {kpool} must divide the ring size {ring}", "kpool", kpool)
     if out_cache.dim() != 3 or out_cache.shape[1:] != (num_heads, head_size):
-        raise ValueError(f"out_cache must be [num_slots, {num_heads}, {head_size}], got "
-                         f"{tuple(out_cache.shape)}")
+        raise _err(f"out_cache must be [num_slots, {num_heads}, {head_size}], got "
+                   f"{tuple(out_cache.shape)}", "out_cache", tuple(out_cache.shape))
     if out_cache.dtype != torch.float8_e4m3fn:
-        raise ValueError(f"out_cache must be float8_e4m3fn, got {out_cache.dtype}")
+        raise _err(f"out_cache must be float8_e4m3fn, got {out_cache.dtype}", "out_cache",
+                   str(out_cache.dtype))
     if out_scale.shape != out_cache.shape[:2] or out_scale.dtype != torch.float32:
-        raise ValueError(f"out_scale must be float32 [num_slots, {num_heads}], got "
-                         f"{out_scale.dtype} {tuple(out_scale.shape)}")
+        raise _err(f"out_scale must be float32 [num_slots, {num_heads}], got "
+                   f"{out_scale.dtype} {tuple(out_scale.shape)}", "out_scale",
+                   tuple(out_scale.shape))
+    dev = key_ring.device
+    ids = index_tensor(ring_block_ids, "ring_block_ids", dev)
+    starts = index_tensor(pool_starts, "pool_starts", dev)
+    slots = index_tensor(out_slots, "out_slots", dev)
+    n = ids.shape[0] if ids.dim() == 1 else -1
+    for name, t in (("ring_block_ids", ids), ("pool_starts", starts),
+                    ("out_slots", slots)):
+        if t.dim() != 1 or t.shape[0] != n:
+            raise _err(f"ring_block_ids, pool_starts and out_slots must all be "
+                       f"[num_pools]; {name} is {tuple(t.shape)}", name, tuple(t.shape))
+    check_ids([(ids, "ring_block_ids", -1, key_ring.shape[0], "block id"),
+               (slots, "out_slots", -1, out_cache.shape[0], "slot"),
+               (starts, "pool_starts", 0, _MAX_POSITION, "position")],
+              f" (the ring has {key_ring.shape[0]} blocks, out_cache "
+              f"{out_cache.shape[0]} slots)")
+    return ids, starts, slots
 
 
 def kpool_compress_ref(key_ring: torch.Tensor, gate_ring: torch.Tensor,
@@ -197,7 +274,9 @@ def kpool_compress_ref(key_ring: torch.Tensor, gate_ring: torch.Tensor,
                        out_slots: torch.Tensor, out_cache: torch.Tensor,
                        out_scale: torch.Tensor, kpool: int) -> None:
     """Torch reference of :func:`kpool_compress` (in place; float32 math)."""
-    _check_compress(key_ring, gate_ring, out_cache, out_scale, kpool)
+    ring_block_ids, pool_starts, out_slots = _check_compress(
+        key_ring, gate_ring, out_cache, out_scale, kpool, ring_block_ids, pool_starts,
+        out_slots)
     ring, num_heads, head_size = key_ring.shape[1:]
     h = hadamard_matrix(HADAMARD_SIZE, key_ring.device)
     for p in range(ring_block_ids.shape[0]):
@@ -221,7 +300,9 @@ def kpool_compress_triton(key_ring: torch.Tensor, gate_ring: torch.Tensor,
                           out_scale: torch.Tensor, kpool: int) -> None:
     """Triton version of :func:`kpool_compress` (one program per pool and head, 128
     channels at a time; tensors contiguous)."""
-    _check_compress(key_ring, gate_ring, out_cache, out_scale, kpool)
+    ring_block_ids, pool_starts, out_slots = _check_compress(
+        key_ring, gate_ring, out_cache, out_scale, kpool, ring_block_ids, pool_starts,
+        out_slots)
     num_pools = ring_block_ids.shape[0]
     ring, num_heads, head_size = key_ring.shape[1:]
     if num_pools == 0:
@@ -229,7 +310,7 @@ def kpool_compress_triton(key_ring: torch.Tensor, gate_ring: torch.Tensor,
     for name, t in (("key_ring", key_ring), ("gate_ring", gate_ring),
                     ("out_cache", out_cache), ("out_scale", out_scale)):
         if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous")
+            raise _err(f"{name} must be contiguous", name)
     from kvcore_kpool._triton_kernels import _compress, next_pow2
 
     _compress[(num_pools, num_heads)](
@@ -261,6 +342,11 @@ def kpool_compress(key_ring: torch.Tensor, gate_ring: torch.Tensor,
     out_scale: float32 ``[num_slots, num_heads]``: the power-of-two scale (dequantize:
         ``out_cache[s].float() * out_scale[s, :, None]``).
     kpool: tokens per pool.
+
+    Raises kvcore.errors.KernelArgumentError before any launch, on both paths: a ring
+    block id outside ``[-1, num_blocks)``, an out slot outside ``[-1, num_slots)``, a
+    negative pool start, index tensors not int32/int64, shapes / dtypes that do not
+    match.
     """
     if _use_triton(key_ring):
         kpool_compress_triton(key_ring, gate_ring, ring_block_ids, pool_starts, out_slots,
