@@ -16,6 +16,11 @@ name                              what
 ``attention_page_layout``         the byte layout of an attention page (no torch)
 ``use_triton``                    the dispatcher's choice for a tensor
 ================================  ======================================================
+
+Every kernel entry point (these and the plugins') checks its arguments on the host
+before any launch, on the reference and the Triton path alike (:mod:`kvcore.ops.checks`:
+slot / block ids, ``seq_lens`` against the block table, scales, copy destinations,
+index and K/V dtypes), raising :class:`kvcore.errors.KernelArgumentError`.
 """
 
 from __future__ import annotations
