@@ -53,6 +53,8 @@ class Workload:
 
     layers: ``[(kind, params)]`` per layer: ``("full", {})``, ``("sliding",
         {"sliding_window": 64})``, ``("chunked", {"chunk": 64})``, ``("mamba", {})``
+        (attention layers: 2 KV heads of 64 unless ``num_kv_heads`` / ``head_size``
+        are given)
         (``align`` mode, or ``{"mode": "all" | "none"}``; the cache config's
         ``mamba_cache_mode`` is the Mamba layers' mode).
     num_blocks: blocks of the pool (counting the null block); None = plenty.
@@ -186,8 +188,8 @@ def _spec(kind: str, params: dict[str, Any], block_size: int) -> Any:
         SlidingWindowSpec,
     )
 
-    common = dict(block_size=block_size, num_kv_heads=2, head_size=64,
-                  dtype=torch.bfloat16)
+    common = dict(block_size=block_size, num_kv_heads=params.get("num_kv_heads", 2),
+                  head_size=params.get("head_size", 64), dtype=torch.bfloat16)
     if kind == "full":
         return FullAttentionSpec(**common)
     if kind == "sliding":
