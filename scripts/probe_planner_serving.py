@@ -64,7 +64,9 @@ def random_layers(rng: random.Random, max_model_len: int, bs: int
     return layers
 
 
-def random_case(seed: int) -> dict[str, Any]:
+def random_case(seed: int, workload_seed: int = 0) -> dict[str, Any]:
+    """A case: layers, pool, block size, lengths, budgets and a workload.
+    ``workload_seed`` > 0 redraws only the workload (same layers, pool and budgets)."""
     rng = random.Random(1_000_003 * seed + 17)
     bs = rng.choice([16, 16, 32, 64])
     max_model_len = rng.choice([512, 1024, 2048, 4096])
@@ -75,6 +77,8 @@ def random_case(seed: int) -> dict[str, Any]:
     per_req = -(-max_model_len // bs)
     num_blocks = max(per_req + 2, int(per_req * rng.choice([1.1, 1.5, 2, 3, 5, 10, 30])))
     # workload
+    if workload_seed:
+        rng = random.Random(7_919 * seed + 104_729 * workload_seed)
     n_req = rng.randrange(4, 40)
     vocab = 32000
     n_pref = rng.choice([0, 1, 2, 4])
@@ -162,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=20000)
     ap.add_argument("--jsonl", help="append one JSON line per case")
     ap.add_argument("-v", action="store_true", help="print the layers")
+    ap.add_argument("--workloads", type=int, default=1,
+                    help="workloads per case (the first is the case's own; the others "
+                         "redraw only the requests): steps summed over them")
     a = ap.parse_args(argv)
     idx = a.only if a.only else range(a.cases)
     tally = {"cases": 0, "errors": 0, "more_steps": 0, "fewer_steps": 0,
@@ -175,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         for planner in ("vllm", "kvcore"):
             try:
                 res[planner] = run_case(case, planner, a.max_steps)
+                for ws in range(1, a.workloads):
+                    more = run_case(random_case(seed, ws), planner, a.max_steps)
+                    for key in ("steps", "preempted", "finished", "tokens"):
+                        res[planner][key] += more[key]
             except Exception as e:  # vLLM refuses, kvcore refuses: a figure, not a stop
                 res[planner] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
         dt = time.perf_counter() - t0
