@@ -8,8 +8,12 @@ vLLM's own planner's layout (``planner="vllm"``) and once on kvcore's
 steps, preemptions, finished requests and the two layouts (groups, block size, blocks).
 Asserts nothing.
 
-    /work/bin/kvpy-vllm scripts/probe_planner_serving.py --cases 50 --seed 1
-    /work/bin/kvpy-vllm scripts/probe_planner_serving.py --only 17 --seed 1 -v
+    PYTHONPATH=$PWD:$PWD/integrations/vllm /work/main/.venv-vllm/bin/python \
+        scripts/probe_planner_serving.py --cases 50 --seed 1 [--workloads 8] [--only 17 -v]
+
+(``/work/bin/kvpy-vllm`` alone imports ``kvcore_vllm`` from the venv's editable install,
+i.e. /work/main's bridge and harness, not this checkout's; the first line printed
+names the files used.)
 """
 
 from __future__ import annotations
@@ -171,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
                          "redraw only the requests): steps summed over them")
     a = ap.parse_args(argv)
     idx = a.only if a.only else range(a.cases)
+    import kvcore_vllm
+
+    import kvcore
+    print(f"kvcore from {kvcore.__file__}, kvcore_vllm from {kvcore_vllm.__file__}")
     tally = {"cases": 0, "errors": 0, "more_steps": 0, "fewer_steps": 0,
              "more_preempt": 0, "fewer_finished": 0, "fallback": 0}
     worst = []
