@@ -73,7 +73,9 @@ def check_vllm_runnable(vcfg: Any, vllm_config: Any) -> None:
     (``get_manager_for_kv_cache_spec``, which otherwise fails with "No manager
     registered for KVCacheSpec ...").  A group of sliding-window and full-attention
     layers would be managed as its first layer's kind: the other layers' blocks freed
-    too early or never."""
+    too early or never.  With prefix caching and several groups, a chunked-local
+    group's block size must equal the lcm of the groups' block sizes
+    (:func:`_check_chunked_alignment`: vLLM's chunked-local manager asserts it)."""
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
 
@@ -103,6 +105,39 @@ def check_vllm_runnable(vcfg: Any, vllm_config: Any) -> None:
         if KVCacheSpecRegistry.get_manager_class(first, None) is None:
             raise ConfigError(
                 f"group {gi}: vLLM 0.32 has no manager for {type(first).__name__}; this plan "
+                "needs kvcore's KV-cache manager (KVCORE_VLLM=1)",
+                field="kv_cache_groups", value=gi)
+    _check_chunked_alignment(vcfg, vllm_config)
+
+
+def _check_chunked_alignment(vcfg: Any, vllm_config: Any) -> None:
+    """vLLM 0.32's ``ChunkedLocalAttentionManager.find_longest_cache_hit`` asserts that a
+    chunked-local group's block size equals the cache-hit alignment ("KV cache groups
+    with different block sizes are not compatible with chunked local attention now",
+    single_type_kv_cache_manager.py): with prefix caching and several groups the
+    alignment is the scheduler block size, the lcm of every group's block size
+    (``resolve_kv_cache_block_sizes``; ``HybridKVCacheCoordinator``).  A plan with a
+    chunked group of another block size crashes vLLM's Scheduler at the first prefix
+    lookup (prober finding P6: 5 of 1,120 probe cases where vLLM's own layout runs)."""
+    import math
+
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, UniformTypeKVCacheSpecs
+
+    groups = vcfg.kv_cache_groups
+    if len(groups) < 2 or not vllm_config.cache_config.enable_prefix_caching:
+        return
+    firsts = [g.kv_cache_spec.first_spec if isinstance(g.kv_cache_spec,
+                                                       UniformTypeKVCacheSpecs)
+              else g.kv_cache_spec for g in groups]
+    align = math.lcm(*(g.kv_cache_spec.block_size for g in groups))
+    for gi, spec in enumerate(firsts):
+        if isinstance(spec, ChunkedLocalAttentionSpec) and spec.block_size != align:
+            raise ConfigError(
+                f"group {gi} is chunked local attention at block size {spec.block_size} "
+                f"beside groups of block sizes "
+                f"{sorted({g.kv_cache_spec.block_size for g in groups})}: vLLM 0.32's "
+                f"chunked-local manager needs its block size to equal the prefix-hit "
+                f"alignment ({align} tokens, the lcm) and asserts otherwise; this plan "
                 "needs kvcore's KV-cache manager (KVCORE_VLLM=1)",
                 field="kv_cache_groups", value=gi)
 
