@@ -68,9 +68,11 @@ def random_layers(rng: random.Random, max_model_len: int, bs: int
     return layers
 
 
-def random_case(seed: int, workload_seed: int = 0) -> dict[str, Any]:
+def random_case(seed: int, workload_seed: int = 0, scale: int = 1) -> dict[str, Any]:
     """A case: layers, pool, block size, lengths, budgets and a workload.
-    ``workload_seed`` > 0 redraws only the workload (same layers, pool and budgets)."""
+    ``workload_seed`` > 0 redraws only the workload (same layers, pool and budgets);
+    ``scale`` multiplies the pool and the number of requests (same pressure, the null
+    block and rounding ``scale`` times smaller a share of the pool)."""
     rng = random.Random(1_000_003 * seed + 17)
     bs = rng.choice([16, 16, 32, 64])
     max_model_len = rng.choice([512, 1024, 2048, 4096])
@@ -80,10 +82,11 @@ def random_case(seed: int, workload_seed: int = 0) -> dict[str, Any]:
     max_num_seqs = rng.choice([4, 8, 16, 32, 64])
     per_req = -(-max_model_len // bs)
     num_blocks = max(per_req + 2, int(per_req * rng.choice([1.1, 1.5, 2, 3, 5, 10, 30])))
+    num_blocks *= scale
     # workload
     if workload_seed:
         rng = random.Random(7_919 * seed + 104_729 * workload_seed)
-    n_req = rng.randrange(4, 40)
+    n_req = rng.randrange(4, 40) * scale
     vocab = 32000
     n_pref = rng.choice([0, 1, 2, 4])
     prefixes = [[rng.randrange(1, vocab) for _ in range(rng.randrange(16, max_model_len // 2))]
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=20000)
     ap.add_argument("--jsonl", help="append one JSON line per case")
     ap.add_argument("-v", action="store_true", help="print the layers")
+    ap.add_argument("--scale", type=int, default=1,
+                    help="pool and requests x this (1: the cases as committed)")
     ap.add_argument("--workloads", type=int, default=1,
                     help="workloads per case (the first is the case's own; the others "
                          "redraw only the requests): steps summed over them")
@@ -184,14 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     worst = []
     for i in idx:
         seed = a.seed * 100_000 + i
-        case = random_case(seed)
+        case = random_case(seed, scale=a.scale)
         t0 = time.perf_counter()
         res: dict[str, Any] = {}
         for planner in ("vllm", "kvcore"):
             try:
                 res[planner] = run_case(case, planner, a.max_steps)
                 for ws in range(1, a.workloads):
-                    more = run_case(random_case(seed, ws), planner, a.max_steps)
+                    more = run_case(random_case(seed, ws, a.scale), planner,
+                                    a.max_steps)
                     for key in ("steps", "preempted", "finished", "tokens"):
                         res[planner][key] += more[key]
             except Exception as e:  # vLLM refuses, kvcore refuses: a figure, not a stop
