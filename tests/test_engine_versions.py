@@ -4,7 +4,9 @@
 The rule: the version must be one vLLM released (PyPI's list, ``pip index versions
 vllm``, 2026-12, written out in tests/test_engines.py) inside kvcore's profiles (0.4.0 to
 0.32.0); ``X.Y`` is ``X.Y.0`` as pip compares; post releases and local labels are the
-release.  Anything else -- a version never released, one released without a profile
+release; a nightly or release candidate of a version in that range is the release it
+precedes, or the last release before it when vLLM never published that version.
+Anything else -- a version never released, one released without a profile
 (0.3.3, 0.33.0), a malformed spec, another engine, a range -- is a ConfigError naming
 ``--engine``, the value and the valid range, and in the CLI one line, exit 2.
 Generated: versions drawn near and inside the released ones, and spellings of each.
@@ -75,7 +77,7 @@ def test_a_release_without_a_profile_is_refused(release):
 
 @SETTINGS
 @given(st.sampled_from(["vllm==", "vllm==abc", "sglang==1.0", "vllm>=0.10", "vllm~=0.10",
-                        "vllm==0.10.*", "vllm==0.7.1.dev44", "vllm==0.10.1rc1", "vllm",
+                        "vllm==0.10.*", "vllm==0.7.1.devx", "vllm==0.10.1rcx", "vllm",
                         "vllm=0.10.1", "==0.10.1", "vllm==0..1", "vllm==0.10.1 0.9",
                         "tensorrt-llm==0.10", "vllm==0.10.1,<1"]),
        st.sampled_from(["", " "]))
@@ -116,3 +118,41 @@ def test_cli_refuses_in_one_line(capsys, cmd, spec):
 def test_cli_takes_a_release(capsys):
     assert cli_main(["plan", "llama-3.1-8b", "--gpu", "H100", "--engine",
                      "vllm==0.10.1.1"]) == 0
+
+
+# nightlies and release candidates (a v15 accuracy row ran vLLM 0.7.4.dev181+gf35f8e22)
+PROFILED = sorted((r for r in PYPI_RELEASES if ".post" not in r and r.count(".") == 2
+                   and (0, 4, 0) <= tuple(map(int, r.split("."))) <= (0, 32, 0)),
+                  key=lambda r: tuple(map(int, r.split("."))))
+
+
+@SETTINGS
+@given(st.sampled_from(PROFILED), st.sampled_from(["rc1", ".rc2", "a1", "b3", ".dev181",
+                                                   "rc1.dev4", ".dev7+gf35f8e22"]))
+def test_a_pre_release_of_a_release_plans_as_that_release(release, suffix):
+    # PEP 440: X.Y.Z{rc,a,b}N / .devN precede X.Y.Z; the code line is X.Y.Z's
+    want = get_engine(f"vllm=={release}")
+    got = get_engine(f"vllm=={release}{suffix}")
+    assert (got.name, got.release) == (want.name, want.release)
+
+
+@SETTINGS
+@given(st.sampled_from(PROFILED[:-1]), st.integers(1, 9))
+def test_a_nightly_of_a_never_released_version_plans_as_the_release_before(release,
+                                                                           bump):
+    # 0.7.4.dev181 (0.7.4 was never released: 0.7.3 came before it, 0.8.0 after)
+    x, y, z = map(int, release.split("."))
+    nxt = PROFILED[PROFILED.index(release) + 1]
+    cand = f"{x}.{y}.{z + bump}"
+    if _key(cand) in RELEASED or _key(cand) >= _key(nxt):
+        return  # a real release, or past the next one: not this case
+    _refused(f"vllm=={cand}")  # the bare version is not a release
+    got = get_engine(f"vllm=={cand}.dev181+gf35f8e22")
+    want = get_engine(f"vllm=={release}")
+    assert (got.name, got.release) == (want.name, want.release)
+
+
+@pytest.mark.parametrize("spec", ["vllm==0.33.0rc1", "vllm==0.3.3.dev1", "vllm==0.32.99.dev1",
+                                  "vllm==0.40.0.dev0"])
+def test_a_pre_release_outside_the_profiles_is_refused(spec):
+    _refused(spec)

@@ -165,7 +165,9 @@ NEWER_RELEASES: tuple[str, ...] = ("0.33.0", "0.34.0")
 # ``vllm==`` and a PEP 440 release (``v`` allowed, as in git tags), an optional post
 # release (``.post1``) and an optional local label (``+cu126``, as wheels carry)
 _SPEC = re.compile(r"^\s*vllm\s*==\s*v?(?P<release>\d+(?:\.\d+)*)"
-                   r"(?:[.\-_]?post(?P<post>\d+))?(?:\+[a-z0-9]+(?:[._][a-z0-9]+)*)?\s*$",
+                   r"(?:[.\-_]?(?P<pre>a|b|rc|c|alpha|beta|pre|preview)\d*)?"
+                   r"(?:[.\-_]?post(?P<post>\d+))?(?:[.\-_]?(?P<dev>dev)\d*)?"
+                   r"(?:\+[a-z0-9]+(?:[._][a-z0-9]+)*)?\s*$",
                    re.IGNORECASE | re.ASCII)  # ASCII: \d is 0-9 only (not "٣٢", "０")
 
 
@@ -201,7 +203,9 @@ def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
     The release must be one vLLM published that a profile covers
     (:data:`KNOWN_RELEASES`, 0.4.0 to 0.32.0; ``X.Y`` is ``X.Y.0`` as in pip; a post
     release such as ``0.10.1.1`` or ``0.8.5.post1`` and a local label such as
-    ``+cu126`` are taken).  It maps to its generation (``vllm==0.10.1`` ->
+    ``+cu126`` are taken).  A nightly or release candidate (``0.7.4.dev181+gf35f8e22``,
+    ``0.8.0rc1``) within that range is planned as the release it precedes when vLLM
+    published it, else as the last release before it (0.7.4 never was: 0.7.3).  It maps to its generation (``vllm==0.10.1`` ->
     ``vllm==0.9``), remembering the release asked for.  Raises ConfigError (field
     ``engine``; the message names ``--engine``, the value, the known releases and the
     nearest ones) for a malformed spec, another engine, or a version vLLM never released
@@ -224,6 +228,14 @@ def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
     post = m.group("post")
     key = _release_key(release + (f".post{int(post)}" if post is not None else ""))
     asked = release + (f".post{int(post)}" if post is not None else "")
+    if (m.group("pre") or m.group("dev")) and post is None and \
+            _release_key(KNOWN_RELEASES[0]) <= key <= _release_key(KNOWN_RELEASES[-1]):
+        # a nightly / release candidate (0.7.4.dev181+gf35f8e22, 0.8.0rc1): the code line
+        # of X.Y.Z before its release; a version that was never released (0.7.4) runs
+        # the memory accounting of the last release before it (0.7.3)
+        below = [r for r in KNOWN_RELEASES if _release_key(r) <= key]
+        key = _release_key(below[-1])
+        release = below[-1].partition(".post")[0]
     if key not in _KNOWN:
         newer = ""
         if key < _release_key(KNOWN_RELEASES[0]):

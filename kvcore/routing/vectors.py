@@ -283,7 +283,7 @@ def _load(src: Any) -> Vector:
                           field="config" if not isinstance(c, dict) else "records",
                           value=None)
     where = f"{src}" if not isinstance(src, dict) else f"a {FORMAT} object"
-    check_keys(c, _CONFIG_KEYS, f"{where}: config")
+    check_keys(c, _VECTOR_CONFIG_FIELDS, f"{where}: config")
     cfg = config_from_dict(c)
     opts = {"hash": c.get("hash", "sha256"), "use_eagle": bool(c.get("use_eagle")),
             "max_model_len": c.get("max_model_len"),
@@ -293,7 +293,7 @@ def _load(src: Any) -> Vector:
 
 
 #: the keys of a vector's config object and of its records, by op (what generate writes)
-_CONFIG_KEYS = ("hash", "hash_block_size", "use_eagle", "num_blocks", "max_model_len",
+_VECTOR_CONFIG_FIELDS = ("hash", "hash_block_size", "use_eagle", "num_blocks", "max_model_len",
                 "groups")
 _RECORD_KEYS = {"events": ("op", "seq", "events"),
                 "query": ("op", "request_id", "num_tokens", "num_prompt_tokens",

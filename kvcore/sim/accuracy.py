@@ -393,7 +393,10 @@ def engine_of(row: dict[str, Any]) -> str | None:
     text names no version (the default profile, vLLM 0.32)."""
     import re
 
-    m = re.search(r"vLLM v?(\d+\.\d+(?:\.\d+)?)", str(row.get("engine", "")))
+    # a nightly's or a release candidate's suffix is kept (``0.7.4.dev181``: get_engine
+    # plans it as the last release before it, 0.7.3; a bare 0.7.4 was never released)
+    m = re.search(r"vLLM v?(\d+\.\d+(?:\.\d+)?(?:\.?(?:dev|rc)\d+)?)",
+                  str(row.get("engine", "")))
     return f"vllm=={m.group(1)}" if m else None
 
 
