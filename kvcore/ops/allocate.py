@@ -159,6 +159,31 @@ def _attention_views(buf: Any, spec: AttentionSpec, layout: AttentionPageLayout,
     return out
 
 
+def _check_device(torch: Any, device: Any) -> Any:
+    """``device`` as a ``torch.device`` that exists here, or a ConfigError naming it
+    (fresh tester T20: torch's bare RuntimeError / AssertionError before)."""
+    from kvcore.errors import ConfigError
+    from kvcore.units import shorten
+
+    valid = "valid: 'cpu', 'cuda', 'cuda:N' (N < the CUDA device count) or a torch.device"
+    if isinstance(device, bool):
+        raise ConfigError(f"allocate_tensors: device {device!r} is not a device; {valid}",
+                          field="device", value=repr(device))
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"allocate_tensors: device {shorten(device)} is not a torch "
+                          f"device ({shorten(str(exc), 80)}); {valid}", field="device",
+                          value=shorten(device)) from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ConfigError(f"allocate_tensors: device {str(dev)!r} is not available "
+                              f"(CUDA devices here: {count}); {valid}", field="device",
+                              value=str(dev))
+    return dev
+
+
 def allocate_tensors(kv_cache_config: Any, device: Any = "cpu", *,
                      num_blocks: int | None = None, zero: bool = True) -> AllocatedKVCache:
     """Allocate the buffers of a plan and make the per-layer views.
@@ -194,9 +219,16 @@ def allocate_tensors(kv_cache_config: Any, device: Any = "cpu", *,
     KVCoreError
         no block count; a layer in ``shared_by`` that no group holds; a buffer too small
         for ``offset + (num_blocks - 1) x block_stride + page`` bytes; misaligned planes.
+    ConfigError
+        ``device`` is not a torch device or not available here (field ``device``); a
+        buffer the device cannot allocate (field ``kv_cache_memory``, naming the bytes
+        asked for, and on CUDA the device's free bytes, checked before allocating).
     """
     torch = __import__("torch")
-    from kvcore.units import as_int
+    from kvcore.errors import ConfigError
+    from kvcore.units import as_int, shorten
+
+    device = _check_device(torch, device)
 
     given = kv_cache_config.num_blocks if num_blocks is None else num_blocks
     n_int = as_int(given)  # numpy integers too, as a plain int; bool refused
@@ -207,7 +239,25 @@ def allocate_tensors(kv_cache_config: Any, device: Any = "cpu", *,
             f"budget, or pass num_blocks=)", field="num_blocks", value=repr(given))
     n_blocks = n_int
     kv_layout = getattr(kv_cache_config, "kv_cache_layout", "LBNHC") or "LBNHC"
-    alloc = torch.zeros if zero else torch.empty
+    fill = torch.zeros if zero else torch.empty
+
+    def alloc(nbytes: int, **kw: Any) -> Any:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            if nbytes > free:
+                raise ConfigError(
+                    f"allocate_tensors: a {nbytes:,} B KV-cache buffer does not fit "
+                    f"{device} ({free:,} B free); plan with a smaller budget "
+                    f"(kv_cache_memory_bytes) or pass num_blocks=",
+                    field="kv_cache_memory", value=nbytes)
+        try:
+            return fill(nbytes, **kw)
+        except (RuntimeError, MemoryError) as exc:  # torch's allocator (CPU: no check)
+            raise ConfigError(
+                f"allocate_tensors: {device} cannot allocate a {nbytes:,} B KV-cache "
+                f"buffer ({type(exc).__name__}: {shorten(str(exc), 120)}); plan with a "
+                f"smaller budget (kv_cache_memory_bytes) or pass num_blocks=",
+                field="kv_cache_memory", value=nbytes) from None
     buffers: list[Any] = []
     tensor_buffers: list[int] = []
     shared: dict[int, int] = {}  # block-outermost block_stride -> index in buffers
