@@ -60,7 +60,7 @@ from kvcore.userfiles import dumps_json
 __all__ = ["add_subparser", "run", "simulate", "simulate_clocked", "make_time_model",
            "time_model_note", "speculative_setup", "speculative_note", "vllm_serve_defaults", "select_percentile_metrics",
            "PERCENTILE_METRICS", "DEFAULT_KV_CACHE_MEMORY_BYTES",
-           "prefix_repetition_arrivals_note"]
+           "prefix_repetition_arrivals_note", "trace_span_note"]
 
 #: budget per rank when neither --kv-cache-memory nor --num-blocks is given (16 GiB)
 DEFAULT_KV_CACHE_MEMORY_BYTES = 16 << 30
@@ -1346,6 +1346,28 @@ def _clocked_requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     return reqs, name
 
 
+#: a trace spanning longer than this is probably not in milliseconds (fresh tester T1)
+TRACE_SPAN_NOTE_MS = 31 * 24 * 3600 * 1000
+
+
+def trace_span_note(reqs: Any) -> str | None:
+    """A note when the requests' arrivals span more than 31 days: trace timestamps are
+    read as milliseconds (Mooncake's, Azure's), so a trace in microseconds or
+    nanoseconds replays 1,000 or 10**6 times too slowly, its idle gaps included in the
+    duration and every throughput.  The run goes on (a long trace is not wrong, an
+    earlier finding's rule); None otherwise."""
+    times = [float(getattr(r, "arrival_ms", 0.0) or 0.0) for r in reqs]
+    if not times:
+        return None
+    span = max(times) - min(times)
+    if span <= TRACE_SPAN_NOTE_MS:
+        return None
+    return (f"the trace's arrivals span {span / 86_400_000:,.4g} days (timestamps are "
+            f"read as milliseconds; a trace in microseconds or nanoseconds is 1,000 or "
+            f"10**6 times too slow, and the duration and every throughput hold its idle "
+            f"gaps)")
+
+
 def prefix_repetition_arrivals_note(args: argparse.Namespace) -> str | None:
     """The note of a prefix_repetition run whose send times are gamma draws (a finite
     --request-rate or a ramp-up, finite --burstiness), else None.
@@ -1393,6 +1415,9 @@ def simulate_clocked(args: argparse.Namespace, *, budget: int | None,
     if not reqs:
         raise ConfigError("the workload has no requests", field="trace", value=args.trace)
     note = prefix_repetition_arrivals_note(args)
+    span = trace_span_note(reqs)
+    if span:
+        note = f"{note}; {span}" if note else span
     gpu_info = None
     if args.gpu is not None:
         from kvcore.deploy.gpus import get_gpu

@@ -522,3 +522,31 @@ def test_tune_limit_needs_a_trace_and_num_prompts_is_bounded(capsys: Any) -> Non
 def test_clocked_flags_that_need_another_flag(capsys: Any, flag: list[str]) -> None:
     rc, _, err = _run(capsys, [*SIM, "--max-model-len", "4096", *flag])
     _clean_error(rc, err, flag[0])
+
+
+# ---- fresh tester T1 (stop 39): a trace spanning years runs, with a note --------------
+@pytest.mark.parametrize("last_ms", [1e11, 1e15, 1e300])
+def test_trace_spanning_more_than_a_month_runs_with_a_note(capsys: Any, tmp_path: Path,
+                                                            last_ms: float) -> None:
+    trace = tmp_path / "far.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [0]}\n'
+        f'{{"timestamp": {last_ms!r}, "input_length": 100, "output_length": 10, '
+        '"hash_ids": [0]}\n')
+    rc, out, err = _run(capsys, ["simulate", "llama-3.1-8b", "--gpu", "H100", "--trace",
+                                 str(trace), "--max-model-len", "4096", "--json"])
+    assert rc == 0, err
+    rep = json.loads(out)
+    assert rep["completed"] == 2
+    assert "days" in rep["note"] and "milliseconds" in rep["note"]
+
+
+def test_a_trace_within_a_month_has_no_span_note(capsys: Any, tmp_path: Path) -> None:
+    trace = tmp_path / "near.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [0]}\n'
+        '{"timestamp": 2.6e9, "input_length": 100, "output_length": 10, "hash_ids": [0]}\n')
+    rc, out, err = _run(capsys, ["simulate", "llama-3.1-8b", "--gpu", "H100", "--trace",
+                                 str(trace), "--max-model-len", "4096", "--json"])
+    assert rc == 0, err
+    assert "days" not in (json.loads(out).get("note") or "")
