@@ -440,7 +440,25 @@ def _progress(args: argparse.Namespace, total: int | None) -> tuple[Any, Any]:
             bar.start()
             task = bar.add_task("simulating", total=total)
             return (lambda done: bar.update(task, completed=done)), bar
+    if total >= PLAIN_PROGRESS_MIN_REQUESTS:
+        # no terminal (a CI log, a pipe): a plain line every 5 % of a long run, as the
+        # clockless replay prints (fresh tester T12: a million prompts ran ~17 minutes
+        # without a word); short runs stay silent
+        step = max(1, total // 20)
+        state = {"next": step}
+
+        def plain(done: int) -> None:
+            if state["next"] < 0:
+                return  # the last line is out
+            if done >= state["next"] or done >= total:
+                print(f"  {done}/{total} requests", file=sys.stderr, flush=True)
+                state["next"] = -1 if done >= total else done + step
+        return plain, None
     return None, None
+
+
+#: runs of at least this many requests print plain progress lines off a terminal
+PLAIN_PROGRESS_MIN_REQUESTS = 10_000
 
 
 #: string flags whose empty value would otherwise mean "not given" (``--plot ''``: no

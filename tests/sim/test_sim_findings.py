@@ -550,3 +550,27 @@ def test_a_trace_within_a_month_has_no_span_note(capsys: Any, tmp_path: Path) ->
                                  str(trace), "--max-model-len", "4096", "--json"])
     assert rc == 0, err
     assert "days" not in (json.loads(out).get("note") or "")
+
+
+# ---- fresh tester T12 (stop 39): a long clocked run off a terminal prints progress ----
+def test_long_clocked_run_off_a_terminal_prints_plain_progress(monkeypatch: Any) -> None:
+    import argparse
+    import io
+    import sys
+
+    from kvcore.sim import command
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)  # not a terminal
+    args = argparse.Namespace(json=False)
+    n = command.PLAIN_PROGRESS_MIN_REQUESTS
+    cb, bar = command._progress(args, n)
+    assert bar is None and callable(cb)
+    for done in range(1, n + 1, 97):
+        cb(done)
+    cb(n)
+    lines = err.getvalue().splitlines()
+    assert 15 <= len(lines) <= 21 and lines[-1].strip() == f"{n}/{n} requests"
+    # short runs and --json stay silent
+    assert command._progress(args, n - 1) == (None, None)
+    assert command._progress(argparse.Namespace(json=True), n) == (None, None)
