@@ -396,6 +396,22 @@ def _entry_points() -> dict[str, Any]:
         return {}
 
 
+#: the request fields a router must leave as they are (the run serves and reports them)
+_ROUTED_FIELDS = ("request_id", "prompt_len", "output_len", "arrival", "sent",
+                  "trace", "request", "block_hashes", "all_token_ids")
+
+
+def _routed_fields(r: SimRequest) -> tuple[Any, ...]:
+    """The fields of :data:`_ROUTED_FIELDS`, as values cheap to compare (the block
+    hashes and prompt tokens by length and identity)."""
+    req = r.request
+    hashes = getattr(req, "block_hashes", None)
+    tokens = getattr(req, "all_token_ids", None)
+    return (r.request_id, r.prompt_len, r.output_len, r.arrival, r.sent, id(r.trace),
+            id(req), None if hashes is None else (id(hashes), len(hashes)),
+            None if tokens is None else (id(tokens), len(tokens)))
+
+
 def router_names() -> list[str]:
     """Built-in router names, then those registered under ``kvcore.routers``."""
     return list(_BUILTIN) + sorted(set(_entry_points()) - set(_BUILTIN))
@@ -787,6 +803,7 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
             deliver(t_route)
             view.now = t_route
             view.predicted_hit = None
+            before = _routed_fields(r)
             try:
                 k_raw = rt.route(r, view)
             except KVCoreError:
@@ -797,6 +814,17 @@ def run_fleet(kv_cache_config: Any, requests: Sequence[SimRequest],
                                   f"{shorten(getattr(r, 'request_id', '?'))}: "
                                   f"{shorten(str(e))}", field="router",
                                   value=str(getattr(rt, 'name', type(rt).__name__))) from e
+            if _routed_fields(r) != before:
+                # a router reads the request; what it rewrote would be served and
+                # reported (fresh tester T7): refused, naming the router and the field
+                changed = [f for f, x, y in zip(_ROUTED_FIELDS, before, _routed_fields(r))
+                           if x != y]
+                raise ConfigError(f"router {getattr(rt, 'name', type(rt).__name__)!r} "
+                                  f"changed request {shorten(r.request_id)}'s "
+                                  f"{', '.join(changed)} while routing it; a router reads "
+                                  f"the request and the fleet view, it does not change "
+                                  f"them", field="router",
+                                  value=str(getattr(rt, 'name', type(rt).__name__)))
             k = k_raw if type(k_raw) is int else as_int(k_raw)  # np.argmin's numpy ints
             if k is None or not 0 <= k < replicas:
                 raise ConfigError(f"router {getattr(rt, 'name', rt)!r} chose replica "
