@@ -689,6 +689,7 @@ class KVCacheManager:
         if total > fq.num_free_blocks + freed:
             return None
         m = None  # type: ignore[assignment]
+        before = -1
         try:
             for (m, _, _, _, _), skip in zip(plans, skips):
                 if skip:
@@ -711,6 +712,7 @@ class KVCacheManager:
         except KVCoreError:
             raise
         except (Exception, SystemExit) as e:  # a plugin manager: undone, then named
+            self._undo_partial(m, rid, before)
             self._undo_allocation(rid, False, new_blocks or [])
             raise self._plugin_failure(e, m, "allocate_new_blocks") from e
         if self.enable_caching:
@@ -782,6 +784,7 @@ class KVCacheManager:
         fresh = all(rid not in mg.req_to_blocks for mg in managers)
         new_blocks: list[list[KVCacheBlock]] = []
         m = None  # type: ignore[assignment]
+        before = -1
         try:
             # every group takes its hits before any group takes new blocks: a hit block
             # of one group may sit in the free queue that another group allocates from
@@ -805,6 +808,8 @@ class KVCacheManager:
         except KVCoreError:
             raise
         except (Exception, SystemExit) as e:  # a plugin manager: undone, then named
+            if not fresh:
+                self._undo_partial(m, rid, before)
             self._undo_allocation(rid, fresh, new_blocks)
             raise self._plugin_failure(e, m, "allocate_new_blocks") from e
         self._requests[rid] = request
@@ -1069,6 +1074,22 @@ class KVCacheManager:
                            f"be an int >= 0 (blocks)", field=method,
                            kind=getattr(getattr(m, "spec", None), "kind", None),
                            value=shorten(value))
+
+    def _undo_partial(self, m: Any, rid: str, before: int) -> None:
+        """The failing manager's own part: the blocks it took from the pool before it
+        raised (free count ``before`` its call, -1: it was not reached) are the last
+        entries it appended to the request's table; they are taken out and freed when
+        they are exactly that (fresh blocks held once), so nothing is lost."""
+        if m is None or before < 0:
+            return
+        taken = before - self._fq.num_free_blocks
+        table = m.req_to_blocks.get(rid)
+        if taken <= 0 or not table or len(table) < taken:
+            return
+        tail = table[-taken:]
+        if all(b.ref_cnt == 1 and not b.is_null for b in tail):
+            del table[-taken:]
+            self.block_pool.free_blocks(list(reversed(tail)))
 
     def _undo_allocation(self, rid: str, fresh: bool,
                          new_blocks: Sequence[Sequence[KVCacheBlock]]) -> None:

@@ -38,6 +38,10 @@ def _maybe(method, ok):
 
 class M(FullAttentionManager):
     def allocate_new_blocks(self, request, num_tokens):
+        if FAIL["method"] == "allocate_then_raise":
+            # takes its blocks from the pool and appends them, then fails
+            super().allocate_new_blocks(request, num_tokens)
+            raise FAIL["exc"] or RuntimeError("after taking blocks")
         return _maybe("allocate_new_blocks",
                       lambda: super(M, self).allocate_new_blocks(request, num_tokens))
 
@@ -93,7 +97,8 @@ def _named(e):
 
 
 ERRORS = [ZeroDivisionError("z"), IndexError("i"), TypeError("t"), SystemExit(0), None]
-ALLOC = ["allocate_new_blocks", "cache_blocks", "get_num_blocks_to_allocate"]
+ALLOC = ["allocate_new_blocks", "cache_blocks", "get_num_blocks_to_allocate",
+         "allocate_then_raise"]
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -122,7 +127,8 @@ def test_a_failing_allocation_is_named_and_undone(method, exc, step):
             mgr.allocate_slots(r, 1)
         else:
             mgr.allocate_slots(r, 14 - n, n, hb)
-    assert _named(e.value) and e.value.extra.get("field") == method
+    field = "allocate_new_blocks" if method == "allocate_then_raise" else method
+    assert _named(e.value) and e.value.extra.get("field") == field
     FAIL.update(method=None, exc=None)
     assert _state(mgr) == before  # all or nothing
     mgr.free(r)
