@@ -26,7 +26,8 @@ BAD.append(f"cuda:{torch.cuda.device_count() + 3}" if torch.cuda.is_available() 
            "cuda:7")
 
 
-@pytest.mark.parametrize("device", BAD, ids=repr)
+@pytest.mark.parametrize("device", BAD, ids=lambda d: type(d).__name__ if isinstance(
+    d, object) and type(d) is object else repr(d))
 def test_a_device_that_cannot_be_used_is_named(device):
     with pytest.raises(ConfigError) as exc:
         allocate_tensors(_plan(64 << 20), device)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -129,8 +130,8 @@ def _check_ring(key_ring: torch.Tensor, gate_ring: torch.Tensor) -> None:
                    f"{tuple(gate_ring.shape)}", "gate_ring", tuple(gate_ring.shape))
 
 
-def _check_tail_write(keys: torch.Tensor, gates: torch.Tensor, positions: object,
-                      ring_block_ids: object, key_ring: torch.Tensor,
+def _check_tail_write(keys: torch.Tensor, gates: torch.Tensor, positions: Any,
+                      ring_block_ids: Any, key_ring: torch.Tensor,
                       gate_ring: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """All checks of a tail write, on the host before any launch (kvcore.ops.checks):
     ring block ids in ``[-1, num_blocks)``, positions >= 0, shapes; returns
