@@ -15,7 +15,7 @@ from typing import Any
 
 from kvcore.errors import KVCoreError
 from kvcore.ops.cache import _dequantize_ref, _scale_tensors
-from kvcore.ops.checks import check_block_table, index_tensor
+from kvcore.ops.checks import block_table_and_lens
 from kvcore.ops.layout import canonical_kv_cache_dtype
 
 __all__ = ["paged_decode_attention_ref", "dense_attention_ref"]
@@ -126,17 +126,11 @@ def paged_decode_attention_ref(query: Any, key_cache: Any, value_cache: Any,
     ks, vs = _scale_tensors(k_scale, v_scale, kv_dtype, key_cache)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     block_size = key_cache.shape[1]
-    block_table = index_tensor(block_table, "block_table", key_cache.device)
-    seq_lens = index_tensor(seq_lens, "seq_lens", key_cache.device)
-    if block_table.dim() != 2 or seq_lens.dim() != 1 \
-            or block_table.shape[0] != seq_lens.shape[0] \
-            or seq_lens.shape[0] != query.shape[0]:
-        raise KVCoreError(f"block_table must be [batch, max_blocks_per_req] and seq_lens "
-                          f"[batch]; got {tuple(block_table.shape)} and "
-                          f"{tuple(seq_lens.shape)}", field="block_table")
     # the sliding window reads only its own blocks, but a table entry before the
     # window is the null block (-1) or a live id: both in range
-    check_block_table(block_table, seq_lens, block_size, key_cache.shape[0])
+    block_table, seq_lens = block_table_and_lens(block_table, seq_lens, key_cache.device,
+                                                 block_size, key_cache.shape[0],
+                                                 num_reqs=query.shape[0])
     outs = []
     for b, n in enumerate(seq_lens.tolist()):
         start = 0 if sliding_window is None else max(0, n - sliding_window)

@@ -50,7 +50,7 @@ from typing import Any
 from kvcore.errors import KVCoreError
 from kvcore.ops._dispatch import use_triton
 from kvcore.ops.checks import (
-    check_block_table,
+    block_table_and_lens,
     check_copy_pairs,
     check_dtype,
     check_ids,
@@ -348,14 +348,8 @@ def _check_read_args(key_cache: Any, value_cache: Any, block_table: Any, seq_len
                           "num_kv_heads, head_size]", field="key_cache")
     _check_caches(key_cache, value_cache, key_cache.shape[2], key_cache.shape[3],
                   value_cache.shape[3], kv_dtype)
-    block_table = index_tensor(block_table, "block_table", key_cache.device)
-    seq_lens = index_tensor(seq_lens, "seq_lens", key_cache.device)
-    if block_table.dim() != 2 or seq_lens.dim() != 1 \
-            or block_table.shape[0] != seq_lens.shape[0]:
-        raise KVCoreError(f"block_table must be [batch, max_blocks_per_req] and seq_lens "
-                          f"[batch]; got {tuple(block_table.shape)} and "
-                          f"{tuple(seq_lens.shape)}", field="block_table")
-    check_block_table(block_table, seq_lens, key_cache.shape[1], key_cache.shape[0])
+    block_table, seq_lens = block_table_and_lens(block_table, seq_lens, key_cache.device,
+                                                 key_cache.shape[1], key_cache.shape[0])
     return block_table, seq_lens
 
 

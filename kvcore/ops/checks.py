@@ -172,6 +172,29 @@ def check_block_table(block_table: Any, seq_lens: Any, block_size: int, num_bloc
                            f" (the cache has {num_blocks} blocks)")
 
 
+def block_table_and_lens(block_table: Any, seq_lens: Any, device: Any, block_size: int,
+                         num_blocks: int, *, num_reqs: int | None = None
+                         ) -> tuple[Any, Any]:
+    """``(block_table, seq_lens)`` of a paged read as index tensors on ``device``
+    (:func:`index_tensor`), shaped ``[num_reqs, max_blocks_per_req]`` and
+    ``[num_reqs]`` (``num_reqs`` given: that many rows, e.g. the query's), and checked by
+    :func:`check_block_table` against a cache of ``num_blocks`` blocks of
+    ``block_size`` tokens.  Raises KernelArgumentError (field ``block_table`` for the
+    shapes)."""
+    block_table = index_tensor(block_table, "block_table", device)
+    seq_lens = index_tensor(seq_lens, "seq_lens", device)
+    if block_table.dim() != 2 or seq_lens.dim() != 1 \
+            or block_table.shape[0] != seq_lens.shape[0] \
+            or (num_reqs is not None and seq_lens.shape[0] != num_reqs):
+        rows = "num_reqs" if num_reqs is None else f"num_reqs = {num_reqs}"
+        raise _fail(f"block_table must be [{rows}, max_blocks_per_req] and seq_lens "
+                    f"[{rows}]; got {tuple(block_table.shape)} and "
+                    f"{tuple(seq_lens.shape)}", "block_table", tuple(block_table.shape),
+                    f"[{rows}, max_blocks_per_req] and [{rows}]")
+    check_block_table(block_table, seq_lens, block_size, num_blocks)
+    return block_table, seq_lens
+
+
 def check_scales(**scales: Any) -> None:
     """Each scale (a Python number or a tensor) finite and > 0; tensors' extremes come
     back in one transfer."""

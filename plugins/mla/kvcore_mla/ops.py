@@ -119,19 +119,14 @@ def _check_write(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any, mode: s
 def _check_read(kv_cache: Any, block_table: Any, seq_lens: Any, mode: str,
                 scale: Any) -> tuple[Any, Any]:
     """block_table / seq_lens as int tensors, checked against the cache (kvcore.ops.checks)."""
-    from kvcore.ops.checks import check_block_table, check_scales, index_tensor
+    from kvcore.ops.checks import block_table_and_lens, check_scales, index_tensor
 
     block_table = index_tensor(block_table, "block_table", kv_cache.device)
     seq_lens = index_tensor(seq_lens, "seq_lens", kv_cache.device)
-    if block_table.dim() != 2 or seq_lens.dim() != 1 \
-            or block_table.shape[0] != seq_lens.shape[0]:
-        raise _err(f"block_table must be [num_reqs, max_blocks_per_req] and seq_lens "
-                   f"[num_reqs]; got {tuple(block_table.shape)} and "
-                   f"{tuple(seq_lens.shape)}", "block_table", tuple(block_table.shape))
     if mode == "fp8" and scale is not None:
         check_scales(scale=scale)
-    check_block_table(block_table, seq_lens, kv_cache.shape[1], kv_cache.shape[0])
-    return block_table, seq_lens
+    return block_table_and_lens(block_table, seq_lens, kv_cache.device, kv_cache.shape[1],
+                                kv_cache.shape[0])
 
 
 def _check_cache(kv_cache: Any, mode: str, lora: int, rope: int) -> None:
