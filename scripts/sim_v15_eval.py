@@ -10,7 +10,6 @@ rule reads.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -22,28 +21,11 @@ sys.path.insert(0, str(ROOT))
 from kvcore.sim.accuracy import METRICS, evaluate, load_measurements  # noqa: E402
 from kvcore.sim.timing import DEFAULT_EFFICIENCY  # noqa: E402
 
-DATA = ROOT / "tests" / "data" / "sim_accuracy"
-#: v11's candidate F (v11_fit_log.txt), unchanged
-F = dataclasses.replace(DEFAULT_EFFICIENCY, compute_hbm3=1.2, compute_gddr=0.9)
+# v14's row helpers, unchanged (the same F, the same medians and formatting)
+sys.path.insert(0, str(ROOT / "scripts"))
+from sim_v14_eval import DATA, F, f_applies, fmt, medians  # noqa: E402
+
 CANDIDATES = {"A": (DEFAULT_EFFICIENCY, "sharegpt"), "F": (F, "sharegpt")}
-
-
-def f_applies(gpu: str) -> bool:
-    """Whether F's terms touch ``gpu``: an HBM3 / HBM3e or GDDR part (the catalog's
-    ``perf.memory_type``)."""
-    from kvcore.deploy.gpus import get_gpu
-
-    perf = getattr(get_gpu(gpu), "perf", None)
-    return getattr(perf, "memory_type", "hbm") in ("hbm3", "gddr")
-
-
-def medians(results, ids=None):
-    out = {}
-    for m in METRICS:
-        errs = [abs(r[m]["error"]) for r in results if m in r
-                and (ids is None or r["id"] in ids)]
-        out[m] = (len(errs), statistics.median(errs) if errs else float("nan"))
-    return out
 
 
 def by_source(results, src, ids=None):
@@ -58,10 +40,6 @@ def by_source(results, src, ids=None):
         meds = [statistics.median(v) for v in per.values()]
         out[m] = (len(meds), statistics.median(meds) if meds else float("nan"))
     return out
-
-
-def fmt(med):
-    return " / ".join(f"{100 * v:.1f} % ({n})" for n, v in med.values())
 
 
 def main() -> int:
